@@ -1,0 +1,48 @@
+# Helpers shared by every target: warnings, and one call per library / tool / test suite.
+# Sources are globbed per folder so that adding a file to a module needs no CMake edit.
+
+function(loom_warnings target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers>)
+  if(LOOM_NATIVE)
+    target_compile_options(${target} PRIVATE -march=native)
+  endif()
+endfunction()
+
+# loom_library(NAME DEPS...) : lib/<dir>/src/*.cpp, public headers in lib/<dir>/include
+function(loom_library name)
+  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/*.cpp)
+  add_library(${name} STATIC ${srcs})
+  target_include_directories(${name}
+    PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>
+    PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
+  target_link_libraries(${name} PUBLIC ${ARGN})
+  loom_warnings(${name})
+  install(TARGETS ${name} ARCHIVE DESTINATION lib)
+  install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/include/ DESTINATION include)
+endfunction()
+
+# loom_tool(NAME) : tools/<name>/*.cpp -> bin/loom-<name>
+function(loom_tool name)
+  file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${name}/*.cpp)
+  add_executable(loom-${name} ${srcs})
+  target_link_libraries(loom-${name} PRIVATE loom_tools_common)
+  loom_warnings(loom-${name})
+  install(TARGETS loom-${name} RUNTIME DESTINATION bin)
+endfunction()
+
+# loom_test_suite(NAME LABEL DEPS...) : tests/<name>/*.cpp -> one GoogleTest binary, tests discovered by CTest
+function(loom_test_suite name label)
+  file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${name}/*.cpp)
+  if(NOT srcs)
+    return()
+  endif()
+  add_executable(test-${name} ${srcs})
+  target_link_libraries(test-${name} PRIVATE GTest::gtest GTest::gtest_main ${ARGN})
+  target_compile_definitions(test-${name} PRIVATE
+    LOOM_SHARED_DIR="${PROJECT_SOURCE_DIR}/../shared"
+    LOOM_BIN_DIR="${CMAKE_BINARY_DIR}/bin"
+    LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  loom_warnings(test-${name})
+  gtest_discover_tests(test-${name} PROPERTIES LABELS ${label} DISCOVERY_TIMEOUT 60)
+endfunction()

@@ -1,0 +1,61 @@
+// The CPU device: host memory buffers and a stream that runs graph nodes with a thread pool.
+// Also the direct entry point used by tests and tools: compute a graph whose tensors already
+// live in host memory.
+#pragma once
+
+#include <memory>
+
+#include "loom/backend/device.h"
+#include "loom/core/thread_pool.h"
+#include "loom/graph/context.h"
+
+namespace loom::cpu {
+
+// Host memory (64-byte aligned). Any host-readable device can use it.
+class HostBufferType final : public BufferType {
+ public:
+  explicit HostBufferType(Device& device) : device_(device) {}
+  const char* name() const override { return "CPU"; }
+  size_t alignment() const override { return 64; }
+  bool is_host() const override { return true; }
+  Status alloc(size_t size, std::unique_ptr<Buffer>& out) const override;
+  Device& device() const override { return device_; }
+
+ private:
+  Device& device_;
+};
+
+class CpuDevice final : public Device {
+ public:
+  explicit CpuDevice(int n_threads = ThreadPool::default_threads());
+  const std::string& name() const override { return name_; }
+  DeviceKind kind() const override { return DeviceKind::cpu; }
+  MemoryInfo memory() const override;  // from /proc/meminfo
+  DeviceCaps caps() const override { return {}; }
+  bool supports_op(const Tensor* node) const override;
+  bool supports_buffer_type(const BufferType& bt) const override { return bt.is_host(); }
+  const BufferType& buffer_type() const override { return buffer_type_; }
+  std::unique_ptr<Stream> create_stream() override;
+
+  int n_threads() const { return n_threads_; }
+  void set_n_threads(int n);
+  ThreadPool& pool();
+
+ private:
+  std::string name_ = "CPU";
+  int n_threads_;
+  std::unique_ptr<ThreadPool> pool_;
+  HostBufferType buffer_type_;
+};
+
+// Computes the nodes of a graph in order; every tensor must have host data. Throws
+// loom::Error(unsupported) naming the node if the CPU has no kernel for it.
+void compute_graph(const Graph& graph, ThreadPool& pool);
+void compute_nodes(const Graph& graph, std::span<Tensor* const> nodes, ThreadPool& pool);
+bool supports(const Tensor* node);
+
+// Allocates one host buffer holding every tensor of the context that has no data yet (views
+// are bound to their source). For tests and tools that need no memory reuse.
+std::unique_ptr<Buffer> alloc_all(Context& ctx, const BufferType& bt);
+
+}  // namespace loom::cpu

@@ -1,0 +1,141 @@
+// CPU device, host buffers, and the graph loop (all threads walk the nodes together, with a
+// barrier after each node).
+#include "loom/cpu/cpu.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "dispatch.h"
+#include "loom/graph/context.h"
+
+namespace loom::cpu {
+
+namespace {
+
+class HostBuffer final : public Buffer {
+ public:
+  HostBuffer(const BufferType& type, void* base, size_t size) : Buffer(type, base, size) {}
+  ~HostBuffer() override { std::free(base_); }
+  void set(Tensor* t, const void* src, size_t offset, size_t n) override {
+    std::memcpy(static_cast<char*>(t->data) + offset, src, n);
+  }
+  void get(const Tensor* t, void* dst, size_t offset, size_t n) const override {
+    std::memcpy(dst, static_cast<const char*>(t->data) + offset, n);
+  }
+  void clear(uint8_t value) override { std::memset(base_, value, size_); }
+};
+
+class CpuStream final : public Stream {
+ public:
+  explicit CpuStream(CpuDevice& dev) : dev_(dev) {}
+  Status compute(const Graph& graph, std::span<Tensor* const> nodes) override {
+    try {
+      compute_nodes(graph, nodes, dev_.pool());
+    } catch (const Error& e) {
+      return Status::error(e.kind(), e.what());
+    }
+    return Status::ok();
+  }
+  void synchronize() override {}
+
+ private:
+  CpuDevice& dev_;
+};
+
+size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+}  // namespace
+
+Status HostBufferType::alloc(size_t size, std::unique_ptr<Buffer>& out) const {
+  const size_t bytes = align_up(size == 0 ? 1 : size, alignment());
+  void* p = std::aligned_alloc(alignment(), bytes);
+  if (!p) return Status::error(ErrorKind::out_of_memory, fmt::format("CPU: cannot allocate {} bytes", size));
+  out = std::make_unique<HostBuffer>(*this, p, size);
+  return Status::ok();
+}
+
+CpuDevice::CpuDevice(int n_threads) : n_threads_(std::max(1, n_threads)), buffer_type_(*this) {}
+
+MemoryInfo CpuDevice::memory() const {
+  MemoryInfo info;
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  size_t value;
+  std::string unit;
+  while (in >> key >> value >> unit) {
+    if (key == "MemTotal:") info.total = value * 1024;
+    if (key == "MemAvailable:") info.free = value * 1024;
+  }
+  return info;
+}
+
+bool CpuDevice::supports_op(const Tensor* node) const { return supports_node(node); }
+
+std::unique_ptr<Stream> CpuDevice::create_stream() { return std::make_unique<CpuStream>(*this); }
+
+void CpuDevice::set_n_threads(int n) {
+  n = std::max(1, n);
+  if (n != n_threads_) {
+    n_threads_ = n;
+    pool_.reset();
+  }
+}
+
+ThreadPool& CpuDevice::pool() {
+  if (!pool_) pool_ = std::make_unique<ThreadPool>(n_threads_);
+  return *pool_;
+}
+
+bool supports(const Tensor* node) { return supports_node(node); }
+
+void compute_nodes(const Graph& graph, std::span<Tensor* const> nodes, ThreadPool& pool) {
+  const int nth = pool.size();
+  size_t wsize = 0;
+  for (Tensor* n : nodes) {
+    LOOM_CHECK(supports_node(n), unsupported, "CPU has no kernel for {} '{}' ({}; src0 {})", op_name(n->op), n->name,
+               describe(*n), n->src[0] ? describe(*n->src[0]) : "none");
+    LOOM_CHECK(n->data || n->nelements() == 0, internal, "node '{}' ({}) has no memory", n->name, op_name(n->op));
+    wsize = std::max(wsize, work_size(n, nth));
+  }
+  std::vector<uint8_t> work(wsize + 64);
+  void* wdata = work.data();
+  pool.run([&](int ith, int n_threads) {
+    KernelArgs args{ith, n_threads, wdata, wsize, n_threads > 1 ? &pool : nullptr};
+    for (Tensor* n : nodes) {
+      const OpInfo& info = op_info(n->op);
+      if (info.is_view || n->op == OpKind::NONE || n->nelements() == 0) continue;
+      compute_node(args, n);
+      args.barrier();
+    }
+  });
+  (void)graph;
+}
+
+void compute_graph(const Graph& graph, ThreadPool& pool) {
+  compute_nodes(graph, std::span<Tensor* const>(graph.nodes().data(), graph.nodes().size()), pool);
+}
+
+std::unique_ptr<Buffer> alloc_all(Context& ctx, const BufferType& bt) {
+  std::vector<std::pair<Tensor*, size_t>> placed;
+  size_t offset = 0;
+  for (Tensor& t : ctx.tensors()) {
+    if (t.view_src || t.data) continue;
+    offset = align_up(offset, bt.alignment());
+    placed.emplace_back(&t, offset);
+    offset += bt.alloc_size(&t);
+  }
+  std::unique_ptr<Buffer> buf;
+  bt.alloc(offset, buf).throw_if_error();
+  for (auto& [t, off] : placed) buf->init_tensor(t, off).throw_if_error();
+  for (Tensor& t : ctx.tensors())
+    if (t.view_src && !t.data && t.view_src->data) {
+      t.data = static_cast<char*>(t.view_src->data) + t.view_offs;
+      t.buffer = t.view_src->buffer;
+    }
+  return buf;
+}
+
+}  // namespace loom::cpu

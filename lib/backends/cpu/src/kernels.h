@@ -1,0 +1,50 @@
+// Private seam between the CPU device and its kernel families. Each family file
+// (cpu_<family>.cpp) implements three functions for the ops it owns:
+//   supports_<family>(node)        - type/shape combinations it computes
+//   work_size_<family>(node, nth)  - scratch bytes it needs (shared by all threads)
+//   compute_<family>(args, node)   - called on every thread; thread ith of nth does its share
+// Kernels read src tensors through their strides (views are legal inputs) and write dst.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "loom/core/thread_pool.h"
+#include "loom/graph/tensor.h"
+
+namespace loom::cpu {
+
+struct KernelArgs {
+  int ith = 0;                 // this thread
+  int nth = 1;                 // threads working on the node
+  void* wdata = nullptr;       // scratch of work_size bytes, shared by all threads
+  size_t wsize = 0;
+  ThreadPool* pool = nullptr;  // for barrier() between phases of one node (nullptr: single thread)
+  void barrier() const {
+    if (pool) pool->barrier();
+  }
+};
+
+// Rows [first, last) of n that thread ith of nth handles.
+inline void split_rows(int64_t n, int ith, int nth, int64_t& first, int64_t& last) {
+  const int64_t per = (n + nth - 1) / nth;
+  first = per * ith < n ? per * ith : n;
+  last = first + per < n ? first + per : n;
+}
+
+#define LOOM_CPU_FAMILY(family)                               \
+  bool supports_##family(const Tensor* node);                 \
+  size_t work_size_##family(const Tensor* node, int nth);     \
+  void compute_##family(const KernelArgs& args, Tensor* node);
+
+LOOM_CPU_FAMILY(copy)         // CPY DUP CONT CONCAT REPEAT REPEAT_BACK GET_ROWS GET_ROWS_BACK SET_ROWS
+LOOM_CPU_FAMILY(elementwise)  // ADD SUB MUL DIV ADD_ID SCALE CLAMP SILU GELU SIGMOID SOFTPLUS EXP LOG SQR SQRT SWIGLU SILU_BACK
+LOOM_CPU_FAMILY(norm)         // RMS_NORM NORM RMS_NORM_BACK
+LOOM_CPU_FAMILY(reduce)       // SUM SUM_ROWS MEAN ARGMAX ARGSORT TOP_K COUNT_EQUAL
+LOOM_CPU_FAMILY(matmul)       // MUL_MAT MUL_MAT_ID OUT_PROD
+LOOM_CPU_FAMILY(attention)    // ROPE ROPE_BACK SOFT_MAX SOFT_MAX_BACK FLASH_ATTN_EXT
+LOOM_CPU_FAMILY(train)        // CROSS_ENTROPY_LOSS CROSS_ENTROPY_LOSS_BACK OPT_STEP_ADAMW OPT_STEP_SGD
+
+#undef LOOM_CPU_FAMILY
+
+}  // namespace loom::cpu

@@ -1,0 +1,54 @@
+// Element types and their block formats. Ids, block sizes and byte sizes are GGUF's
+// (ggml_type), so tensors are byte-compatible with llama.cpp files.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace loom {
+
+enum class DType : int32_t {
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q8_0 = 8,
+  Q4_K = 12,
+  Q6_K = 14,
+  I32 = 26,
+  BF16 = 30,
+};
+
+// Row conversions between a type and f32; n is a multiple of the block size.
+using ToFloatFn = void (*)(const void* src, float* dst, int64_t n);
+using FromFloatFn = void (*)(const float* src, void* dst, int64_t n);
+
+struct DTypeInfo {
+  DType type;
+  const char* name;       // "f32", "q4_k", ... (GGUF/llama.cpp spelling, lower case)
+  int64_t block_size;     // elements per block (1 for plain types)
+  size_t type_size;       // bytes per block
+  bool is_quantized;
+  bool is_float;          // F32/F16/BF16: trainable, usable as activations
+  ToFloatFn to_float;     // reference dequantize (nullptr for I32)
+  FromFloatFn from_float; // reference quantize (nullptr for I32)
+};
+
+// All supported types, in id order.
+inline constexpr DType kAllDTypes[] = {DType::F32,  DType::F16,  DType::Q4_0, DType::Q8_0,
+                                       DType::Q4_K, DType::Q6_K, DType::I32,  DType::BF16};
+
+const DTypeInfo& dtype_info(DType type);
+inline const char* dtype_name(DType type) { return dtype_info(type).name; }
+// nullopt for ids loom does not know (files with such types are rejected, not crashed on).
+std::optional<DType> dtype_from_id(int64_t id);
+std::optional<DType> dtype_from_name(std::string_view name);
+
+// Bytes of a row of n elements; n must be a multiple of the block size.
+inline size_t row_size(DType type, int64_t n) {
+  const DTypeInfo& info = dtype_info(type);
+  return info.type_size * static_cast<size_t>(n / info.block_size);
+}
+
+}  // namespace loom

@@ -1,0 +1,28 @@
+// Model throughput measurement behind loom-bench (llama-bench's method): pp = one prompt of
+// n_prompt tokens from an empty cache; tg = n_gen single-token decodes; r repetitions each.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/model/session.h"
+
+namespace loom {
+
+struct BenchTest {
+  std::string name;        // "pp512" / "tg128"
+  int64_t n_prompt = 0;
+  int64_t n_gen = 0;
+  std::vector<double> samples_ns;
+  std::vector<double> samples_ts;  // tokens per second per repetition
+  double avg_ns() const;
+  double stddev_ns() const;
+  double avg_ts() const;
+  double stddev_ts() const;
+};
+
+// Runs one test (n_prompt > 0: prompt processing; else n_gen decodes) reps times after a warm-up.
+BenchTest bench_run(Session& session, int64_t n_prompt, int64_t n_gen, int reps);
+
+}  // namespace loom

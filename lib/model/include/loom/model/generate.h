@@ -1,0 +1,42 @@
+// The two jobs of loom-run: text generation (prompt, then one token at a time, streamed) and
+// perplexity over a text file (llama-perplexity's protocol, see docs/REFERENCE.md).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "loom/model/sampler.h"
+#include "loom/model/session.h"
+
+namespace loom {
+
+struct GenerateResult {
+  std::string text;              // generated text only
+  std::vector<int32_t> tokens;   // prompt then generated ids
+  int64_t n_prompt = 0;
+  int64_t n_gen = 0;
+  double prompt_ms = 0;
+  double eval_ms = 0;
+};
+
+// Tokenizes prompt (BOS per the vocab), evaluates it in batches, then samples up to n_predict
+// tokens (stopping at end-of-generation), calling on_piece with each piece of text.
+GenerateResult generate(Session& session, std::string_view prompt, int64_t n_predict, Sampler& sampler,
+                        const std::function<void(std::string_view)>& on_piece);
+
+struct PerplexityResult {
+  std::vector<double> running_ppl;  // after each chunk
+  double ppl = 0;
+  double ppl_err = 0;
+  int64_t n_tokens = 0;
+  int64_t n_scored = 0;
+};
+
+// n_chunks <= 0: as many as the text allows. Needs at least 2 * n_ctx tokens.
+PerplexityResult perplexity(Session& session, std::string_view text, int64_t n_chunks,
+                            const std::function<void(int64_t chunk, double running_ppl)>& on_chunk);
+
+}  // namespace loom

@@ -1,0 +1,73 @@
+// A loaded model: hyper-parameters, tokenizer, and the weights as tensors grouped per layer.
+// Weights on the CPU point straight into the file's mapping (no copy, pages read on use);
+// header-only files load for planning (no data is touched).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/graph/context.h"
+#include "loom/model/arch.h"
+#include "loom/model/gguf.h"
+#include "loom/model/tokenizer.h"
+
+namespace loom {
+
+struct LayerWeights {
+  Tensor* attn_norm = nullptr;
+  Tensor* wq = nullptr;
+  Tensor* wk = nullptr;
+  Tensor* wv = nullptr;
+  Tensor* wo = nullptr;
+  Tensor* bq = nullptr;  // qwen2
+  Tensor* bk = nullptr;
+  Tensor* bv = nullptr;
+  Tensor* q_norm = nullptr;  // qwen3, qwen3moe
+  Tensor* k_norm = nullptr;
+  Tensor* ffn_norm = nullptr;
+  Tensor* ffn_gate = nullptr;  // dense
+  Tensor* ffn_up = nullptr;
+  Tensor* ffn_down = nullptr;
+  Tensor* ffn_gate_inp = nullptr;  // qwen3moe router and experts
+  Tensor* ffn_gate_exps = nullptr;
+  Tensor* ffn_up_exps = nullptr;
+  Tensor* ffn_down_exps = nullptr;
+};
+
+struct ModelLoadOptions {
+  bool need_data = true;  // false: planning only (header-only files accepted)
+};
+
+class Model {
+ public:
+  // Throws invalid_input naming the file and the missing/misshapen tensor or bad key.
+  static std::unique_ptr<Model> load(const std::string& path, const ModelLoadOptions& opt = {});
+
+  const HParams& hparams() const { return hp_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const gguf::File& file() const { return *file_; }
+  Context& weights() { return weights_; }
+  std::vector<Tensor*> weight_tensors() const;
+
+  Tensor* tok_embd = nullptr;
+  Tensor* output_norm = nullptr;
+  Tensor* output = nullptr;  // token_embd when tied
+  std::vector<LayerWeights> layers;
+
+  size_t n_params() const { return n_params_; }
+  size_t n_bytes() const { return n_bytes_; }
+  // "llama 256M Q8_0"-like description used by loom-bench.
+  std::string type_name() const;
+
+ private:
+  Model() = default;
+  HParams hp_;
+  std::unique_ptr<gguf::File> file_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  Context weights_;
+  size_t n_params_ = 0;
+  size_t n_bytes_ = 0;
+};
+
+}  // namespace loom

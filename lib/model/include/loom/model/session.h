@@ -1,0 +1,67 @@
+// A Session runs a Model on one token sequence: it owns the KV cache and evaluates batches of
+// tokens (prompt processing in ubatches, single-token decode), returning logits.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "loom/model/model.h"
+
+namespace loom {
+
+struct SessionParams {
+  int64_t n_ctx = 0;      // 0 = the model's training context
+  int64_t n_batch = 2048;
+  int64_t n_ubatch = 512;
+  int n_threads = 0;      // 0 = all cores
+  DType type_k = DType::F16;
+  DType type_v = DType::F16;
+  bool flash_attn = true;
+  bool fusion = true;
+};
+
+// Bytes a run needs, per device, from planning (not guessing).
+struct MemoryBreakdown {
+  std::string device;
+  size_t model_bytes = 0;
+  size_t context_bytes = 0;  // KV cache
+  size_t compute_bytes = 0;  // activations of the largest graph
+};
+
+class Session {
+ public:
+  Session(Model& model, const SessionParams& params);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Appends tokens at the next positions and evaluates them. all_logits: logits for every
+  // token (perplexity); otherwise for the last one only. Throws invalid_input when the
+  // context would overflow (no context shift).
+  void decode(std::span<const int32_t> tokens, bool all_logits = false);
+  // Logits of the i-th output row of the last decode (n_vocab floats).
+  std::span<const float> logits(int64_t i = 0) const;
+  int64_t n_outputs() const { return n_outputs_; }
+  int64_t n_past() const { return n_past_; }
+  int64_t n_ctx() const { return params_.n_ctx; }
+  void clear();  // empties the KV cache
+
+  const SessionParams& params() const { return params_; }
+  std::vector<MemoryBreakdown> memory_breakdown() const;
+  Model& model() { return model_; }
+
+  struct Impl;
+
+ private:
+  Model& model_;
+  SessionParams params_;
+  int64_t n_past_ = 0;
+  int64_t n_outputs_ = 0;
+  std::vector<float> logits_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace loom

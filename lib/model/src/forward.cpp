@@ -1,0 +1,124 @@
+// Forward pass of llama / qwen2 / qwen3 / qwen3moe: embeddings, per layer attention (RoPE, GQA,
+// KV cache write through set_rows, flash or plain attention) and FFN (SwiGLU or routed experts),
+// final norm and output projection for the requested rows.
+#include "forward.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "loom/graph/ops.h"
+
+namespace loom {
+
+namespace {
+
+using namespace ops;
+
+Tensor* norm_mul(Context& c, Tensor* x, Tensor* w, float eps) { return mul(c, rms_norm(c, x, eps), w); }
+
+Tensor* attention(Context& c, const HParams& hp, Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* mask,
+                  const ForwardShape& s) {
+  const int64_t hd = hp.head_dim, T = s.n_tokens, n_kv = s.n_kv;
+  const float scale = 1.0f / std::sqrt((float)hd);
+  // cache views {hd, n_kv, n_head_kv}: one row per position, heads side by side in a row
+  Tensor* k = view_3d(c, k_cache, hd, n_kv, hp.n_head_kv, k_cache->nb[1], row_size(k_cache->type, hd), 0);
+  Tensor* v = view_3d(c, v_cache, hd, n_kv, hp.n_head_kv, v_cache->nb[1], row_size(v_cache->type, hd), 0);
+  Tensor* qp = permute(c, q, 0, 2, 1, 3);  // {hd, T, n_head}
+  if (s.flash_attn) {
+    Tensor* o = flash_attn_ext(c, qp, k, v, mask, scale);  // {hd, n_head, T}
+    return reshape(c, o, {hd * hp.n_head, T});
+  }
+  Tensor* kq = mul_mat(c, k, qp);                             // {n_kv, T, n_head}
+  kq = soft_max(c, kq, mask, scale);
+  Tensor* vt = cont(c, permute(c, v, 1, 0, 2, 3));            // {n_kv, hd, n_head_kv}
+  Tensor* kqv = mul_mat(c, vt, kq);                           // {hd, T, n_head}
+  Tensor* o = cont(c, permute(c, kqv, 0, 2, 1, 3));           // {hd, n_head, T}
+  return reshape(c, o, {hd * hp.n_head, T});
+}
+
+Tensor* moe_ffn(Context& c, const HParams& hp, const LayerWeights& l, Tensor* x, int64_t T) {
+  const int64_t k = hp.n_expert_used;
+  Tensor* router = mul_mat(c, l.ffn_gate_inp, x);                        // {n_expert, T}
+  Tensor* probs = soft_max(c, router, nullptr, 1.0f);
+  Tensor* ids = top_k(c, probs, k);                                      // {k, T}
+  Tensor* w = get_rows(c, reshape(c, probs, {1, hp.n_expert, T}), ids);  // {1, k, T}
+  Tensor* w_sum = sum_rows(c, reshape(c, w, {k, T}));                    // {1, T}
+  w = div(c, w, reshape(c, w_sum, {1, 1, T}));                           // renormalize the k weights
+  Tensor* xe = reshape(c, x, {hp.n_embd, 1, T});
+  Tensor* g = mul_mat_id(c, l.ffn_gate_exps, xe, ids);  // {n_ff_exp, k, T}
+  Tensor* u = mul_mat_id(c, l.ffn_up_exps, xe, ids);
+  Tensor* d = mul_mat_id(c, l.ffn_down_exps, swiglu(c, g, u), ids);  // {n_embd, k, T}
+  d = mul(c, d, w);
+  Tensor* out = view_2d(c, d, hp.n_embd, T, d->nb[2], 0);
+  for (int64_t i = 1; i < k; ++i) out = add(c, out, view_2d(c, d, hp.n_embd, T, d->nb[2], (size_t)i * d->nb[1]));
+  return out;
+}
+
+}  // namespace
+
+ForwardInputs build_forward(Context& c, const Model& model, const KvCache& kv, const ForwardShape& s) {
+  const HParams& hp = model.hparams();
+  const int64_t T = s.n_tokens, hd = hp.head_dim;
+  ForwardInputs in;
+  in.tokens = c.new_tensor(DType::I32, {T}, "inp_tokens");
+  in.positions = c.new_tensor(DType::I32, {T}, "inp_pos");
+  in.kv_slots = c.new_tensor(DType::I32, {T}, "inp_kv_slots");
+  in.mask = c.new_tensor(DType::F32, {s.n_kv, T}, "inp_mask");
+  for (Tensor* t : {in.tokens, in.positions, in.kv_slots, in.mask}) t->flags |= kFlagInput;
+
+  RopeParams rope_p;
+  rope_p.n_dims = (int32_t)hd;
+  rope_p.mode = arch_rope_neox(hp.arch) ? kRopeNeox : kRopeNormal;
+  rope_p.n_ctx_orig = (int32_t)hp.n_ctx_train;
+  rope_p.freq_base = hp.rope_theta;
+
+  Tensor* x = get_rows(c, model.tok_embd, in.tokens);  // {n_embd, T}
+  x->name = "inp_embd";
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    const LayerWeights& l = model.layers[(size_t)il];
+    Tensor* cur = norm_mul(c, x, l.attn_norm, hp.rms_eps);
+    cur->name = fmt::format("blk.{}.attn_norm-out", il);
+    Tensor* q = mul_mat(c, l.wq, cur);
+    Tensor* k = mul_mat(c, l.wk, cur);
+    Tensor* v = mul_mat(c, l.wv, cur);
+    if (l.bq) q = add(c, q, l.bq);
+    if (l.bk) k = add(c, k, l.bk);
+    if (l.bv) v = add(c, v, l.bv);
+    q = reshape(c, q, {hd, hp.n_head, T});
+    k = reshape(c, k, {hd, hp.n_head_kv, T});
+    if (l.q_norm) q = norm_mul(c, q, l.q_norm, hp.rms_eps);
+    if (l.k_norm) k = norm_mul(c, k, l.k_norm, hp.rms_eps);
+    q = rope(c, q, in.positions, nullptr, rope_p);
+    k = rope(c, k, in.positions, nullptr, rope_p);
+    Tensor* k_stored = set_rows(c, kv.k[(size_t)il], reshape(c, k, {hd * hp.n_head_kv, T}), in.kv_slots);
+    Tensor* v_stored = set_rows(c, kv.v[(size_t)il], v, in.kv_slots);
+    cur = attention(c, hp, q, k_stored, v_stored, in.mask, s);
+    cur = mul_mat(c, l.wo, cur);
+    cur->name = fmt::format("blk.{}.attn_out", il);
+    if (il == hp.n_layer - 1 && s.n_outputs < T) {  // only the requested rows go on
+      in.out_rows = c.new_tensor(DType::I32, {s.n_outputs}, "inp_out_rows");
+      in.out_rows->flags |= kFlagInput;
+      cur = get_rows(c, cur, in.out_rows);
+      x = get_rows(c, x, in.out_rows);
+    }
+    Tensor* ffn_in = add(c, cur, x);
+    cur = norm_mul(c, ffn_in, l.ffn_norm, hp.rms_eps);
+    cur->name = fmt::format("blk.{}.ffn_norm-out", il);
+    const int64_t t_out = ffn_in->ne[1];
+    if (l.ffn_gate_inp) {
+      cur = moe_ffn(c, hp, l, cur, t_out);
+    } else {
+      cur = mul_mat(c, l.ffn_down, swiglu(c, mul_mat(c, l.ffn_gate, cur), mul_mat(c, l.ffn_up, cur)));
+    }
+    x = add(c, cur, ffn_in);
+    x->name = fmt::format("blk.{}.out", il);
+  }
+  x = norm_mul(c, x, model.output_norm, hp.rms_eps);
+  in.logits = mul_mat(c, model.output, x);
+  in.logits->name = "logits";
+  in.logits->flags |= kFlagOutput;
+  return in;
+}
+
+}  // namespace loom

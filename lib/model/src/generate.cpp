@@ -1,0 +1,100 @@
+// Generation and perplexity loops over a Session.
+#include "loom/model/generate.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "loom/core/error.h"
+
+namespace loom {
+
+namespace {
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+GenerateResult generate(Session& session, std::string_view prompt, int64_t n_predict, Sampler& sampler,
+                        const std::function<void(std::string_view)>& on_piece) {
+  const Tokenizer& tok = session.model().tokenizer();
+  GenerateResult r;
+  r.tokens = tok.tokenize(prompt, /*add_special=*/true, /*parse_special=*/true);
+  LOOM_CHECK(!r.tokens.empty(), invalid_input, "the prompt is empty (no tokens)");
+  r.n_prompt = (int64_t)r.tokens.size();
+  LOOM_CHECK(session.n_past() + r.n_prompt <= session.n_ctx(), invalid_input,
+             "prompt of {} tokens does not fit the context size {} (raise -c)", r.n_prompt, session.n_ctx());
+  for (int32_t t : r.tokens) sampler.accept(t);
+
+  auto t0 = std::chrono::steady_clock::now();
+  const int64_t n_batch = session.params().n_batch;
+  for (int64_t i = 0; i < r.n_prompt; i += n_batch) {
+    const int64_t n = std::min(n_batch, r.n_prompt - i);
+    session.decode(std::span<const int32_t>(r.tokens.data() + i, (size_t)n));
+  }
+  r.prompt_ms = ms_since(t0);
+
+  t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < n_predict; ++i) {
+    const int32_t next = sampler.sample(session.logits(0));
+    if (tok.is_eog(next)) break;
+    r.tokens.push_back(next);
+    ++r.n_gen;
+    const std::string piece = tok.token_to_piece(next);
+    r.text += piece;
+    if (on_piece) on_piece(piece);
+    if (i + 1 == n_predict || session.n_past() >= session.n_ctx()) break;
+    session.decode(std::span<const int32_t>(&next, 1));
+  }
+  r.eval_ms = ms_since(t0);
+  return r;
+}
+
+PerplexityResult perplexity(Session& session, std::string_view text, int64_t n_chunks,
+                            const std::function<void(int64_t, double)>& on_chunk) {
+  const Tokenizer& tok = session.model().tokenizer();
+  std::vector<int32_t> tokens = tok.tokenize(text, /*add_special=*/true, /*parse_special=*/false);
+  const int64_t n_ctx = session.n_ctx();
+  PerplexityResult r;
+  r.n_tokens = (int64_t)tokens.size();
+  LOOM_CHECK(r.n_tokens >= 2 * n_ctx, invalid_input,
+             "perplexity needs at least 2 * n_ctx = {} tokens, the text has {} (lower -c or give more text)",
+             2 * n_ctx, r.n_tokens);
+  int64_t max_chunks = r.n_tokens / n_ctx;
+  if (n_chunks > 0) max_chunks = std::min(max_chunks, n_chunks);
+  const bool add_bos = tok.add_bos() && tok.bos() >= 0;
+  const int64_t first = n_ctx / 2;
+  double nll = 0, nll2 = 0;
+  int64_t count = 0;
+  for (int64_t c = 0; c < max_chunks; ++c) {
+    std::vector<int32_t> chunk(tokens.begin() + c * n_ctx, tokens.begin() + (c + 1) * n_ctx);
+    if (add_bos) chunk[0] = tok.bos();
+    session.clear();
+    for (int64_t i = 0; i < n_ctx; i += session.params().n_batch) {
+      const int64_t n = std::min(session.params().n_batch, n_ctx - i);
+      session.decode(std::span<const int32_t>(chunk.data() + i, (size_t)n), /*all_logits=*/true);
+      // score the positions of this batch that lie in the second half
+      for (int64_t j = std::max(i, first); j < i + n && j < n_ctx - 1; ++j) {
+        std::span<const float> l = session.logits(j - i);
+        float mx = l[0];
+        for (float x : l) mx = std::max(mx, x);
+        double sum = 0;
+        for (float x : l) sum += std::exp((double)x - mx);
+        const double v = std::log(sum) + mx - l[(size_t)tokens[(size_t)(c * n_ctx + j + 1)]];
+        nll += v;
+        nll2 += v * v;
+        ++count;
+      }
+    }
+    const double ppl = std::exp(nll / (double)count);
+    r.running_ppl.push_back(ppl);
+    if (on_chunk) on_chunk(c + 1, ppl);
+  }
+  r.n_scored = count;
+  const double mean = nll / (double)count;
+  r.ppl = std::exp(mean);
+  const double var = nll2 / (double)count - mean * mean;
+  r.ppl_err = count > 1 ? std::sqrt(std::max(0.0, var) / (double)(count - 1)) * r.ppl : 0.0;
+  return r;
+}
+
+}  // namespace loom

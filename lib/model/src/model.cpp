@@ -1,0 +1,106 @@
+// Model loading: hyper-parameters, tokenizer and weight tensors checked against the
+// architecture's tensor list (names, shapes), data bound to the file mapping.
+#include "loom/model/model.h"
+
+#include <fmt/format.h>
+
+#include "loom/core/error.h"
+
+namespace loom {
+
+namespace {
+
+Tensor** role_slot(Model& m, LayerWeights* l, TensorRole role) {
+  switch (role) {
+    case TensorRole::token_embd: return &m.tok_embd;
+    case TensorRole::output_norm: return &m.output_norm;
+    case TensorRole::output: return &m.output;
+    case TensorRole::attn_norm: return &l->attn_norm;
+    case TensorRole::attn_q: return &l->wq;
+    case TensorRole::attn_k: return &l->wk;
+    case TensorRole::attn_v: return &l->wv;
+    case TensorRole::attn_output: return &l->wo;
+    case TensorRole::attn_q_bias: return &l->bq;
+    case TensorRole::attn_k_bias: return &l->bk;
+    case TensorRole::attn_v_bias: return &l->bv;
+    case TensorRole::attn_q_norm: return &l->q_norm;
+    case TensorRole::attn_k_norm: return &l->k_norm;
+    case TensorRole::ffn_norm: return &l->ffn_norm;
+    case TensorRole::ffn_gate: return &l->ffn_gate;
+    case TensorRole::ffn_up: return &l->ffn_up;
+    case TensorRole::ffn_down: return &l->ffn_down;
+    case TensorRole::ffn_gate_inp: return &l->ffn_gate_inp;
+    case TensorRole::ffn_gate_exps: return &l->ffn_gate_exps;
+    case TensorRole::ffn_up_exps: return &l->ffn_up_exps;
+    case TensorRole::ffn_down_exps: return &l->ffn_down_exps;
+  }
+  return nullptr;
+}
+
+std::string shape_str(int n, const int64_t* ne) {
+  std::string s = "[";
+  for (int i = 0; i < n; ++i) s += fmt::format("{}{}", i ? ", " : "", ne[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptions& opt) {
+  std::unique_ptr<Model> m(new Model());
+  m->file_ = gguf::File::open(path);
+  const gguf::File& f = *m->file_;
+  m->hp_ = read_hparams(f);
+  m->tokenizer_ = Tokenizer::from_gguf(f);
+  const HParams& hp = m->hp_;
+  LOOM_CHECK(m->tokenizer_->n_vocab() == hp.n_vocab, invalid_input, "{}: tokenizer has {} tokens, model vocab is {}",
+             path, m->tokenizer_->n_vocab(), hp.n_vocab);
+  m->layers.resize((size_t)hp.n_layer);
+
+  const bool data_present = f.file_size() >= f.data_offset() + f.tensor_bytes_total();
+  LOOM_CHECK(data_present || !opt.need_data, invalid_input, "{}: tensor data missing (header-only file?)", path);
+
+  size_t n_used = 0;
+  for (const TensorSpec& spec : arch_tensors(hp)) {
+    const gguf::TensorInfo* info = f.find_tensor(spec.name);
+    if (!info) {
+      if (spec.role == TensorRole::output) continue;  // tied to token_embd
+      fail(ErrorKind::invalid_input, "{}: missing tensor '{}'", path, spec.name);
+    }
+    bool shape_ok = true;
+    for (int i = 0; i < 4; ++i) shape_ok = shape_ok && info->ne[i] == spec.ne[i];
+    LOOM_CHECK(shape_ok, invalid_input, "{}: tensor '{}' has shape {}, expected {}", path, spec.name,
+               shape_str(info->n_dims, info->ne), shape_str(spec.n_dims, spec.ne));
+    if (tensor_role_is_vector(spec.role))
+      LOOM_CHECK(info->type == DType::F32, invalid_input, "{}: tensor '{}' must be f32, is {}", path, spec.name,
+                 dtype_name(info->type));
+    Tensor* t = m->weights_.new_tensor(info->type, 4, info->ne, spec.name);
+    t->flags |= kFlagParam;
+    if (data_present) t->data = const_cast<uint8_t*>(f.tensor_data(*info));
+    *role_slot(*m, spec.layer >= 0 ? &m->layers[(size_t)spec.layer] : nullptr, spec.role) = t;
+    m->n_params_ += (size_t)t->nelements();
+    m->n_bytes_ += t->nbytes();
+    ++n_used;
+  }
+  if (!m->output) m->output = m->tok_embd;
+  LOOM_CHECK(n_used == f.tensors().size(), invalid_input, "{}: {} tensors in the file, {} belong to a {} model", path,
+             f.tensors().size(), n_used, arch_name(hp.arch));
+  return m;
+}
+
+std::vector<Tensor*> Model::weight_tensors() const {
+  std::vector<Tensor*> out;
+  for (Tensor& t : const_cast<Context&>(weights_).tensors()) out.push_back(&t);
+  return out;
+}
+
+std::string Model::type_name() const {
+  const double p = (double)n_params_;
+  std::string size = p >= 1e9 ? fmt::format("{:.0f}B", p / 1e9) : fmt::format("{:.0f}M", p / 1e6);
+  DType main = tok_embd->type;
+  if (!layers.empty() && layers[0].wq) main = layers[0].wq->type;
+  std::string tname = dtype_name(main);
+  for (char& c : tname) c = (char)std::toupper((unsigned char)c);
+  return fmt::format("{} {} {}", arch_name(hp_.arch), size, tname);
+}
+
+}  // namespace loom

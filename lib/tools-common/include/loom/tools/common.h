@@ -1,0 +1,47 @@
+// Flags shared by every tool that loads a model (docs/CLI.md "Shared flags"), their
+// validation, and the translation into library parameters.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "loom/model/session.h"
+
+namespace CLI {
+class App;
+}
+
+namespace loom::tools {
+
+struct CommonOptions {
+  std::string model;
+  int64_t n_ctx = 0;
+  int64_t n_batch = 2048;
+  int64_t n_ubatch = 512;
+  int n_threads = 0;
+  std::string n_gpu_layers = "-1";
+  std::string split_mode = "layer";
+  std::string tensor_split;
+  int main_gpu = 0;
+  std::string devices;
+  std::vector<std::string> overrides;
+  bool cpu_moe = false;
+  std::string flash_attn = "auto";
+  std::string cache_type_k = "f16";
+  std::string cache_type_v = "f16";
+  bool list_devices = false;
+  std::string sim_devices;
+  bool json = false;
+  bool verbose = false;
+  std::string log_file;
+};
+
+// Registers the shared flags. model_required: -m must be given (unless --list-devices).
+void add_common_flags(CLI::App& app, CommonOptions& o);
+// Checks values a flag parser cannot (ranges, type names); throws Error(usage) naming the flag.
+void validate_common(const CommonOptions& o);
+SessionParams session_params(const CommonOptions& o);
+// Prints `NAME  KIND  TOTAL MiB  FREE MiB` per device.
+void print_devices(const CommonOptions& o);
+
+}  // namespace loom::tools

@@ -1,0 +1,90 @@
+// Shared model flags: registration, validation, and mapping to SessionParams.
+#include "loom/tools/common.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "loom/core/error.h"
+#include "loom/core/thread_pool.h"
+#include "loom/cpu/cpu.h"
+
+namespace loom::tools {
+
+void add_common_flags(CLI::App& app, CommonOptions& o) {
+  app.add_option("-m,--model", o.model, "GGUF model file");
+  app.add_option("-c,--ctx-size", o.n_ctx, "context size (0 = the model's training context)");
+  app.add_option("-b,--batch-size", o.n_batch, "logical batch size");
+  app.add_option("--ubatch-size", o.n_ubatch, "physical batch size (-ub)");
+  app.add_option("-t,--threads", o.n_threads, "CPU threads (default: all cores)");
+  app.add_option("--n-gpu-layers", o.n_gpu_layers, "layers on non-CPU devices: N, auto or all (-ngl)");
+  app.add_option("--split-mode", o.split_mode, "none, layer or tensor (-sm)");
+  app.add_option("--tensor-split", o.tensor_split, "proportions per device, e.g. 3,1 (-ts)");
+  app.add_option("--main-gpu", o.main_gpu, "device for split mode none (-mg)");
+  app.add_option("--device", o.devices, "devices to use, comma separated (-dev)");
+  app.add_option("--override-tensor", o.overrides, "REGEX=DEVICE,... weight placement (-ot)");
+  app.add_flag("--cpu-moe", o.cpu_moe, "keep all MoE expert weights on the CPU (-cmoe)");
+  app.add_option("--flash-attn", o.flash_attn, "on, off or auto (-fa)");
+  app.add_option("--cache-type-k", o.cache_type_k, "K cache type: f16, f32, bf16, q8_0 (-ctk)");
+  app.add_option("--cache-type-v", o.cache_type_v, "V cache type: f16, f32, bf16, q8_0 (-ctv)");
+  app.add_flag("--list-devices", o.list_devices, "print the devices and exit");
+  app.add_option("--sim-devices", o.sim_devices, "simulated devices, e.g. 8GiB,8GiB or 2x24GiB");
+  app.add_flag("--json", o.json, "machine-readable result on stdout");
+  app.add_flag("-v,--verbose", o.verbose, "more logging");
+  app.add_option("--log-file", o.log_file, "write the log to a file");
+}
+
+namespace {
+DType cache_type(const std::string& name, const char* flag) {
+  auto t = dtype_from_name(name);
+  LOOM_CHECK(t && (*t == DType::F32 || *t == DType::F16 || *t == DType::BF16 || *t == DType::Q8_0), usage,
+             "{}: unknown KV cache type '{}' (f16, f32, bf16, q8_0)", flag, name);
+  return *t;
+}
+}  // namespace
+
+void validate_common(const CommonOptions& o) {
+  LOOM_CHECK(o.n_ctx >= 0 && o.n_ctx <= (1 << 24), usage, "-c {}: must be between 0 and 16777216", o.n_ctx);
+  LOOM_CHECK(o.n_batch >= 1 && o.n_batch <= (1 << 20), usage, "-b {}: must be between 1 and 1048576", o.n_batch);
+  LOOM_CHECK(o.n_ubatch >= 1 && o.n_ubatch <= (1 << 20), usage, "-ub {}: must be between 1 and 1048576", o.n_ubatch);
+  LOOM_CHECK(o.n_threads >= 0 && o.n_threads <= 1024, usage, "-t {}: must be between 1 and 1024", o.n_threads);
+  LOOM_CHECK(o.split_mode == "none" || o.split_mode == "layer" || o.split_mode == "tensor", usage,
+             "-sm '{}': expected none, layer or tensor", o.split_mode);
+  LOOM_CHECK(o.flash_attn == "on" || o.flash_attn == "off" || o.flash_attn == "auto", usage,
+             "-fa '{}': expected on, off or auto", o.flash_attn);
+  cache_type(o.cache_type_k, "-ctk");
+  cache_type(o.cache_type_v, "-ctv");
+  if (o.n_gpu_layers != "auto" && o.n_gpu_layers != "all") {
+    try {
+      size_t pos = 0;
+      (void)std::stol(o.n_gpu_layers, &pos);
+      LOOM_CHECK(pos == o.n_gpu_layers.size(), usage, "");
+    } catch (const std::exception&) {
+      fail(ErrorKind::usage, "-ngl '{}': expected a number, auto or all", o.n_gpu_layers);
+    }
+  }
+}
+
+SessionParams session_params(const CommonOptions& o) {
+  validate_common(o);
+  SessionParams p;
+  p.n_ctx = o.n_ctx;
+  p.n_batch = o.n_batch;
+  p.n_ubatch = o.n_ubatch;
+  p.n_threads = o.n_threads;
+  p.type_k = cache_type(o.cache_type_k, "-ctk");
+  p.type_v = cache_type(o.cache_type_v, "-ctv");
+  // flash attention handles every cache type; "off" uses the plain path (f32/f16/bf16 caches only)
+  p.flash_attn = o.flash_attn != "off";
+  LOOM_CHECK(p.flash_attn || (p.type_v != DType::Q8_0), usage, "-ctv q8_0 needs flash attention (-fa on)");
+  return p;
+}
+
+void print_devices(const CommonOptions& o) {
+  cpu::CpuDevice cpu;
+  const MemoryInfo m = cpu.memory();
+  fmt::print("{:<8}  {:<6}  {:>10}  {:>10}\n", "NAME", "KIND", "TOTAL MiB", "FREE MiB");
+  fmt::print("{:<8}  {:<6}  {:>10}  {:>10}\n", cpu.name(), device_kind_name(cpu.kind()), m.total >> 20, m.free >> 20);
+  (void)o;
+}
+
+}  // namespace loom::tools

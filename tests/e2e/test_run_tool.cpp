@@ -1,0 +1,164 @@
+// loom-run as a user runs it: a tiny model made by loom-gguf, greedy determinism across thread
+// counts, seeded sampling, the loom_perf lines, --json, perplexity, and bad input exit codes.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <cstring>
+#include <algorithm>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int rc = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+Result run(const std::string& args) {
+  const fs::path dir = fs::temp_directory_path() / "loom-e2e-run";
+  fs::create_directories(dir);
+  const std::string err_path = (dir / "stderr.txt").string();
+  const std::string cmd = std::string(LOOM_BIN_DIR) + "/" + args + " 2>" + err_path;
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream e(err_path);
+  r.err.assign(std::istreambuf_iterator<char>(e), {});
+  return r;
+}
+
+class RunTool : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / "loom-e2e-run";
+    fs::create_directories(dir_);
+    for (const char* arch : {"llama", "qwen2", "qwen3", "qwen3moe"}) {
+      const std::string m = model(arch);
+      Result r = run("loom-gguf new --arch " + std::string(arch) + " --preset tiny --seed 1 -o " + m);
+      ASSERT_EQ(r.rc, 0) << r.err;
+    }
+  }
+  static std::string model(const std::string& arch) { return (dir_ / ("tiny-" + arch + ".gguf")).string(); }
+  static fs::path dir_;
+};
+fs::path RunTool::dir_;
+
+TEST_F(RunTool, GreedyIsDeterministicAcrossThreadCounts) {
+  for (const char* arch : {"llama", "qwen2", "qwen3", "qwen3moe"}) {
+    Result a = run("loom-run -m " + model(arch) + " -p hello -n 24 --temp 0 -t 1");
+    Result b = run("loom-run -m " + model(arch) + " -p hello -n 24 --temp 0 -t 2");
+    ASSERT_EQ(a.rc, 0) << arch << ": " << a.err;
+    ASSERT_EQ(b.rc, 0) << arch << ": " << b.err;
+    EXPECT_EQ(a.out, b.out) << arch;
+    EXPECT_EQ(a.out.rfind("hello", 0), 0u) << "the prompt is echoed first: " << a.out;
+    EXPECT_GT(a.out.size(), std::string("hello\n").size()) << "something was generated";
+    EXPECT_TRUE(std::regex_search(a.err, std::regex("loom_perf: prompt eval time = [0-9.]+ ms / [0-9]+ tokens")));
+    EXPECT_TRUE(std::regex_search(a.err, std::regex("loom_perf: eval time = [0-9.]+ ms / [0-9]+ runs .*tokens per second\\)")));
+    EXPECT_TRUE(std::regex_search(a.err, std::regex("loom_perf: load time = [0-9.]+ ms")));
+    EXPECT_TRUE(std::regex_search(a.err, std::regex("loom_perf: total time = [0-9.]+ ms / [0-9]+ tokens")));
+  }
+}
+
+TEST_F(RunTool, SeededSamplingIsReproducibleAndSeedsDiffer) {
+  const std::string m = model("llama");
+  Result a = run("loom-run -m " + m + " -p hello -n 32 --temp 1.5 --top-k 0 --top-p 1 --min-p 0 --seed 5 --no-echo");
+  Result b = run("loom-run -m " + m + " -p hello -n 32 --temp 1.5 --top-k 0 --top-p 1 --min-p 0 --seed 5 --no-echo");
+  Result c = run("loom-run -m " + m + " -p hello -n 32 --temp 1.5 --top-k 0 --top-p 1 --min-p 0 --seed 6 --no-echo");
+  ASSERT_EQ(a.rc, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.out, c.out) << "a random model at temperature 1.5 should not repeat itself across seeds";
+}
+
+TEST_F(RunTool, JsonHasTheContractFields) {
+  Result r = run("loom-run -m " + model("llama") + " -p hi -n 3 --temp 0 --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["text"].is_string());
+  EXPECT_EQ(j["n_gen"].get<int>(), 3);
+  EXPECT_EQ((int)j["tokens"].size(), j["n_prompt"].get<int>() + 3);
+  EXPECT_GT(j["timings"]["eval_tps"].get<double>(), 0);
+  EXPECT_GT(j["devices"][0]["model_bytes"].get<double>(), 0);
+  EXPECT_GT(j["devices"][0]["context_bytes"].get<double>(), 0);
+}
+
+TEST_F(RunTool, PerplexityPrintsChunksAndFinalEstimate) {
+  const std::string text = (dir_ / "ppl.txt").string();
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 60; ++i) f << "The quick brown fox jumps over the lazy dog. ";
+  }
+  Result r = run("loom-run -m " + model("llama") + " --perplexity -f " + text + " -c 64 --chunks 3");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("^\\[1\\][0-9]+\\.[0-9]{4},\\[2\\][0-9.]+,\\[3\\][0-9.]+,")));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("Final estimate: PPL = ([0-9.]+) \\+/- ([0-9.]+)")));
+  const double ppl = std::stod(m[1]);
+  // a random model is close to uniform over its 384-token vocab: far above 1, not above ~vocab * e
+  EXPECT_GT(ppl, 20.0);
+  EXPECT_LT(ppl, 384.0 * 3);
+}
+
+TEST_F(RunTool, BadInputGetsTheDocumentedExitCode) {
+  const std::string m = model("llama");
+  EXPECT_EQ(run("loom-run -m " + m + " -p x -n -5").rc, 2);
+  EXPECT_EQ(run("loom-run -m " + m + " -p x -n 1 --no-such-flag").rc, 2);
+  EXPECT_EQ(run("loom-run -m " + m + " -p x -ctk q9_9").rc, 2);
+  EXPECT_EQ(run("loom-run -m " + m).rc, 2) << "no prompt";
+  EXPECT_EQ(run("loom-run -m /nonexistent/model.gguf -p x").rc, 3);
+  EXPECT_EQ(run("loom-run -m " + dir_.string() + " -p x").rc, 3) << "a directory";
+  // truncated model
+  const std::string trunc = (dir_ / "trunc.gguf").string();
+  {
+    std::ifstream in(m, std::ios::binary);
+    std::string bytes(3000, '\0');
+    in.read(bytes.data(), (std::streamsize)bytes.size());
+    std::ofstream(trunc, std::ios::binary).write(bytes.data(), (std::streamsize)bytes.size());
+  }
+  Result t = run("loom-run -m " + trunc + " -p x -n 1");
+  EXPECT_EQ(t.rc, 3);
+  EXPECT_NE(t.err.find("loom-run: error:"), std::string::npos) << t.err;
+  EXPECT_EQ(std::count(t.err.begin(), t.err.end(), '\n'), 1) << "one error line: " << t.err;
+  // a prompt longer than the context
+  std::string long_prompt(400, 'a');
+  Result l = run("loom-run -m " + m + " -c 32 -n 1 -p " + long_prompt);
+  EXPECT_EQ(l.rc, 3) << l.err;
+  EXPECT_NE(l.err.find("context"), std::string::npos) << l.err;
+}
+
+TEST_F(RunTool, WrongTensorShapeIsRejectedNamingTheTensor) {
+  // a qwen3 file renamed to claim llama: llama expects no q_norm tensors, and the count differs
+  const std::string m = (dir_ / "bad-shape.gguf").string();
+  Result r = run("loom-gguf new --arch llama --preset tiny --n-embd 128 --seed 1 -o " + m);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  // flip embedding_length in the header to 256 while tensors stay 128 wide
+  std::fstream f(m, std::ios::in | std::ios::out | std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(f)), {});
+  const std::string key = "llama.embedding_length";
+  size_t pos = bytes.find(key);
+  ASSERT_NE(pos, std::string::npos);
+  pos += key.size() + 4;  // value type (u32 = 4), then the value
+  uint32_t v;
+  std::memcpy(&v, bytes.data() + pos, 4);
+  ASSERT_EQ(v, 128u);
+  v = 256;
+  f.seekp((std::streamoff)pos);
+  f.write(reinterpret_cast<const char*>(&v), 4);
+  f.close();
+  Result b = run("loom-run -m " + m + " -p x -n 1");
+  EXPECT_EQ(b.rc, 3);
+  EXPECT_NE(b.err.find("token_embd.weight"), std::string::npos) << b.err;
+}
+
+}  // namespace

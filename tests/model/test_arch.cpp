@@ -1,0 +1,376 @@
+// Architectures and model files: preset shapes against the published parameter counts of the
+// real models, tensor names/shapes per architecture, hyper-parameter keys (write, read back,
+// llama.cpp defaults, rejection of bad values), the q4_k mix, the byte vocabulary and
+// random-init files (determinism, N(0, 0.02), norms at 1).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include "gguf_test_util.h"
+#include "loom/core/quants.h"
+#include "loom/model/arch.h"
+#include "loom/model/gguf.h"
+#include "loom/model/model_file.h"
+
+namespace loom {
+namespace {
+
+using gguf::Value;
+
+TEST(Arch, PresetsMatchPublishedParameterCounts) {
+  // Counts published with the models (Meta, Qwen model cards / safetensors metadata).
+  EXPECT_EQ(count_params(preset_hparams(Arch::llama, "llama-8b")), 8030261248);
+  EXPECT_EQ(count_params(preset_hparams(Arch::llama, "llama-70b")), 70553706496);
+  EXPECT_EQ(count_params(preset_hparams(Arch::qwen3, "qwen3-8b")), 8190735360);
+  EXPECT_EQ(count_params(preset_hparams(Arch::qwen3moe, "qwen3-30b-a3b")), 30532122624);
+  const int64_t small = count_params(preset_hparams(Arch::llama, "small"));
+  EXPECT_GT(small, 250000000);
+  EXPECT_LT(small, 350000000);
+}
+
+TEST(Arch, PresetErrors) {
+  EXPECT_THROW(preset_hparams(Arch::qwen3, "llama-8b"), Error);
+  try {
+    preset_hparams(Arch::llama, "huge");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::usage);
+    EXPECT_NE(std::string(e.what()).find("llama-70b"), std::string::npos) << e.what();
+  }
+  for (Arch a : {Arch::llama, Arch::qwen2, Arch::qwen3, Arch::qwen3moe})
+    for (const std::string& name : preset_names(a)) EXPECT_NO_THROW(validate_hparams(preset_hparams(a, name))) << name;
+}
+
+TEST(Arch, TensorListsFollowTheReferenceTable) {
+  auto by_name = [](const HParams& hp) {
+    std::map<std::string, TensorSpec> m;
+    for (const TensorSpec& t : arch_tensors(hp)) m[t.name] = t;
+    return m;
+  };
+  auto shape = [](const TensorSpec& t) { return std::vector<int64_t>(t.ne, t.ne + t.n_dims); };
+  using V = std::vector<int64_t>;
+
+  HParams q3 = preset_hparams(Arch::qwen3moe, "qwen3-30b-a3b");
+  auto m = by_name(q3);
+  EXPECT_EQ(m.size(), 3u + 48u * 12u);  // 2 norms, q/k/v/o, q/k norms, router, 3 expert tensors
+  EXPECT_EQ(shape(m.at("token_embd.weight")), (V{2048, 151936}));
+  EXPECT_EQ(shape(m.at("blk.47.attn_q.weight")), (V{2048, 4096}));
+  EXPECT_EQ(shape(m.at("blk.0.attn_k.weight")), (V{2048, 512}));
+  EXPECT_EQ(shape(m.at("blk.0.attn_output.weight")), (V{4096, 2048}));
+  EXPECT_EQ(shape(m.at("blk.0.attn_q_norm.weight")), (V{128}));
+  EXPECT_EQ(shape(m.at("blk.0.ffn_gate_inp.weight")), (V{2048, 128}));
+  EXPECT_EQ(shape(m.at("blk.0.ffn_gate_exps.weight")), (V{2048, 768, 128}));
+  EXPECT_EQ(shape(m.at("blk.0.ffn_down_exps.weight")), (V{768, 2048, 128}));
+  EXPECT_EQ(m.at("blk.5.ffn_up_exps.weight").layer, 5);
+  EXPECT_EQ(m.at("blk.5.ffn_up_exps.weight").role, TensorRole::ffn_up_exps);
+  EXPECT_EQ(m.count("blk.0.ffn_gate.weight"), 0u);
+
+  HParams q2 = preset_hparams(Arch::qwen2, "tiny");
+  auto m2 = by_name(q2);
+  EXPECT_EQ(shape(m2.at("blk.1.attn_q.bias")), (V{256}));
+  EXPECT_EQ(shape(m2.at("blk.1.attn_k.bias")), (V{128}));
+  EXPECT_EQ(m2.at("blk.1.attn_v.bias").role, TensorRole::attn_v_bias);
+  EXPECT_EQ(m2.count("blk.0.attn_q_norm.weight"), 0u);
+
+  HParams ll = preset_hparams(Arch::llama, "llama-8b");
+  auto m3 = by_name(ll);
+  EXPECT_EQ(m3.size(), 3u + 32u * 9u);
+  EXPECT_EQ(shape(m3.at("blk.31.ffn_down.weight")), (V{14336, 4096}));
+  EXPECT_EQ(shape(m3.at("output.weight")), (V{4096, 128256}));
+  EXPECT_EQ(m3.at("output_norm.weight").layer, -1);
+  ll.tied_embeddings = true;
+  EXPECT_EQ(by_name(ll).count("output.weight"), 0u);
+}
+
+TEST(Arch, HParamsRoundTripThroughAFile) {
+  test::ScratchDir dir("arch");
+  for (const auto& [arch, preset] : std::vector<std::pair<Arch, const char*>>{
+           {Arch::llama, "llama-70b"}, {Arch::qwen2, "small"}, {Arch::qwen3, "qwen3-8b"}, {Arch::qwen3moe, "qwen3-30b-a3b"}}) {
+    SCOPED_TRACE(preset);
+    const HParams hp = preset_hparams(arch, preset);
+    gguf::Writer w;
+    write_hparams(w, hp);
+    w.write(dir.file("h.gguf"));
+    auto f = gguf::File::open(dir.file("h.gguf"));
+    const std::string a = arch_name(arch);
+    EXPECT_EQ(f->get_string("general.architecture"), a);
+    EXPECT_EQ(f->find(a + ".block_count")->type, gguf::ValueType::U32);
+    EXPECT_EQ(f->find(a + ".rope.freq_base")->type, gguf::ValueType::F32);
+    const HParams back = read_hparams(*f);
+    EXPECT_EQ(back.arch, hp.arch);
+    EXPECT_EQ(back.n_layer, hp.n_layer);
+    EXPECT_EQ(back.n_embd, hp.n_embd);
+    EXPECT_EQ(back.n_head, hp.n_head);
+    EXPECT_EQ(back.n_head_kv, hp.n_head_kv);
+    EXPECT_EQ(back.head_dim, hp.head_dim);
+    EXPECT_EQ(back.n_ff, hp.n_ff);
+    EXPECT_EQ(back.n_expert, hp.n_expert);
+    EXPECT_EQ(back.n_expert_used, hp.n_expert_used);
+    EXPECT_EQ(back.n_ff_exp, hp.n_ff_exp);
+    EXPECT_EQ(back.n_vocab, hp.n_vocab);
+    EXPECT_EQ(back.n_ctx_train, hp.n_ctx_train);
+    EXPECT_EQ(back.rms_eps, hp.rms_eps);
+    EXPECT_EQ(back.rope_theta, hp.rope_theta);
+  }
+}
+
+gguf::Writer minimal_llama() {
+  gguf::Writer w;
+  w.set("general.architecture", Value::string("llama"));
+  w.set("llama.context_length", Value::u32(4096));
+  w.set("llama.embedding_length", Value::u32(4096));
+  w.set("llama.block_count", Value::u32(32));
+  w.set("llama.feed_forward_length", Value::u32(11008));
+  w.set("llama.attention.head_count", Value::u32(32));
+  w.set("llama.attention.layer_norm_rms_epsilon", Value::f32(1e-6f));
+  w.set("tokenizer.ggml.tokens", Value::string_array(std::vector<std::string>(32000, "x")));
+  return w;
+}
+
+TEST(Arch, ReadHParamsUsesLlamaCppDefaults) {
+  test::ScratchDir dir("arch");
+  minimal_llama().write(dir.file("m.gguf"));
+  const HParams hp = read_hparams(*gguf::File::open(dir.file("m.gguf")));
+  EXPECT_EQ(hp.n_head_kv, 32);      // head_count_kv defaults to head_count
+  EXPECT_EQ(hp.head_dim, 128);      // n_embd / n_head
+  EXPECT_EQ(hp.rope_theta, 10000.0f);
+  EXPECT_EQ(hp.n_vocab, 32000);     // from the token list
+  EXPECT_FLOAT_EQ(hp.rms_eps, 1e-6f);
+}
+
+void expect_read_error(gguf::Writer w, ErrorKind kind, std::string_view needle) {
+  test::ScratchDir dir("arch");
+  w.write(dir.file("m.gguf"));
+  auto f = gguf::File::open(dir.file("m.gguf"));
+  try {
+    read_hparams(*f);
+    ADD_FAILURE() << "accepted; expected " << needle;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("m.gguf"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Arch, ReadHParamsRejectsBadFiles) {
+  gguf::Writer w = minimal_llama();
+  w.set("general.architecture", Value::string("mamba"));
+  expect_read_error(w, ErrorKind::invalid_input, "unknown architecture 'mamba'");
+
+  w = minimal_llama();
+  w.set("llama.block_count", Value::u32(0));
+  expect_read_error(w, ErrorKind::invalid_input, "n_layer = 0");
+
+  w = minimal_llama();
+  w.set("llama.embedding_length", Value::u64(uint64_t(1) << 40));
+  expect_read_error(w, ErrorKind::invalid_input, "out of range");
+
+  w = minimal_llama();
+  w.set("llama.attention.head_count_kv", Value::u32(5));
+  expect_read_error(w, ErrorKind::invalid_input, "not a multiple of n_head_kv");
+
+  w = minimal_llama();
+  w.remove("llama.context_length");
+  expect_read_error(w, ErrorKind::invalid_input, "missing llama.context_length");
+
+  w = minimal_llama();
+  w.set("llama.attention.layer_norm_rms_epsilon", Value::f32(NAN));
+  expect_read_error(w, ErrorKind::invalid_input, "rms_eps");
+
+  w = minimal_llama();
+  w.set("llama.block_count", Value::string("32"));
+  expect_read_error(w, ErrorKind::invalid_input, "llama.block_count");
+}
+
+TEST(ModelFile, Q4KFollowsTheQ4KMMix) {
+  const HParams hp = preset_hparams(Arch::llama, "llama-70b");
+  std::map<DType, int> down, attn_v;
+  size_t bytes = 0;
+  for (const TensorSpec& t : arch_tensors(hp)) {
+    const DType type = tensor_type_for(t, hp, DType::Q4_K);
+    bytes += gguf::tensor_nbytes(type, t.ne, t.name);
+    if (t.role == TensorRole::ffn_down) down[type]++;
+    if (t.role == TensorRole::attn_v) attn_v[type]++;
+    if (t.role == TensorRole::output) {
+      EXPECT_EQ(type, DType::Q6_K);
+    }
+    if (t.role == TensorRole::token_embd) {
+      EXPECT_EQ(type, DType::Q4_K);
+    }
+    if (tensor_role_is_vector(t.role)) {
+      EXPECT_EQ(type, DType::F32);
+    }
+  }
+  // use_more_bits(i, 80): i < 10, i >= 70, or (i - 10) % 3 == 2 -> 10 + 10 + 20 layers.
+  EXPECT_EQ(down[DType::Q6_K], 40);
+  EXPECT_EQ(down[DType::Q4_K], 40);
+  EXPECT_EQ(attn_v[DType::Q6_K], 40);
+  // llama.cpp's Llama-3-70B Q4_K_M is 39.59 GiB (it also has q5_k attn_v, which loom lacks).
+  EXPECT_NEAR((double)bytes / (1ull << 30), 39.59, 0.1);
+
+  const HParams moe = preset_hparams(Arch::qwen3moe, "tiny");  // n_ff_exp 128: no room for q4_k rows
+  for (const TensorSpec& t : arch_tensors(moe)) {
+    const DType type = tensor_type_for(t, moe, DType::Q4_K);
+    if (t.role == TensorRole::ffn_gate_inp) {
+      EXPECT_EQ(type, DType::F32);
+    }
+    if (t.role == TensorRole::ffn_down_exps) {
+      EXPECT_TRUE(type == DType::Q8_0 || type == DType::Q4_0) << dtype_name(type);
+    }
+    if (t.role == TensorRole::ffn_up_exps) {
+      EXPECT_EQ(type, DType::Q4_K);
+    }
+  }
+  EXPECT_EQ(file_type_for(DType::Q4_K), 15u);
+  EXPECT_EQ(file_type_for(DType::BF16), 32u);
+  EXPECT_THROW(file_type_for(DType::I32), Error);
+}
+
+TEST(ModelFile, ByteToUnicodeIsGpt2s) {
+  EXPECT_EQ(byte_to_unicode('A'), "A");
+  EXPECT_EQ(byte_to_unicode(' '), "\xc4\xa0");   // U+0120 'Ġ'
+  EXPECT_EQ(byte_to_unicode('\n'), "\xc4\x8a");  // U+010A 'Ċ'
+  EXPECT_EQ(byte_to_unicode(0), "\xc4\x80");     // U+0100 'Ā'
+  EXPECT_EQ(byte_to_unicode(0xad), "\xc5\x83");  // U+0143 'Ń' (soft hyphen is not printable)
+  EXPECT_EQ(byte_to_unicode(0xe9), "\xc3\xa9");  // 'é' stands for itself
+}
+
+TEST(ModelFile, NormalRngIsStandardNormalAndDeterministic) {
+  NormalRng a(7), b(7), c(8);
+  double sum = 0, sq = 0;
+  bool differs = false;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    const float x = a.next();
+    EXPECT_EQ(x, b.next());
+    differs |= x != c.next();
+    sum += x;
+    sq += (double)x * x;
+  }
+  EXPECT_TRUE(differs);
+  EXPECT_NEAR(sum / n, 0.0, 0.01);
+  EXPECT_NEAR(sq / n, 1.0, 0.015);
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(ModelFile, TinyRandomModelIsDeterministicAndWellFormed) {
+  test::ScratchDir dir("model");
+  NewModelOptions o;
+  o.hparams = preset_hparams(Arch::qwen3, "tiny");
+  o.seed = 5;
+  o.output = dir.file("a.gguf");
+  const NewModelResult r = make_random_model(o);
+  o.output = dir.file("b.gguf");
+  make_random_model(o);
+  o.seed = 6;
+  o.output = dir.file("c.gguf");
+  make_random_model(o);
+  EXPECT_EQ(read_all(dir.file("a.gguf")), read_all(dir.file("b.gguf")));
+  EXPECT_NE(read_all(dir.file("a.gguf")), read_all(dir.file("c.gguf")));
+
+  auto f = gguf::File::open(dir.file("a.gguf"));
+  EXPECT_EQ((int64_t)f->tensors().size(), r.n_tensors);
+  EXPECT_EQ(f->file_size(), r.file_size);
+  EXPECT_EQ(f->get_int("general.file_type"), 0);
+  EXPECT_EQ(f->find("general.quantization_version"), nullptr);
+  const HParams hp = read_hparams(*f);
+  EXPECT_EQ(hp.n_layer, 2);
+  EXPECT_EQ(hp.n_vocab, 384);
+  EXPECT_EQ(f->get_string("tokenizer.ggml.model"), "gpt2");
+  EXPECT_EQ(f->find("tokenizer.ggml.tokens")->array_size(), 384u);
+  EXPECT_EQ(f->find("tokenizer.ggml.tokens")->strings[32], "\xc4\xa0");
+  EXPECT_EQ(f->get_int("tokenizer.ggml.eos_token_id"), 256);
+
+  const gguf::TensorInfo* norm = f->find_tensor("blk.1.attn_k_norm.weight");
+  ASSERT_NE(norm, nullptr);
+  const float* nd = reinterpret_cast<const float*>(f->tensor_data(*norm));
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(nd[i], 1.0f);
+  const gguf::TensorInfo* q = f->find_tensor("blk.0.attn_q.weight");
+  const float* qd = reinterpret_cast<const float*>(f->tensor_data(*q));
+  double sum = 0, sq = 0;
+  const int64_t n = q->nelements();
+  for (int64_t i = 0; i < n; ++i) {
+    sum += qd[i];
+    sq += (double)qd[i] * qd[i];
+  }
+  EXPECT_NEAR(sum / n, 0.0, 0.001);
+  EXPECT_NEAR(std::sqrt(sq / n), 0.02, 0.0005);
+}
+
+TEST(ModelFile, QuantizedTinyModelDecodesToTheSameWeights) {
+  test::ScratchDir dir("model");
+  NewModelOptions o;
+  o.hparams = preset_hparams(Arch::llama, "tiny");
+  o.output = dir.file("f32.gguf");
+  make_random_model(o);
+  o.type = DType::Q8_0;
+  o.output = dir.file("q8.gguf");
+  make_random_model(o);
+  auto a = gguf::File::open(dir.file("f32.gguf"));
+  auto b = gguf::File::open(dir.file("q8.gguf"));
+  EXPECT_EQ(b->get_int("general.file_type"), 7);
+  EXPECT_EQ(b->get_int("general.quantization_version"), 2);
+  const gguf::TensorInfo* ta = a->find_tensor("blk.1.ffn_down.weight");
+  const gguf::TensorInfo* tb = b->find_tensor("blk.1.ffn_down.weight");
+  ASSERT_EQ(tb->type, DType::Q8_0);
+  EXPECT_EQ(b->find_tensor("blk.1.ffn_norm.weight")->type, DType::F32);
+  std::vector<float> deq((size_t)tb->nelements());
+  dequantize_q8_0_row(b->tensor_data(*tb), deq.data(), tb->nelements());
+  const float* ref = reinterpret_cast<const float*>(a->tensor_data(*ta));
+  double err = 0;
+  for (size_t i = 0; i < deq.size(); ++i) err = std::max(err, (double)std::fabs(deq[i] - ref[i]));
+  EXPECT_LT(err, 0.002);  // q8_0 step is amax/127 of ~0.1
+}
+
+TEST(ModelFile, HeaderOnly70BIsSparseAndFast) {
+  test::ScratchDir dir("model");
+  NewModelOptions o;
+  o.hparams = preset_hparams(Arch::llama, "llama-70b");
+  o.type = DType::Q4_K;
+  o.header_only = true;
+  o.output = dir.file("70b.gguf");
+  const NewModelResult r = make_random_model(o);
+  struct stat st {};
+  ASSERT_EQ(::stat(o.output.c_str(), &st), 0);
+  EXPECT_GT((double)st.st_size, 30e9);
+  EXPECT_LT((double)st.st_blocks * 512, 10.0 * (1 << 20));
+  auto f = gguf::File::open(o.output);
+  EXPECT_EQ(f->tensors().size(), 3u + 80u * 9u);
+  EXPECT_EQ(f->tensor_bytes_total(), r.tensor_bytes);
+  EXPECT_EQ(read_hparams(*f).n_layer, 80);
+}
+
+TEST(ModelFile, VocabGraftAndErrors) {
+  test::ScratchDir dir("model");
+  const std::string vocab = std::string(LOOM_SHARED_DIR) + "/data/vocab/ggml-vocab-llama-spm.gguf";
+  NewModelOptions o;
+  o.hparams = preset_hparams(Arch::llama, "tiny");
+  o.header_only = true;
+  if (std::filesystem::exists(vocab)) {
+    o.vocab_path = vocab;
+    o.output = dir.file("v.gguf");
+    make_random_model(o);
+    auto f = gguf::File::open(o.output);
+    auto v = gguf::File::open(vocab);
+    EXPECT_EQ(f->get_string("tokenizer.ggml.model"), "llama");
+    EXPECT_TRUE(*f->find("tokenizer.ggml.tokens") == *v->find("tokenizer.ggml.tokens"));
+    EXPECT_EQ(read_hparams(*f).n_vocab, (int64_t)v->find("tokenizer.ggml.tokens")->array_size());
+    EXPECT_EQ(f->find_tensor("token_embd.weight")->ne[1], (int64_t)v->find("tokenizer.ggml.tokens")->array_size());
+  }
+  o.vocab_path.clear();
+  o.hparams.n_vocab = 128;
+  o.output = dir.file("small-vocab.gguf");
+  EXPECT_THROW(make_random_model(o), Error);
+  EXPECT_FALSE(std::filesystem::exists(o.output));
+}
+
+}  // namespace
+}  // namespace loom

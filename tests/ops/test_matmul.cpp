@@ -1,0 +1,413 @@
+// Matrix products on the CPU (MUL_MAT, MUL_MAT_ID, OUT_PROD) against double-precision loops
+// written here: every weight type (quantized weights compared with the double product of their
+// dequantized values), odd shapes, broadcasting, permuted/transposed b and a, the fused
+// (few columns) and decoded-rows (many columns) paths, 1 and 3 threads, and exact decoding.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "op_harness.h"
+
+namespace loom::test {
+namespace {
+
+constexpr double kMatmulNmse = 5e-4;  // REFERENCE.md limit for mul_mat-like ops
+
+const DType kWeightTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K};
+
+// A K that is legal for the type: odd (not a multiple of 32) for plain floats.
+int64_t k_for(DType t, int64_t plain) {
+  const int64_t bs = dtype_info(t).block_size;
+  return bs == 1 ? plain : bs * std::max<int64_t>(1, (plain + bs - 1) / bs);
+}
+
+// dst[m, n, i2, i3] = sum_k a[k, m, i2 / (b2 / a2), i3 / (b3 / a3)] * b[k, n, i2, i3]
+std::vector<double> ref_mul_mat(const std::vector<float>& a, const int64_t* ane, const std::vector<float>& b,
+                                const int64_t* bne) {
+  const int64_t K = ane[0], M = ane[1], N = bne[1];
+  const int64_t dne[4] = {M, N, bne[2], bne[3]};
+  std::vector<double> out((size_t)(M * N * bne[2] * bne[3]));
+  for (int64_t i3 = 0; i3 < bne[3]; ++i3)
+    for (int64_t i2 = 0; i2 < bne[2]; ++i2)
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t m = 0; m < M; ++m) {
+          double s = 0;
+          for (int64_t k = 0; k < K; ++k)
+            s += (double)a[idx(ane, k, m, i2 / (bne[2] / ane[2]), i3 / (bne[3] / ane[3]))] *
+                 (double)b[idx(bne, k, n, i2, i3)];
+          out[idx(dne, m, n, i2, i3)] = s;
+        }
+  return out;
+}
+
+// ---- MUL_MAT over types x shapes x threads ------------------------------------------------------
+
+struct MatmulShape {
+  const char* name;
+  int64_t K, M, N, a2, a3, b2, b3;
+};
+const MatmulShape kShapes[] = {
+    {"decode", 67, 13, 1, 1, 1, 1, 1},      // one column: the fused path
+    {"few_cols", 67, 13, 5, 1, 1, 1, 1},    // < kMaxDotCols columns in one fused call
+    {"eight_cols", 300, 7, 8, 1, 1, 1, 1},
+    {"many_cols", 300, 21, 19, 1, 1, 1, 1},  // rows decoded once, then reused
+    {"tall_b", 67, 1, 33, 1, 1, 1, 1},       // one weight row: columns split over threads
+    {"broadcast", 67, 5, 3, 2, 1, 4, 3},     // b2 = 2 a2, b3 = 3 a3
+    {"broadcast_many", 67, 9, 12, 1, 2, 3, 2},
+};
+
+struct MatmulParam {
+  DType type;
+  MatmulShape shape;
+  int threads;
+};
+
+class MatmulTest : public testing::TestWithParam<MatmulParam> {};
+
+TEST_P(MatmulTest, MatchesDoubleReference) {
+  const MatmulParam& p = GetParam();
+  const MatmulShape& s = p.shape;
+  const int64_t K = k_for(p.type, s.K);
+  OpRunner r;
+  Tensor* a = r.input(p.type, {K, s.M, s.a2, s.a3}, "a");
+  Tensor* b = r.input(DType::F32, {K, s.N, s.b2, s.b3}, "b");
+  Tensor* out = ops::mul_mat(r.ctx, a, b);
+  ASSERT_TRUE(cpu::supports(out));
+  r.alloc();
+  r.fill_normal(a);
+  r.fill_normal(b);
+  r.compute(out, p.threads);
+  const auto want = ref_mul_mat(r.get_f32(a), a->ne, r.get_f32(b), b->ne);
+  const auto got = r.get_f32(out);
+  EXPECT_LE(nmse(got, want), kMatmulNmse);
+  // f32 accumulation of exactly representable products: far tighter than the limit.
+  EXPECT_LE(nmse(got, want), 1e-9);
+}
+
+std::vector<MatmulParam> matmul_params() {
+  std::vector<MatmulParam> v;
+  for (DType t : kWeightTypes)
+    for (const MatmulShape& s : kShapes)
+      for (int th : {1, 3}) v.push_back({t, s, th});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, MatmulTest, testing::ValuesIn(matmul_params()),
+                         [](const testing::TestParamInfo<MatmulParam>& i) {
+                           return std::string(dtype_name(i.param.type)) + "_" + i.param.shape.name + "_t" +
+                                  std::to_string(i.param.threads);
+                         });
+
+// ---- layouts of b and a --------------------------------------------------------------------
+
+// b as attention builds it: a permuted view {K, N, H} of a contiguous {K, H, N} tensor.
+TEST(Matmul, PermutedBLikeAttention) {
+  for (DType t : {DType::F32, DType::F16, DType::Q8_0})
+    for (int th : {1, 3}) {
+      OpRunner r;
+      const int64_t K = k_for(t, 40), M = 11, H = 4, N = 6;
+      Tensor* a = r.input(t, {K, M, 2}, "a");  // GQA-like: 2 weight matrices for 4 heads
+      Tensor* base = r.input(DType::F32, {K, H, N}, "b_base");
+      Tensor* b = ops::permute(r.ctx, base, 0, 2, 1, 3);
+      ASSERT_EQ(b->ne[1], N);
+      ASSERT_EQ(b->ne[2], H);
+      Tensor* out = ops::mul_mat(r.ctx, a, b);
+      r.alloc();
+      r.fill_normal(a);
+      r.fill_normal(base);
+      r.compute(out, th);
+      EXPECT_LE(nmse(r.get_f32(out), ref_mul_mat(r.get_f32(a), a->ne, r.get_f32(b), b->ne)), 1e-9)
+          << dtype_name(t) << " threads " << th;
+    }
+}
+
+// b with a strided dim 0 (a transposed view) and b in F16/BF16: converted before the products.
+TEST(Matmul, TransposedAndHalfPrecisionB) {
+  for (DType bt : {DType::F32, DType::F16, DType::BF16})
+    for (bool transposed : {false, true})
+      for (int th : {1, 3}) {
+        OpRunner r;
+        const int64_t K = 64, M = 9, N = 10;
+        Tensor* a = r.input(DType::Q4_0, {K, M}, "a");
+        Tensor* base = transposed ? r.input(bt, {N, K}, "b_base") : r.input(bt, {K, N}, "b");
+        Tensor* b = transposed ? ops::transpose(r.ctx, base) : base;
+        Tensor* out = ops::mul_mat(r.ctx, a, b);
+        ASSERT_TRUE(cpu::supports(out));
+        r.alloc();
+        r.fill_normal(a);
+        r.fill_normal(base);
+        r.compute(out, th);
+        EXPECT_LE(nmse(r.get_f32(out), ref_mul_mat(r.get_f32(a), a->ne, r.get_f32(b), b->ne)), 1e-9)
+            << dtype_name(bt) << (transposed ? " transposed" : "") << " threads " << th;
+      }
+}
+
+// a as a transposed float view (V^T in attention without flash): dim 0 strided.
+TEST(Matmul, TransposedFloatWeights) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t N : {1, 4, 12}) {
+      OpRunner r;
+      const int64_t K = 37, M = 15;
+      Tensor* base = r.input(t, {M, K, 3}, "a_base");
+      Tensor* a = ops::transpose(r.ctx, base);  // {K, M, 3}, nb0 = M * size
+      Tensor* b = r.input(DType::F32, {K, N, 3}, "b");
+      Tensor* out = ops::mul_mat(r.ctx, a, b);
+      ASSERT_TRUE(cpu::supports(out));
+      r.alloc();
+      r.fill_normal(base);
+      r.fill_normal(b);
+      r.compute(out, 3);
+      EXPECT_LE(nmse(r.get_f32(out), ref_mul_mat(r.get_f32(a), a->ne, r.get_f32(b), b->ne)), 1e-9)
+          << dtype_name(t) << " N " << N;
+    }
+}
+
+TEST(Matmul, TransposedQuantWeightsAreUnsupported) {
+  OpRunner r;
+  Tensor* base = r.input(DType::Q8_0, {64, 64}, "a");
+  Tensor* a = ops::transpose(r.ctx, base);
+  Tensor* b = r.input(DType::F32, {64, 2}, "b");
+  EXPECT_FALSE(cpu::supports(ops::mul_mat(r.ctx, a, b)));
+}
+
+// Many threads, sizes where row blocks, thread shares and column groups do not line up.
+TEST(Matmul, LargerQuantizedProductManyThreads) {
+  for (DType t : {DType::Q4_K, DType::Q6_K, DType::F16}) {
+    OpRunner r;
+    Tensor* a = r.input(t, {512, 101}, "a");
+    Tensor* b = r.input(DType::F32, {512, 27}, "b");
+    Tensor* out = ops::mul_mat(r.ctx, a, b);
+    r.alloc();
+    r.fill_normal(a);
+    r.fill_normal(b);
+    r.compute(out, 5);
+    EXPECT_LE(nmse(r.get_f32(out), ref_mul_mat(r.get_f32(a), a->ne, r.get_f32(b), b->ne)), 1e-9) << dtype_name(t);
+  }
+}
+
+// One-hot columns of b pick single weights: the product must equal the reference dequantized
+// value bit for bit, in the fused path (8 columns) and the decoded-rows path (K columns).
+TEST(Matmul, OneHotColumnsReproduceDequantizedWeightsExactly) {
+  for (DType t : kWeightTypes)
+    for (bool many : {false, true}) {
+      OpRunner r;
+      const int64_t K = k_for(t, 64), M = 6;
+      std::vector<int64_t> pick;
+      if (many) {
+        for (int64_t k = 0; k < K; ++k) pick.push_back(k);
+      } else {
+        for (int64_t k : {0L, 5L, 15L, 16L, 31L, K / 2 + 3, K - 17, K - 1}) pick.push_back(k);
+      }
+      const int64_t N = (int64_t)pick.size();
+      Tensor* a = r.input(t, {K, M}, "a");
+      Tensor* b = r.input(DType::F32, {K, N}, "b");
+      Tensor* out = ops::mul_mat(r.ctx, a, b);
+      r.alloc();
+      r.fill_normal(a, 3.0f);
+      std::vector<float> bv((size_t)(K * N), 0.0f);
+      for (int64_t n = 0; n < N; ++n) bv[(size_t)(n * K + pick[(size_t)n])] = 1.0f;
+      r.set_f32(b, bv);
+      r.compute(out, 2);
+      const auto av = r.get_f32(a);
+      const auto got = r.get_f32(out);
+      int bad = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t m = 0; m < M; ++m)
+          bad += got[(size_t)(n * M + m)] != av[(size_t)(m * K + pick[(size_t)n])];
+      EXPECT_EQ(bad, 0) << dtype_name(t) << (many ? " many columns" : " 8 columns");
+    }
+}
+
+// Every finite half (subnormals included) decodes exactly through an F16 weight.
+TEST(Matmul, F16WeightsDecodeEveryFiniteHalfExactly) {
+  OpRunner r;
+  const int64_t K = 32, M = 63488 / 32;  // 65536 bit patterns minus 2048 inf/nan
+  Tensor* a = r.input(DType::F16, {K, M}, "a");
+  Tensor* b = r.input(DType::F32, {K, K}, "b");
+  Tensor* out = ops::mul_mat(r.ctx, a, b);
+  r.alloc();
+  std::vector<fp16_t> bits;
+  for (uint32_t h = 0; h < 65536; ++h)
+    if (((h >> 10) & 31) != 31) bits.push_back((fp16_t)h);
+  ASSERT_EQ((int64_t)bits.size(), K * M);
+  std::memcpy(a->data, bits.data(), bits.size() * 2);
+  std::vector<float> eye((size_t)(K * K), 0.0f);
+  for (int64_t k = 0; k < K; ++k) eye[(size_t)(k * K + k)] = 1.0f;
+  r.set_f32(b, eye);
+  r.compute(out, 2);
+  const auto got = r.get_f32(out);  // {M, K}: got[n * M + m] = a[n, m]
+  int bad = 0;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) {
+      const float want = fp16_to_f32(bits[(size_t)(m * K + k)]);
+      const float g = got[(size_t)(k * M + m)];
+      bad += std::memcmp(&g, &want, 4) != 0 && !(g == 0.0f && want == 0.0f);
+    }
+  EXPECT_EQ(bad, 0);
+}
+
+// ---- MUL_MAT_ID --------------------------------------------------------------------------------
+
+// dst[:, i, t] = as[:, :, ids[i, t]] x b[:, i % bn, t]
+std::vector<double> ref_mul_mat_id(const std::vector<float>& as, const int64_t* ane, const std::vector<float>& b,
+                                   const int64_t* bne, const std::vector<int32_t>& ids, int64_t n_used, int64_t T) {
+  const int64_t K = ane[0], M = ane[1];
+  std::vector<double> out((size_t)(M * n_used * T));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < n_used; ++i) {
+      const int64_t e = ids[(size_t)(t * n_used + i)];
+      for (int64_t m = 0; m < M; ++m) {
+        double s = 0;
+        for (int64_t k = 0; k < K; ++k)
+          s += (double)as[idx(ane, k, m, e)] * (double)b[idx(bne, k, i % bne[1], t)];
+        out[(size_t)((t * n_used + i) * M + m)] = s;
+      }
+    }
+  return out;
+}
+
+struct MoeCase {
+  const char* name;
+  int64_t K, M, E, n_used, T;
+  bool broadcast_b;
+};
+const MoeCase kMoeCases[] = {
+    {"decode", 67, 13, 6, 3, 1, false},
+    {"prefill", 67, 11, 5, 2, 9, false},
+    {"broadcast_b", 67, 7, 4, 3, 5, true},
+    {"crowded_experts", 40, 9, 3, 2, 20, false},  // experts with > 8 columns: decoded rows
+};
+
+struct MoeParam {
+  DType type;
+  MoeCase c;
+  int threads;
+};
+class MatmulIdTest : public testing::TestWithParam<MoeParam> {};
+
+TEST_P(MatmulIdTest, MatchesDoubleReference) {
+  const MoeParam& p = GetParam();
+  const MoeCase& c = p.c;
+  const int64_t K = k_for(p.type, c.K);
+  OpRunner r;
+  Tensor* as = r.input(p.type, {K, c.M, c.E}, "experts");
+  Tensor* b = r.input(DType::F32, {K, c.broadcast_b ? 1 : c.n_used, c.T}, "b");
+  Tensor* ids = r.input(DType::I32, {c.n_used, c.T}, "ids");
+  Tensor* out = ops::mul_mat_id(r.ctx, as, b, ids);
+  ASSERT_TRUE(cpu::supports(out));
+  r.alloc();
+  r.fill_normal(as);
+  r.fill_normal(b);
+  // distinct experts per token, as top-k gives
+  std::vector<int32_t> idv;
+  std::mt19937 rng(7);
+  for (int64_t t = 0; t < c.T; ++t) {
+    std::vector<int32_t> e((size_t)c.E);
+    for (int64_t i = 0; i < c.E; ++i) e[(size_t)i] = (int32_t)i;
+    std::shuffle(e.begin(), e.end(), rng);
+    for (int64_t i = 0; i < c.n_used; ++i) idv.push_back(e[(size_t)i]);
+  }
+  r.set_i32(ids, idv);
+  r.compute(out, p.threads);
+  const auto want = ref_mul_mat_id(r.get_f32(as), as->ne, r.get_f32(b), b->ne, idv, c.n_used, c.T);
+  const auto got = r.get_f32(out);
+  EXPECT_LE(nmse(got, want), kMatmulNmse);
+  EXPECT_LE(nmse(got, want), 1e-9);
+}
+
+std::vector<MoeParam> moe_params() {
+  std::vector<MoeParam> v;
+  for (DType t : kWeightTypes)
+    for (const MoeCase& c : kMoeCases)
+      for (int th : {1, 3}) v.push_back({t, c, th});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, MatmulIdTest, testing::ValuesIn(moe_params()),
+                         [](const testing::TestParamInfo<MoeParam>& i) {
+                           return std::string(dtype_name(i.param.type)) + "_" + i.param.c.name + "_t" +
+                                  std::to_string(i.param.threads);
+                         });
+
+// An expert id out of range is an upstream bug; the kernel must not crash, and marks the column.
+TEST(MatmulId, OutOfRangeIdGivesNaNColumnOthersCorrect) {
+  OpRunner r;
+  Tensor* as = r.input(DType::F32, {8, 3, 2}, "experts");
+  Tensor* b = r.input(DType::F32, {8, 2, 1}, "b");
+  Tensor* ids = r.input(DType::I32, {2, 1}, "ids");
+  Tensor* out = ops::mul_mat_id(r.ctx, as, b, ids);
+  r.alloc();
+  r.fill_normal(as);
+  r.fill_normal(b);
+  r.set_i32(ids, {1, 7});
+  r.compute(out, 2);
+  const auto got = r.get_f32(out);
+  const auto want = ref_mul_mat_id(r.get_f32(as), as->ne, r.get_f32(b), b->ne, {1, 1}, 2, 1);
+  for (int m = 0; m < 3; ++m) {
+    EXPECT_NEAR(got[(size_t)m], want[(size_t)m], 1e-5);
+    EXPECT_TRUE(std::isnan(got[(size_t)(3 + m)]));
+  }
+}
+
+// ---- OUT_PROD ----------------------------------------------------------------------------------
+
+// dst[m, n, i2, i3] = sum_k a[m, k, i2 / (b2 / a2), i3 / (b3 / a3)] * b[n, k, i2, i3]
+std::vector<double> ref_out_prod(const std::vector<float>& a, const int64_t* ane, const std::vector<float>& b,
+                                 const int64_t* bne) {
+  const int64_t M = ane[0], K = ane[1], N = bne[0];
+  const int64_t dne[4] = {M, N, bne[2], bne[3]};
+  std::vector<double> out((size_t)(M * N * bne[2] * bne[3]));
+  for (int64_t i3 = 0; i3 < bne[3]; ++i3)
+    for (int64_t i2 = 0; i2 < bne[2]; ++i2)
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t m = 0; m < M; ++m) {
+          double s = 0;
+          for (int64_t k = 0; k < K; ++k)
+            s += (double)a[idx(ane, m, k, i2 / (bne[2] / ane[2]), i3 / (bne[3] / ane[3]))] *
+                 (double)b[idx(bne, n, k, i2, i3)];
+          out[idx(dne, m, n, i2, i3)] = s;
+        }
+  return out;
+}
+
+TEST(MatmulOutProd, TypesShapesBroadcastAndThreads) {
+  struct Case {
+    int64_t M, K, N, a2, a3, b2, b3;
+  };
+  const Case cases[] = {{13, 7, 5, 1, 1, 1, 1}, {600, 3, 9, 1, 1, 1, 1}, {5, 31, 1, 2, 1, 4, 3}, {1, 17, 3, 1, 1, 1, 1}};
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (const Case& c : cases)
+      for (int th : {1, 3}) {
+        OpRunner r;
+        Tensor* a = r.input(t, {c.M, c.K, c.a2, c.a3}, "a");
+        Tensor* b = r.input(DType::F32, {c.N, c.K, c.b2, c.b3}, "b");
+        Tensor* out = ops::out_prod(r.ctx, a, b);
+        ASSERT_TRUE(cpu::supports(out));
+        r.alloc();
+        r.fill_normal(a);
+        r.fill_normal(b);
+        r.compute(out, th);
+        const double e = nmse(r.get_f32(out), ref_out_prod(r.get_f32(a), a->ne, r.get_f32(b), b->ne));
+        EXPECT_LE(e, kMatmulNmse);
+        EXPECT_LE(e, 1e-9) << dtype_name(t) << " M " << c.M << " K " << c.K << " N " << c.N << " threads " << th;
+      }
+}
+
+// The weight gradient of mul_mat: out_prod(x, transpose(grad)) with grad {M, N}: b is a strided view.
+TEST(MatmulOutProd, TransposedBAsInBackward) {
+  OpRunner r;
+  const int64_t M = 19, K = 11, N = 6;
+  Tensor* a = r.input(DType::F32, {M, K}, "a");
+  Tensor* gbase = r.input(DType::F32, {K, N}, "g");
+  Tensor* b = ops::transpose(r.ctx, gbase);  // {N, K}
+  Tensor* out = ops::out_prod(r.ctx, a, b);
+  r.alloc();
+  r.fill_normal(a);
+  r.fill_normal(gbase);
+  r.compute(out, 3);
+  EXPECT_LE(nmse(r.get_f32(out), ref_out_prod(r.get_f32(a), a->ne, r.get_f32(b), b->ne)), 1e-9);
+}
+
+}  // namespace
+}  // namespace loom::test

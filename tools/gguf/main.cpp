@@ -1,0 +1,152 @@
+// loom-gguf: inspect GGUF files (info), make random-init or header-only models (new), and
+// tokenize text with a file's vocabulary (tokenize). Flags per docs/CLI.md; the work is in lib/model.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "info.h"
+#include "loom/core/error.h"
+#include "loom/model/arch.h"
+#include "loom/model/gguf.h"
+#include "loom/model/model_file.h"
+#include "loom/model/tokenizer.h"
+#include "loom/tools/main.h"
+
+namespace {
+
+struct Options {
+  // info
+  std::string info_file;
+  bool json = false;
+  // tokenize
+  std::string tok_model;
+  std::string tok_prompt;
+  bool ids = false;
+  // new
+  std::string arch = "llama";
+  std::string preset = "tiny";
+  std::string type = "f32";
+  std::string vocab;
+  std::string output;
+  bool header_only = false;
+  uint64_t seed = 42;
+  int64_t n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_expert = 0,
+          n_expert_used = 0, n_ff_exp = 0, n_vocab = 0, n_ctx_train = 0;
+};
+
+int run_info(const Options& o) {
+  auto f = loom::gguf::File::open(o.info_file);
+  if (o.json) loom::gguf_tool::print_info_json(*f, stdout);
+  else loom::gguf_tool::print_info_text(*f, stdout);
+  return 0;
+}
+
+int run_tokenize(const Options& o) {
+  auto f = loom::gguf::File::open(o.tok_model);
+  auto tok = loom::Tokenizer::from_gguf(*f);
+  const std::vector<int32_t> ids = tok->tokenize(o.tok_prompt, /*add_special=*/false, /*parse_special=*/false);
+  if (o.ids) {
+    std::string line;
+    for (size_t k = 0; k < ids.size(); ++k) line += fmt::format("{}{}", k ? " " : "", ids[k]);
+    fmt::print("{}\n", line);
+  } else {
+    for (int32_t id : ids) fmt::print("{:>6} -> '{}'\n", id, tok->token_to_piece(id));
+  }
+  return 0;
+}
+
+int run_new(const Options& o, const CLI::App& cmd) {
+  const std::optional<loom::Arch> arch = loom::arch_from_name(o.arch);
+  LOOM_CHECK(arch.has_value(), usage, "--arch {}: unknown architecture (llama, qwen2, qwen3, qwen3moe)", o.arch);
+  const std::optional<loom::DType> type = loom::dtype_from_name(o.type);
+  LOOM_CHECK(type.has_value() && *type != loom::DType::I32, usage,
+             "--type {}: unknown weight type (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)", o.type);
+  loom::NewModelOptions opts;
+  opts.hparams = loom::preset_hparams(*arch, o.preset);
+  loom::HParams& hp = opts.hparams;
+  auto take = [&](const char* flag, int64_t value, int64_t& field) {
+    if (cmd.count(flag) > 0) field = value;
+  };
+  take("--n-layer", o.n_layer, hp.n_layer);
+  take("--n-embd", o.n_embd, hp.n_embd);
+  take("--n-head", o.n_head, hp.n_head);
+  take("--n-head-kv", o.n_head_kv, hp.n_head_kv);
+  take("--n-ff", o.n_ff, hp.n_ff);
+  take("--n-expert", o.n_expert, hp.n_expert);
+  take("--n-expert-used", o.n_expert_used, hp.n_expert_used);
+  take("--n-ff-exp", o.n_ff_exp, hp.n_ff_exp);
+  take("--n-vocab", o.n_vocab, hp.n_vocab);
+  take("--n-ctx-train", o.n_ctx_train, hp.n_ctx_train);
+  if (cmd.count("--head-dim") > 0) {
+    hp.head_dim = o.head_dim;
+  } else if (cmd.count("--n-embd") > 0 || cmd.count("--n-head") > 0) {
+    LOOM_CHECK(hp.n_head > 0 && hp.n_embd % hp.n_head == 0, usage,
+               "--n-embd {} is not a multiple of --n-head {} (or give --head-dim)", hp.n_embd, hp.n_head);
+    hp.head_dim = hp.n_embd / hp.n_head;
+  }
+  try {
+    loom::validate_hparams(hp);
+  } catch (const loom::Error& e) {
+    throw loom::Error(loom::ErrorKind::usage, fmt::format("bad model shape: {}", e.what()));
+  }
+  opts.type = *type;
+  opts.vocab_path = o.vocab;
+  opts.header_only = o.header_only;
+  opts.seed = o.seed;
+  opts.output = o.output;
+  opts.name = fmt::format("{}-{}", o.arch, o.preset);
+  const auto t0 = std::chrono::steady_clock::now();
+  const loom::NewModelResult r = loom::make_random_model(opts);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  fmt::print("wrote {}: {} {}, {} layers, {} params, {}, tensors {}, file {}{} in {:.0f} ms\n", o.output, o.arch,
+             o.preset, r.hparams.n_layer, loom::gguf_tool::format_count((double)r.n_params), o.type,
+             loom::gguf_tool::format_bytes((double)r.tensor_bytes), loom::gguf_tool::format_bytes((double)r.file_size),
+             o.header_only ? " (header-only, sparse)" : "", ms);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"loom-gguf: inspect, create and tokenize with GGUF model files"};
+  app.require_subcommand(1);
+  Options o;
+
+  CLI::App* info = app.add_subcommand("info", "print a GGUF file's metadata and tensors");
+  info->add_option("FILE", o.info_file, "GGUF file")->required();
+  info->add_flag("--json", o.json, "machine-readable output");
+
+  CLI::App* tok = app.add_subcommand("tokenize", "tokenize text with a file's vocabulary (no special tokens)");
+  tok->add_option("-m,--model", o.tok_model, "GGUF file with a tokenizer")->required();
+  tok->add_option("-p,--prompt", o.tok_prompt, "text to tokenize")->required();
+  tok->add_flag("--ids", o.ids, "print only the ids, space separated");
+
+  CLI::App* nw = app.add_subcommand("new", "write a random-init (or header-only) model");
+  nw->add_option("--arch", o.arch, "llama | qwen2 | qwen3 | qwen3moe")->required();
+  nw->add_option("--preset", o.preset, "tiny | small | llama-8b | llama-70b | qwen3-8b | qwen3-30b-a3b")
+      ->capture_default_str();
+  nw->add_option("--n-layer", o.n_layer, "layers");
+  nw->add_option("--n-embd", o.n_embd, "embedding width");
+  nw->add_option("--n-head", o.n_head, "attention heads");
+  nw->add_option("--n-head-kv", o.n_head_kv, "key/value heads");
+  nw->add_option("--head-dim", o.head_dim, "head size (default n_embd / n_head when those change)");
+  nw->add_option("--n-ff", o.n_ff, "feed-forward width");
+  nw->add_option("--n-expert", o.n_expert, "experts (qwen3moe)");
+  nw->add_option("--n-expert-used", o.n_expert_used, "experts used per token (qwen3moe)");
+  nw->add_option("--n-ff-exp", o.n_ff_exp, "expert feed-forward width (qwen3moe)");
+  nw->add_option("--n-vocab", o.n_vocab, "vocabulary size");
+  nw->add_option("--n-ctx-train", o.n_ctx_train, "training context length");
+  nw->add_option("--type", o.type, "f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q6_k")->capture_default_str();
+  nw->add_option("--vocab", o.vocab, "take the tokenizer (and n_vocab) from this GGUF");
+  nw->add_flag("--header-only", o.header_only, "metadata and tensor infos only; data left as a sparse hole");
+  nw->add_option("--seed", o.seed, "RNG seed")->capture_default_str();
+  nw->add_option("-o,--output", o.output, "output file")->required();
+
+  return loom::tools::run_main("gguf", argc, argv, app, [&]() -> int {
+    if (info->parsed()) return run_info(o);
+    if (tok->parsed()) return run_tokenize(o);
+    return run_new(o, *nw);
+  });
+}
