@@ -200,9 +200,13 @@ INSTANTIATE_TEST_SUITE_P(Archs, ForwardTest,
                                            Case{Arch::qwen3, DType::F32, 1e-4},
                                            Case{Arch::qwen3moe, DType::F32, 1e-4},
                                            Case{Arch::llama, DType::F16, 1e-3}, Case{Arch::llama, DType::BF16, 1e-3},
-                                           Case{Arch::llama, DType::Q8_0, 1e-3},
-                                           Case{Arch::qwen3moe, DType::Q4_0, 1e-3},
-                                           Case{Arch::llama, DType::Q4_K, 1e-3}),
+                                           // quantized weights: the CPU quantizes activations to 8 bits
+                                           // for integer dot products, as llama.cpp does
+                                           Case{Arch::llama, DType::Q8_0, 3e-2},
+                                           // a random router is near-uniform: 8-bit activations can flip
+                                           // a top-k choice, so the MoE bound is looser
+                                           Case{Arch::qwen3moe, DType::Q4_0, 1e-1},
+                                           Case{Arch::llama, DType::Q4_K, 3e-2}),
                          [](const auto& info) {
                            return std::string(arch_name(info.param.arch)) + "_" + dtype_name(info.param.type);
                          });

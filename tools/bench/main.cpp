@@ -60,7 +60,8 @@ int main(int argc, char** argv) {
       o.model = path;
       SessionParams sp = tools::session_params(o);
       if (sp.n_ctx == 0) sp.n_ctx = n_prompt + n_gen;
-      std::unique_ptr<Model> model = Model::load(path);
+      tools::RunDevices devices = tools::make_run_devices(o);
+      std::unique_ptr<Model> model = tools::load_model(o, devices);
       Session session(*model, sp);
       std::vector<BenchTest> tests;
       if (n_prompt > 0) tests.push_back(bench_run(session, n_prompt, 0, reps));

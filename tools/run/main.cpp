@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
     if (!prompt_file.empty()) prompt = read_text_file(prompt_file);
 
     const auto t0 = std::chrono::steady_clock::now();
-    std::unique_ptr<Model> model = Model::load(common.model);
+    tools::RunDevices devices = tools::make_run_devices(common);
+    std::unique_ptr<Model> model = tools::load_model(common, devices);
     Session session(*model, params);
     const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 

@@ -15,6 +15,17 @@ namespace {
 
 using namespace ops;
 
+// Gives every tensor of a layer a name ("blk.3.mul_mat-12"), so plans and errors can say which.
+void name_unnamed(Context& c, size_t first, const std::string& prefix) {
+  for (size_t i = first; i < c.size(); ++i) {
+    Tensor* t = c.at(i);
+    if (!t->name.empty()) continue;
+    std::string op = op_name(t->op);
+    for (char& ch : op) ch = (char)std::tolower((unsigned char)ch);
+    t->name = fmt::format("{}.{}-{}", prefix, op, i - first);
+  }
+}
+
 Tensor* norm_mul(Context& c, Tensor* x, Tensor* w, float eps) { return mul(c, rms_norm(c, x, eps), w); }
 
 Tensor* attention(Context& c, const HParams& hp, Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* mask,
@@ -76,6 +87,7 @@ ForwardInputs build_forward(Context& c, const Model& model, const KvCache& kv, c
   Tensor* x = get_rows(c, model.tok_embd, in.tokens);  // {n_embd, T}
   x->name = "inp_embd";
   for (int64_t il = 0; il < hp.n_layer; ++il) {
+    const size_t first_tensor = c.size();
     const LayerWeights& l = model.layers[(size_t)il];
     Tensor* cur = norm_mul(c, x, l.attn_norm, hp.rms_eps);
     cur->name = fmt::format("blk.{}.attn_norm-out", il);
@@ -111,13 +123,18 @@ ForwardInputs build_forward(Context& c, const Model& model, const KvCache& kv, c
     } else {
       cur = mul_mat(c, l.ffn_down, swiglu(c, mul_mat(c, l.ffn_gate, cur), mul_mat(c, l.ffn_up, cur)));
     }
+    ffn_in->name = fmt::format("blk.{}.ffn_inp", il);
     x = add(c, cur, ffn_in);
     x->name = fmt::format("blk.{}.out", il);
+    name_unnamed(c, first_tensor, fmt::format("blk.{}", il));
   }
+  const size_t first_tensor = c.size();
   x = norm_mul(c, x, model.output_norm, hp.rms_eps);
+  x->name = "result_norm";
   in.logits = mul_mat(c, model.output, x);
   in.logits->name = "logits";
   in.logits->flags |= kFlagOutput;
+  name_unnamed(c, first_tensor, "output");
   return in;
 }
 

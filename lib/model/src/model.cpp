@@ -4,7 +4,9 @@
 
 #include <fmt/format.h>
 
+#include "loom/alloc/alloc.h"
 #include "loom/core/error.h"
+#include "loom/cpu/cpu.h"
 
 namespace loom {
 
@@ -84,7 +86,55 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
   if (!m->output) m->output = m->tok_embd;
   LOOM_CHECK(n_used == f.tensors().size(), invalid_input, "{}: {} tensors in the file, {} belong to a {} model", path,
              f.tensors().size(), n_used, arch_name(hp.arch));
+  m->has_data_ = data_present && opt.need_data;
+  if (!m->has_data_)
+    for (Tensor& t : m->weights_.tensors()) t.data = nullptr;  // planning: never touch the mapping
+  m->place(opt.placement);
   return m;
+}
+
+void Model::place(const PlacementParams& params) {
+  PlacementParams p = params;
+  if (p.devices.empty()) {
+    auto cpu = std::make_shared<cpu::CpuDevice>();
+    p.devices = {cpu.get()};
+    owned_devices_ = cpu;
+  }
+  std::vector<std::string> names;
+  for (Tensor& t : weights_.tensors()) names.push_back(t.name);
+  placement_ = place_weights(hp_, names, p);
+  const size_t n_dev = placement_.devices.size();
+  device_bytes_.assign(n_dev, 0);
+  std::vector<std::vector<Tensor*>> per_device(n_dev);
+  for (Tensor& t : weights_.tensors()) per_device[(size_t)device_of(&t)].push_back(&t);
+  const size_t cpu = n_dev - 1;
+  for (size_t d = 0; d < n_dev; ++d) {
+    if (d == cpu) {  // mapped from the file
+      for (Tensor* t : per_device[d]) device_bytes_[d] += t->nbytes();
+      continue;
+    }
+    const BufferType& bt = placement_.devices[d]->buffer_type();
+    device_bytes_[d] = alloc::tensors_size(per_device[d], bt);
+    if (!has_data_ || per_device[d].empty()) continue;
+    std::vector<const void*> src;
+    for (Tensor* t : per_device[d]) {
+      src.push_back(t->data);
+      t->data = nullptr;
+    }
+    Status st = alloc::alloc_tensors(per_device[d], bt, buffers_);
+    LOOM_CHECK(st.is_ok(), out_of_memory, "{}: cannot place {} of weights on {}: {}", file_->path(),
+               fmt::format("{:.2f} MiB", (double)device_bytes_[d] / (1 << 20)), placement_.devices[d]->name(),
+               st.message());
+    for (size_t i = 0; i < per_device[d].size(); ++i) {
+      Tensor* t = per_device[d][i];
+      t->buffer->set(t, src[i], 0, t->nbytes());
+    }
+  }
+}
+
+int Model::device_of(const Tensor* weight) const {
+  auto it = placement_.tensor_device.find(weight->name);
+  return it == placement_.tensor_device.end() ? (int)placement_.devices.size() - 1 : it->second;
 }
 
 std::vector<Tensor*> Model::weight_tensors() const {

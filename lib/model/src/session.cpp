@@ -1,4 +1,6 @@
-// Session: KV cache and the decode loop (ubatches, inputs, graph, compute, logits).
+// Session: the KV cache on each layer's device, and the decode loop (ubatches -> forward graph
+// -> plan across devices -> executor -> logits). Planning-only sessions size everything
+// without allocating (fit-params, split-inspect) through the same code.
 #include "loom/model/session.h"
 
 #include <algorithm>
@@ -9,19 +11,37 @@
 #include "forward.h"
 #include "loom/alloc/alloc.h"
 #include "loom/cpu/cpu.h"
+#include "loom/sched/executor.h"
 
 namespace loom {
 
 struct Session::Impl {
-  cpu::CpuDevice cpu;
+  std::vector<Device*> devices;
   Context kv_ctx;
   KvCache kv;
-  std::unique_ptr<Buffer> kv_buffer;
-  std::unique_ptr<alloc::GraphAllocator> compute;
-  explicit Impl(int n_threads) : cpu(n_threads) {
-    compute = std::make_unique<alloc::GraphAllocator>(cpu.buffer_type());
-  }
+  std::vector<std::unique_ptr<Buffer>> kv_buffers;
+  std::vector<size_t> kv_bytes;       // per device
+  std::vector<size_t> compute_bytes;  // per device: worst case over the reserved graphs
+  std::unique_ptr<sched::Executor> exec;
+  sched::PlanPolicy policy;
+  bool plan_only = false;
 };
+
+namespace {
+
+// The policy's leaf placement: weights and KV cache of a model whose memory is not allocated.
+void add_leaf_devices(sched::PlanPolicy& policy, const Model& model, const KvCache& kv,
+                      const std::vector<int>& layer_device) {
+  const auto& devs = model.devices();
+  for (Tensor& t : const_cast<Model&>(model).weights().tensors())
+    if (!t.buffer) policy.leaf_devices[&t] = devs[(size_t)model.device_of(&t)];
+  for (size_t il = 0; il < kv.k.size(); ++il) {
+    if (!kv.k[il]->buffer) policy.leaf_devices[kv.k[il]] = devs[(size_t)layer_device[il]];
+    if (!kv.v[il]->buffer) policy.leaf_devices[kv.v[il]] = devs[(size_t)layer_device[il]];
+  }
+}
+
+}  // namespace
 
 Session::Session(Model& model, const SessionParams& params) : model_(model), params_(params) {
   const HParams& hp = model.hparams();
@@ -29,32 +49,88 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
   LOOM_CHECK(params_.n_ctx >= 1 && params_.n_ctx <= (int64_t)1 << 24, usage, "context size {} out of range",
              params_.n_ctx);
   LOOM_CHECK(params_.n_ubatch >= 1 && params_.n_batch >= 1, usage, "batch sizes must be positive");
+  LOOM_CHECK(params_.n_copies >= 1 && params_.n_copies <= 8, usage, "pipeline copies {} out of range (1-8)",
+             params_.n_copies);
   params_.n_ubatch = std::min(params_.n_ubatch, params_.n_batch);
   for (DType t : {params_.type_k, params_.type_v})
     LOOM_CHECK(t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0, usage,
                "KV cache type {} not supported (f32, f16, bf16, q8_0)", dtype_name(t));
-  const int n_threads = params_.n_threads > 0 ? params_.n_threads : ThreadPool::default_threads();
-  impl_ = std::make_unique<Impl>(n_threads);
-  impl_->kv.size = params_.n_ctx;
+  impl_ = std::make_unique<Impl>();
+  Impl& im = *impl_;
+  im.devices = model.devices();
+  im.plan_only = !model.has_data() || params_.plan_only;
+  if (params_.n_threads > 0)
+    if (auto* cpu = dynamic_cast<cpu::CpuDevice*>(im.devices.back())) cpu->set_n_threads(params_.n_threads);
+
+  // KV cache: one K and one V tensor per layer, on the layer's device
+  const std::vector<int>& layer_device = model.placement().layer_device;
+  std::vector<std::vector<Tensor*>> per_device(im.devices.size());
+  im.kv.size = params_.n_ctx;
   for (int64_t il = 0; il < hp.n_layer; ++il) {
-    impl_->kv.k.push_back(
-        impl_->kv_ctx.new_tensor(params_.type_k, {hp.n_embd_kv(), params_.n_ctx}, fmt::format("cache_k_l{}", il)));
-    impl_->kv.v.push_back(
-        impl_->kv_ctx.new_tensor(params_.type_v, {hp.n_embd_kv(), params_.n_ctx}, fmt::format("cache_v_l{}", il)));
+    Tensor* k = im.kv_ctx.new_tensor(params_.type_k, {hp.n_embd_kv(), params_.n_ctx}, fmt::format("cache_k_l{}", il));
+    Tensor* v = im.kv_ctx.new_tensor(params_.type_v, {hp.n_embd_kv(), params_.n_ctx}, fmt::format("cache_v_l{}", il));
+    im.kv.k.push_back(k);
+    im.kv.v.push_back(v);
+    per_device[(size_t)layer_device[(size_t)il]].push_back(k);
+    per_device[(size_t)layer_device[(size_t)il]].push_back(v);
   }
-  impl_->kv_buffer = cpu::alloc_all(impl_->kv_ctx, impl_->cpu.buffer_type());
-  impl_->kv_buffer->clear(0);
+  im.kv_bytes.assign(im.devices.size(), 0);
+  for (size_t d = 0; d < im.devices.size(); ++d) {
+    const BufferType& bt = im.devices[d]->buffer_type();
+    im.kv_bytes[d] = alloc::tensors_size(per_device[d], bt);
+    if (im.plan_only || per_device[d].empty()) continue;
+    Status st = alloc::alloc_tensors(per_device[d], bt, im.kv_buffers);
+    LOOM_CHECK(st.is_ok(), out_of_memory, "KV cache: cannot allocate {:.2f} MiB on {}: {}",
+               (double)im.kv_bytes[d] / (1 << 20), im.devices[d]->name(), st.message());
+  }
+  for (auto& b : im.kv_buffers) b->clear(0);
+
+  im.policy.n_copies = params_.n_copies;
+  if (im.plan_only) add_leaf_devices(im.policy, model, im.kv, layer_device);
+  if (!im.plan_only) im.exec = std::make_unique<sched::Executor>(im.devices);
+
+  // Worst cases: a full ubatch attending to the whole context with every logit, and one token.
+  im.compute_bytes.assign(im.devices.size(), 0);
+  const int64_t ub = std::min(params_.n_ubatch, params_.n_ctx);
+  for (const ForwardShape& shape : {ForwardShape{ub, params_.n_ctx, ub, params_.flash_attn},
+                                    ForwardShape{1, params_.n_ctx, 1, params_.flash_attn}}) {
+    Context ctx;
+    ForwardInputs in = build_forward(ctx, model_, im.kv, shape);
+    Graph g;
+    g.build_forward(in.logits);
+    sched::ExecutionPlan plan = sched::plan(g, im.devices, im.policy);
+    for (size_t d = 0; d < im.devices.size(); ++d)
+      im.compute_bytes[d] = std::max(im.compute_bytes[d], plan.compute_bytes((int)d));
+    if (im.exec) {
+      Status st = im.exec->reserve(g, plan);
+      LOOM_CHECK(st.is_ok(), out_of_memory, "compute buffers: {}", st.message());
+    }
+  }
 }
 
 Session::~Session() = default;
 
+Session::StepPlan Session::plan_step(bool decode) const {
+  const Impl& im = *impl_;
+  const int64_t ub = decode ? 1 : std::min(params_.n_ubatch, params_.n_ctx);
+  StepPlan sp;
+  sp.ctx = std::make_unique<Context>();
+  ForwardInputs in = build_forward(*sp.ctx, model_, im.kv, ForwardShape{ub, params_.n_ctx, ub, params_.flash_attn});
+  sp.graph = std::make_unique<Graph>();
+  sp.graph->build_forward(in.logits);
+  sp.plan = sched::plan(*sp.graph, im.devices, im.policy);
+  return sp;
+}
+
 void Session::clear() {
   n_past_ = 0;
   n_outputs_ = 0;
-  impl_->kv_buffer->clear(0);
+  for (auto& b : impl_->kv_buffers) b->clear(0);
 }
 
 void Session::decode(std::span<const int32_t> tokens, bool all_logits) {
+  Impl& im = *impl_;
+  LOOM_CHECK(!im.plan_only, usage, "this session only plans (the model has no data)");
   const int64_t n = (int64_t)tokens.size();
   LOOM_CHECK(n > 0, invalid_input, "nothing to decode: empty token list");
   LOOM_CHECK(n_past_ + n <= params_.n_ctx, invalid_input,
@@ -69,16 +145,13 @@ void Session::decode(std::span<const int32_t> tokens, bool all_logits) {
   for (int64_t start = 0; start < n; start += params_.n_ubatch) {
     const int64_t T = std::min(params_.n_ubatch, n - start);
     const bool last = start + T == n;
-    ForwardShape shape;
-    shape.n_tokens = T;
-    shape.n_kv = n_past_ + T;
-    shape.n_outputs = all_logits ? T : 1;
-    shape.flash_attn = params_.flash_attn;
+    ForwardShape shape{T, n_past_ + T, all_logits ? T : 1, params_.flash_attn};
     Context ctx;
-    ForwardInputs in = build_forward(ctx, model_, impl_->kv, shape);
+    ForwardInputs in = build_forward(ctx, model_, im.kv, shape);
     Graph g;
     g.build_forward(in.logits);
-    impl_->compute->alloc_graph(g).throw_if_error();
+    sched::ExecutionPlan plan = sched::plan(g, im.devices, im.policy);
+    im.exec->alloc(g, plan).throw_if_error();
 
     auto* tok = static_cast<int32_t*>(in.tokens->data);
     auto* pos = static_cast<int32_t*>(in.positions->data);
@@ -95,11 +168,16 @@ void Session::decode(std::span<const int32_t> tokens, bool all_logits) {
       auto* rows = static_cast<int32_t*>(in.out_rows->data);
       for (int64_t i = 0; i < shape.n_outputs; ++i) rows[i] = (int32_t)(all_logits ? i : T - 1);
     }
-    cpu::compute_graph(g, impl_->cpu.pool());
+    im.exec->compute(g, plan).throw_if_error();
     n_past_ += T;
     if (all_logits || last) {
-      const auto* l = static_cast<const float*>(in.logits->data);
-      logits_.insert(logits_.end(), l, l + in.logits->nelements());
+      const size_t old = logits_.size();
+      logits_.resize(old + (size_t)in.logits->nelements());
+      const size_t bytes = (size_t)in.logits->nelements() * sizeof(float);
+      if (in.logits->buffer && !in.logits->buffer->type().is_host())
+        in.logits->buffer->get(in.logits, logits_.data() + old, 0, bytes);
+      else
+        std::memcpy(logits_.data() + old, in.logits->data, bytes);
       n_outputs_ += in.logits->ne[1];
     }
   }
@@ -113,12 +191,17 @@ std::span<const float> Session::logits(int64_t i) const {
 }
 
 std::vector<MemoryBreakdown> Session::memory_breakdown() const {
-  MemoryBreakdown cpu;
-  cpu.device = "CPU";
-  cpu.model_bytes = model_.n_bytes();
-  cpu.context_bytes = impl_->kv_buffer->size();
-  cpu.compute_bytes = impl_->compute->buffer_size();
-  return {cpu};
+  std::vector<MemoryBreakdown> out;
+  const Impl& im = *impl_;
+  for (size_t d = 0; d < im.devices.size(); ++d) {
+    MemoryBreakdown m;
+    m.device = im.devices[d]->name();
+    m.model_bytes = model_.device_bytes()[d];
+    m.context_bytes = im.kv_bytes[d];
+    m.compute_bytes = im.exec ? std::max(im.exec->buffer_size((int)d), im.compute_bytes[d]) : im.compute_bytes[d];
+    out.push_back(m);
+  }
+  return out;
 }
 
 }  // namespace loom

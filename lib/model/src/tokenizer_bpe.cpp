@@ -10,7 +10,7 @@ namespace loom::tok {
 
 namespace {
 
-// Regex notes: patterns are PCRE2 with UTF but without UCP, so \s is ASCII whitespace — the
+// Regex notes: patterns are PCRE2 with UTF but without UCP, so \s is ASCII whitespace: the
 // splitter hands non-ASCII whitespace to the regexes as U+000B, which is what llama.cpp's
 // matchers see too. Non-ASCII literals are written as \x{...} so the source stays ASCII.
 #define LOOM_CONTRACTIONS R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]))"

@@ -27,6 +27,7 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("--cache-type-k", o.cache_type_k, "K cache type: f16, f32, bf16, q8_0 (-ctk)");
   app.add_option("--cache-type-v", o.cache_type_v, "V cache type: f16, f32, bf16, q8_0 (-ctv)");
   app.add_flag("--list-devices", o.list_devices, "print the devices and exit");
+  app.add_option("--pipeline-copies", o.n_copies, "pipeline parallelism: input copies per split (1-8)");
   app.add_option("--sim-devices", o.sim_devices, "simulated devices, e.g. 8GiB,8GiB or 2x24GiB");
   app.add_flag("--json", o.json, "machine-readable result on stdout");
   app.add_flag("-v,--verbose", o.verbose, "more logging");
@@ -75,16 +76,49 @@ SessionParams session_params(const CommonOptions& o) {
   p.type_v = cache_type(o.cache_type_v, "-ctv");
   // flash attention handles every cache type; "off" uses the plain path (f32/f16/bf16 caches only)
   p.flash_attn = o.flash_attn != "off";
+  p.n_copies = o.n_copies;
   LOOM_CHECK(p.flash_attn || (p.type_v != DType::Q8_0), usage, "-ctv q8_0 needs flash attention (-fa on)");
   return p;
 }
 
 void print_devices(const CommonOptions& o) {
-  cpu::CpuDevice cpu;
-  const MemoryInfo m = cpu.memory();
-  fmt::print("{:<8}  {:<6}  {:>10}  {:>10}\n", "NAME", "KIND", "TOTAL MiB", "FREE MiB");
-  fmt::print("{:<8}  {:<6}  {:>10}  {:>10}\n", cpu.name(), device_kind_name(cpu.kind()), m.total >> 20, m.free >> 20);
-  (void)o;
+  RunDevices d = make_run_devices(o);
+  fmt::print("{}", sched::list_devices(d.set.all));
+}
+
+RunDevices make_run_devices(const CommonOptions& o) {
+  RunDevices d;
+  const int threads = o.n_threads > 0 ? o.n_threads : ThreadPool::default_threads();
+  d.set = sched::make_devices(o.sim_devices, threads);
+  d.selected = o.devices.empty() ? d.set.all : sched::select_devices(d.set, o.devices);
+  return d;
+}
+
+PlacementParams placement_params(const CommonOptions& o, const RunDevices& devices) {
+  validate_common(o);
+  PlacementParams p;
+  p.devices = devices.selected;
+  if (o.n_gpu_layers == "all" || o.n_gpu_layers == "auto") {
+    p.n_gpu_layers = -1;
+  } else {
+    p.n_gpu_layers = std::stol(o.n_gpu_layers);
+    LOOM_CHECK(p.n_gpu_layers >= -1, usage, "-ngl {}: must be -1 (all) or more", p.n_gpu_layers);
+  }
+  p.split_mode = o.split_mode;
+  LOOM_CHECK(o.split_mode != "tensor", unsupported, "-sm tensor: tensor parallelism is not available yet");
+  if (!o.tensor_split.empty()) p.tensor_split = parse_tensor_split(o.tensor_split);
+  p.main_gpu = o.main_gpu;
+  p.overrides = o.overrides;
+  p.cpu_moe = o.cpu_moe;
+  return p;
+}
+
+std::unique_ptr<Model> load_model(const CommonOptions& o, const RunDevices& devices, bool need_data) {
+  LOOM_CHECK(!o.model.empty(), usage, "no model given (-m FILE)");
+  ModelLoadOptions lo;
+  lo.need_data = need_data;
+  lo.placement = placement_params(o, devices);
+  return Model::load(o.model, lo);
 }
 
 }  // namespace loom::tools

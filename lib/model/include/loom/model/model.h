@@ -10,6 +10,7 @@
 #include "loom/graph/context.h"
 #include "loom/model/arch.h"
 #include "loom/model/gguf.h"
+#include "loom/model/placement.h"
 #include "loom/model/tokenizer.h"
 
 namespace loom {
@@ -36,7 +37,8 @@ struct LayerWeights {
 };
 
 struct ModelLoadOptions {
-  bool need_data = true;  // false: planning only (header-only files accepted)
+  bool need_data = true;  // false: planning only (header-only files accepted, nothing allocated)
+  PlacementParams placement;  // devices empty: the CPU alone
 };
 
 class Model {
@@ -60,14 +62,27 @@ class Model {
   // "llama 256M Q8_0"-like description used by loom-bench.
   std::string type_name() const;
 
+  const WeightPlacement& placement() const { return placement_; }
+  const std::vector<Device*>& devices() const { return placement_.devices; }
+  int device_of(const Tensor* weight) const;
+  // Bytes of weights each device holds (index as devices()); the CPU's are mapped, not copied.
+  const std::vector<size_t>& device_bytes() const { return device_bytes_; }
+  bool has_data() const { return has_data_; }
+
  private:
   Model() = default;
+  void place(const PlacementParams& p);
   HParams hp_;
   std::unique_ptr<gguf::File> file_;
   std::unique_ptr<Tokenizer> tokenizer_;
   Context weights_;
   size_t n_params_ = 0;
   size_t n_bytes_ = 0;
+  bool has_data_ = false;
+  WeightPlacement placement_;
+  std::vector<size_t> device_bytes_;
+  std::vector<std::unique_ptr<Buffer>> buffers_;  // weights copied to non-CPU devices
+  std::shared_ptr<void> owned_devices_;            // a CPU device when the caller gave none
 };
 
 }  // namespace loom

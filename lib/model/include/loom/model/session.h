@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "loom/model/model.h"
+#include "loom/sched/plan.h"
 
 namespace loom {
 
@@ -21,6 +22,8 @@ struct SessionParams {
   DType type_v = DType::F16;
   bool flash_attn = true;
   bool fusion = true;
+  int n_copies = 1;         // pipeline parallelism: input copies per split (a ring)
+  bool plan_only = false;   // size everything, allocate nothing (also implied by a model without data)
 };
 
 // Bytes a run needs, per device, from planning (not guessing).
@@ -50,6 +53,15 @@ class Session {
   void clear();  // empties the KV cache
 
   const SessionParams& params() const { return params_; }
+
+  // The plan of one worst-case step (a full ubatch over the whole context, or one token),
+  // with the graph it was made for. Plans only.
+  struct StepPlan {
+    std::unique_ptr<Context> ctx;
+    std::unique_ptr<Graph> graph;
+    sched::ExecutionPlan plan;
+  };
+  StepPlan plan_step(bool decode) const;
   std::vector<MemoryBreakdown> memory_breakdown() const;
   Model& model() { return model_; }
 

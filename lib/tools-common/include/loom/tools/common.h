@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "loom/model/model.h"
 #include "loom/model/session.h"
+#include "loom/sched/devices.h"
 
 namespace CLI {
 class App;
@@ -30,6 +32,7 @@ struct CommonOptions {
   std::string cache_type_k = "f16";
   std::string cache_type_v = "f16";
   bool list_devices = false;
+  int n_copies = 1;
   std::string sim_devices;
   bool json = false;
   bool verbose = false;
@@ -43,5 +46,16 @@ void validate_common(const CommonOptions& o);
 SessionParams session_params(const CommonOptions& o);
 // Prints `NAME  KIND  TOTAL MiB  FREE MiB` per device.
 void print_devices(const CommonOptions& o);
+
+// The devices of a run: --sim-devices / LOOM_SIM_DEVICES, then -dev selection (CPU last).
+struct RunDevices {
+  sched::DeviceSet set;
+  std::vector<Device*> selected;
+};
+RunDevices make_run_devices(const CommonOptions& o);
+// -ngl/-sm/-ts/-mg/-ot/-cmoe for Model::load.
+PlacementParams placement_params(const CommonOptions& o, const RunDevices& devices);
+// Model::load with the placement of these options.
+std::unique_ptr<Model> load_model(const CommonOptions& o, const RunDevices& devices, bool need_data = true);
 
 }  // namespace loom::tools

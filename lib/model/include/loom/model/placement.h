@@ -1,0 +1,42 @@
+// Where each weight of a model lives: layers split contiguously across the selected devices
+// (-ngl, -sm, -ts, -mg), the output layer on the last device when every layer is offloaded,
+// token embeddings on the CPU, then -ot / -cmoe overrides by tensor name.
+#pragma once
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "loom/backend/device.h"
+#include "loom/model/arch.h"
+
+namespace loom {
+
+struct Tensor;
+
+struct PlacementParams {
+  std::vector<Device*> devices;    // selected devices, the CPU last (empty: CPU only)
+  int64_t n_gpu_layers = -1;       // -1: all (layers + output); otherwise the last N layers
+  std::string split_mode = "layer";  // none | layer | tensor
+  std::vector<float> tensor_split;   // proportions per non-CPU device (empty: by free memory)
+  int main_gpu = 0;                  // split mode none: the one device used
+  std::vector<std::string> overrides;  // "REGEX=DEVICE[,REGEX=DEVICE...]" (-ot)
+  bool cpu_moe = false;                // -cmoe: every expert tensor on the CPU
+};
+
+struct WeightPlacement {
+  std::vector<Device*> devices;  // every device the run uses, CPU last
+  std::vector<int> layer_device;  // per layer: index into devices (attention, FFN and KV cache)
+  int output_device = 0;          // output_norm and output
+  std::unordered_map<std::string, int> tensor_device;  // every weight by name
+  Device* cpu() const { return devices.back(); }
+};
+
+// Throws usage for bad proportions, unknown device names or regexes.
+WeightPlacement place_weights(const HParams& hp, const std::vector<std::string>& tensor_names,
+                              const PlacementParams& p);
+
+// "3,1" -> {3, 1}; throws usage naming the flag.
+std::vector<float> parse_tensor_split(const std::string& s);
+
+}  // namespace loom

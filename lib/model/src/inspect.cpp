@@ -1,0 +1,52 @@
+// loom-split-inspect's report: the session's memory per device, then the plan of one step.
+#include "loom/model/inspect.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "loom/sched/describe.h"
+
+namespace loom {
+
+std::string inspect_splits(Model& model, const SessionParams& params, bool decode, InspectFormat format) {
+  Session session(model, params);
+  Session::StepPlan step = session.plan_step(decode);
+  const std::vector<MemoryBreakdown> mem = session.memory_breakdown();
+  if (format == InspectFormat::dot) return sched::to_dot(step.plan);
+  if (format == InspectFormat::json) {
+    nlohmann::json j = sched::to_json(step.plan);
+    nlohmann::json devs = nlohmann::json::array();
+    for (const MemoryBreakdown& m : mem)
+      devs.push_back({{"name", m.device},
+                      {"model_bytes", m.model_bytes},
+                      {"context_bytes", m.context_bytes},
+                      {"compute_bytes", m.compute_bytes}});
+    j["devices"] = devs;
+    j["phase"] = decode ? "decode" : "prompt";
+    return j.dump(2) + "\n";
+  }
+  std::string out = fmt::format("{} {} ({} layers), phase {}, n_ctx {}, ubatch {}\n", arch_name(model.hparams().arch),
+                                model.type_name(), model.hparams().n_layer, decode ? "decode" : "prompt",
+                                session.n_ctx(), decode ? 1 : std::min(params.n_ubatch, session.n_ctx()));
+  out += "devices:\n";
+  for (const MemoryBreakdown& m : mem)
+    out += fmt::format("  {:<6}  model {:>10}  context {:>10}  compute {:>10}\n", m.device,
+                       sched::format_bytes(m.model_bytes), sched::format_bytes(m.context_bytes),
+                       sched::format_bytes(m.compute_bytes));
+  // the plan's own device list repeats what the lines above say with more detail: skip it
+  const std::string plan_text = sched::describe(step.plan);
+  size_t pos = 0;
+  bool in_devices = false;
+  while (pos < plan_text.size()) {
+    size_t end = plan_text.find('\n', pos);
+    if (end == std::string::npos) end = plan_text.size();
+    const std::string line = plan_text.substr(pos, end - pos);
+    if (line == "devices:") in_devices = true;
+    else if (!line.empty() && line[0] != ' ') in_devices = false;
+    if (!in_devices) out += line + "\n";
+    pos = end + 1;
+  }
+  return out;
+}
+
+}  // namespace loom

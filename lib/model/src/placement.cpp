@@ -1,0 +1,125 @@
+// Weight placement: contiguous layer ranges per device by proportion, output on the last
+// device when fully offloaded, name-based overrides last (they win).
+#include "loom/model/placement.h"
+
+#include <cmath>
+#include <regex>
+
+#include "loom/core/error.h"
+
+namespace loom {
+
+std::vector<float> parse_tensor_split(const std::string& s) {
+  std::vector<float> out;
+  size_t start = 0;
+  while (start <= s.size() && !s.empty()) {
+    size_t end = s.find_first_of(",/", start);
+    if (end == std::string::npos) end = s.size();
+    const std::string item = s.substr(start, end - start);
+    try {
+      size_t pos = 0;
+      const float v = std::stof(item, &pos);
+      LOOM_CHECK(pos == item.size() && v >= 0 && std::isfinite(v), usage, "");
+      out.push_back(v);
+    } catch (const std::exception&) {
+      fail(ErrorKind::usage, "-ts '{}': expected non-negative numbers separated by commas", s);
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
+namespace {
+
+int device_index(const std::vector<Device*>& devs, const std::string& name) {
+  for (size_t i = 0; i < devs.size(); ++i)
+    if (devs[i]->name() == name) return (int)i;
+  std::string known;
+  for (Device* d : devs) known += (known.empty() ? "" : ", ") + d->name();
+  fail(ErrorKind::usage, "-ot: unknown device '{}' (devices in use: {})", name, known);
+}
+
+}  // namespace
+
+WeightPlacement place_weights(const HParams& hp, const std::vector<std::string>& names, const PlacementParams& p) {
+  WeightPlacement w;
+  w.devices = p.devices;
+  LOOM_CHECK(!w.devices.empty() && w.devices.back()->kind() == DeviceKind::cpu, internal,
+             "device list must end with the CPU");
+  const int cpu = (int)w.devices.size() - 1;
+  std::vector<int> gpus;  // candidate devices for layers
+  for (int i = 0; i < cpu; ++i) gpus.push_back(i);
+  if (p.split_mode == "none" && !gpus.empty()) {
+    LOOM_CHECK(p.main_gpu >= 0 && p.main_gpu < (int)gpus.size(), usage, "-mg {}: only {} devices besides the CPU",
+               p.main_gpu, gpus.size());
+    gpus = {gpus[(size_t)p.main_gpu]};
+  }
+  const int64_t n_layer = hp.n_layer;
+  int64_t n_off = p.n_gpu_layers < 0 ? n_layer + 1 : std::min(p.n_gpu_layers, n_layer + 1);
+  if (gpus.empty()) n_off = 0;
+  const int64_t n_off_layers = std::min(n_off, n_layer);
+  const int64_t first = n_layer - n_off_layers;
+
+  std::vector<float> split = p.tensor_split;
+  if (!gpus.empty()) {
+    if (p.split_mode != "none" && !split.empty())
+      LOOM_CHECK(split.size() == gpus.size(), usage, "-ts has {} values for {} devices", split.size(), gpus.size());
+    if (split.empty() || p.split_mode == "none") {
+      split.clear();
+      for (int g : gpus) split.push_back((float)std::max<size_t>(1, w.devices[(size_t)g]->memory().free >> 20));
+    }
+    float sum = 0;
+    for (float v : split) sum += v;
+    LOOM_CHECK(sum > 0, usage, "-ts: proportions sum to zero");
+    // cumulative boundaries: layer i of the offloaded range goes to the first device whose
+    // cumulative share exceeds i / n_off_layers
+    for (float& v : split) v /= sum;
+    for (size_t i = 1; i < split.size(); ++i) split[i] += split[i - 1];
+  }
+  w.layer_device.assign((size_t)n_layer, cpu);
+  for (int64_t il = first; il < n_layer; ++il) {
+    const float f = (float)(il - first) / (float)n_off_layers;
+    size_t g = 0;
+    while (g + 1 < gpus.size() && f >= split[g] - 1e-6f) ++g;
+    w.layer_device[(size_t)il] = gpus[g];
+  }
+  w.output_device = n_off > n_layer ? (n_layer > 0 ? w.layer_device.back() : gpus.back()) : cpu;
+
+  std::vector<std::pair<std::regex, int>> rules;
+  for (const std::string& list : p.overrides) {
+    size_t start = 0;
+    while (start < list.size()) {
+      size_t end = list.find(',', start);
+      if (end == std::string::npos) end = list.size();
+      const std::string item = list.substr(start, end - start);
+      const size_t eq = item.rfind('=');
+      LOOM_CHECK(eq != std::string::npos && eq > 0, usage, "-ot '{}': expected REGEX=DEVICE", item);
+      try {
+        rules.emplace_back(std::regex(item.substr(0, eq)), device_index(w.devices, item.substr(eq + 1)));
+      } catch (const std::regex_error& e) {
+        fail(ErrorKind::usage, "-ot '{}': bad regular expression: {}", item, e.what());
+      }
+      start = end + 1;
+    }
+  }
+  if (p.cpu_moe) rules.emplace_back(std::regex(R"(blk\.\d+\.ffn_(up|down|gate|gate_up)_(ch|)exps)"), cpu);
+
+  for (const std::string& name : names) {
+    int dev = cpu;
+    if (name.rfind("blk.", 0) == 0) {
+      const int64_t il = std::stoll(name.substr(4));
+      if (il >= 0 && il < n_layer) dev = w.layer_device[(size_t)il];
+    } else if (name.rfind("output", 0) == 0) {
+      dev = w.output_device;
+    }
+    for (const auto& [re, d] : rules)
+      if (std::regex_search(name, re)) {
+        dev = d;
+        break;
+      }
+    w.tensor_device[name] = dev;
+  }
+  return w;
+}
+
+}  // namespace loom

@@ -1,0 +1,66 @@
+// Device registry: building the device list, selecting by name, listing.
+#include "loom/sched/devices.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "loom/cpu/cpu.h"
+#include "loom/sim/sim.h"
+
+namespace loom::sched {
+
+DeviceSet make_devices(const std::string& sim_sizes, int n_threads) {
+  std::string spec = sim_sizes;
+  if (spec.empty())
+    if (const char* env = std::getenv("LOOM_SIM_DEVICES")) spec = env;
+  DeviceSet set;
+  const std::vector<size_t> caps = sim::parse_sim_sizes(spec);
+  for (size_t i = 0; i < caps.size(); ++i)
+    set.owned.push_back(std::make_unique<sim::SimDevice>((int)i, caps[i], n_threads));
+  set.owned.push_back(std::make_unique<cpu::CpuDevice>(n_threads));
+  for (auto& d : set.owned) set.all.push_back(d.get());
+  set.cpu = set.all.back();
+  return set;
+}
+
+std::vector<Device*> select_devices(const DeviceSet& set, std::string_view names) {
+  std::vector<Device*> out;
+  auto available = [&] {
+    std::string s;
+    for (Device* d : set.all) s += (s.empty() ? "" : ", ") + d->name();
+    return s;
+  };
+  size_t start = 0;
+  while (start <= names.size()) {
+    const size_t comma = names.find(',', start);
+    std::string_view name = names.substr(start, comma == names.npos ? names.npos : comma - start);
+    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+    while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+    if (name == "none") {
+      // CPU only: nothing to add
+    } else {
+      Device* found = nullptr;
+      for (Device* d : set.all)
+        if (d->name() == name) found = d;
+      LOOM_CHECK(found, usage, "[-dev] unknown device '{}' (available: {})", name, available());
+      LOOM_CHECK(std::find(out.begin(), out.end(), found) == out.end(), usage, "[-dev] device '{}' listed twice", name);
+      out.push_back(found);
+    }
+    if (comma == names.npos) break;
+    start = comma + 1;
+  }
+  if (set.cpu && std::find(out.begin(), out.end(), set.cpu) == out.end()) out.push_back(set.cpu);
+  return out;
+}
+
+std::string list_devices(std::span<Device* const> devices) {
+  std::string out = "NAME  KIND  TOTAL MiB  FREE MiB\n";
+  for (Device* d : devices) {
+    const MemoryInfo m = d->memory();
+    out += fmt::format("{}  {}  {}  {}\n", d->name(), device_kind_name(d->kind()), m.total / (1024 * 1024),
+                       m.free / (1024 * 1024));
+  }
+  return out;
+}
+
+}  // namespace loom::sched

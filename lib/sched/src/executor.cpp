@@ -1,0 +1,239 @@
+// Executor: compute buffers per device (grown on demand, or an error under
+// LOOM_SCHED_NO_REALLOC=1), binding of plan and caller tensors, and the job loop: each job
+// waits for the events of the jobs it depends on, runs on its device's stream, and records an
+// event when a later job waits for it. compute() ends with every stream synchronized.
+#include "loom/sched/executor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "plan_internal.h"
+
+namespace loom::sched {
+
+namespace {
+
+std::mutex g_registry_mutex;
+std::unordered_set<const Buffer*>& registry() {
+  static std::unordered_set<const Buffer*> buffers;
+  return buffers;
+}
+
+bool no_realloc_env() {
+  const char* v = std::getenv("LOOM_SCHED_NO_REALLOC");
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
+Status from_error(const Error& e) { return Status::error(e.kind(), e.what()); }
+
+// Checks that optimize_graph kept the same nodes with every node after its sources in the list.
+Status check_order(const std::vector<Tensor*>& before, const std::vector<Tensor*>& after, const Device& dev) {
+  std::unordered_map<const Tensor*, size_t> pos;
+  for (size_t i = 0; i < after.size(); ++i) pos.emplace(after[i], i);
+  bool ok = before.size() == after.size() && pos.size() == after.size();
+  for (size_t i = 0; ok && i < before.size(); ++i) ok = pos.count(before[i]) != 0;
+  for (size_t i = 0; ok && i < after.size(); ++i)
+    for (const Tensor* s : after[i]->src)
+      if (s) {
+        const Tensor* r = s->view_src && !pos.count(s) ? s->view_src : s;
+        if (auto it = pos.find(r); it != pos.end() && it->second > i) ok = false;
+      }
+  if (ok) return Status::ok();
+  return Status::error(ErrorKind::internal,
+                       fmt::format("[executor] {} optimize_graph broke a split's node order", dev.name()));
+}
+
+}  // namespace
+
+bool is_compute_buffer(const Buffer* b) {
+  std::lock_guard lock(g_registry_mutex);
+  return registry().count(b) != 0;
+}
+
+Executor::Executor(std::span<Device* const> devices) : devices_(devices.begin(), devices.end()) {
+  buffers_.resize(devices_.size());
+  for (Device* d : devices_) streams_.push_back(d->create_stream());
+}
+
+Executor::~Executor() {
+  for (auto& s : streams_) {
+    try {
+      s->synchronize();
+    } catch (const Error&) {
+    }
+  }
+  streams_.clear();
+  for (size_t d = 0; d < buffers_.size(); ++d) release_buffer((int)d);
+}
+
+size_t Executor::buffer_size(int device) const {
+  const auto& b = buffers_[(size_t)device];
+  return b ? b->size() : 0;
+}
+
+void Executor::release_buffer(int d) {
+  auto& b = buffers_[(size_t)d];
+  if (!b) return;
+  {
+    std::lock_guard lock(g_registry_mutex);
+    registry().erase(b.get());
+  }
+  b.reset();
+}
+
+Status Executor::ensure_buffer(int d, const ExecutionPlan& plan, bool is_reserve) {
+  const DevicePlan& dp = plan.device_plans[(size_t)d];
+  if (dp.graph.n_nodes() == 0 && dp.graph.leafs().empty()) return Status::ok();
+  const size_t need = dp.memory.total;
+  auto& buf = buffers_[(size_t)d];
+  if (buf && buf->size() >= need) return Status::ok();
+  if (buf && !is_reserve && no_realloc_env()) {
+    const alloc::Placement* worst = nullptr;  // the largest tensor reaching past the reserve
+    for (const alloc::Placement& p : dp.memory.placements)
+      if (p.offset + p.size > buf->size() && (!worst || p.size > worst->size)) worst = &p;
+    const Tensor* t = worst ? worst->tensor : nullptr;
+    return Status::error(
+        ErrorKind::out_of_memory,
+        fmt::format("[executor] LOOM_SCHED_NO_REALLOC=1: {} needs a {} byte compute buffer but {} are reserved; "
+                    "tensor '{}' ({} {}, {} bytes at offset {}) grew past the reserve",
+                    devices_[(size_t)d]->name(), need, buf->size(), t ? t->name : "?", t ? op_name(t->op) : "?",
+                    t ? describe(*t) : "", worst ? worst->size : 0, worst ? worst->offset : 0));
+  }
+  const bool had = buf != nullptr;
+  release_buffer(d);  // free first: the peak is the new size, not both
+  std::unique_ptr<Buffer> fresh;
+  if (Status st = devices_[(size_t)d]->buffer_type().alloc(need, fresh); !st)
+    return Status::error(st.kind(), fmt::format("[executor] compute buffer of {} ({} bytes): {}",
+                                                devices_[(size_t)d]->name(), need, st.message()));
+  {
+    std::lock_guard lock(g_registry_mutex);
+    registry().insert(fresh.get());
+  }
+  buf = std::move(fresh);
+  if (had) ++n_reallocs_;
+  bound_plan_ = 0;
+  return Status::ok();
+}
+
+Status Executor::reserve(const Graph& g, const ExecutionPlan& plan) {
+  (void)g;
+  LOOM_CHECK(plan.devices == devices_, usage, "[executor] plan made for other devices");
+  for (size_t d = 0; d < devices_.size(); ++d)
+    if (Status st = ensure_buffer((int)d, plan, true); !st) return st;
+  return Status::ok();
+}
+
+Status Executor::alloc(const Graph& g, const ExecutionPlan& plan) {
+  if (plan.devices != devices_)
+    return Status::error(ErrorKind::usage, "[executor] plan made for other devices than the executor's");
+  if (plan.plan_only)
+    return Status::error(ErrorKind::usage,
+                         "[executor] the plan places weights that have no memory (PlanPolicy::leaf_devices): it can "
+                         "be inspected, not run");
+  if (plan.graph_uid != g.uid())
+    return Status::error(ErrorKind::usage, "[executor] plan made for another graph (uid mismatch)");
+  try {
+    synchronize();  // nothing may still run on buffers about to be rebound or replaced
+  } catch (const Error& e) {
+    return from_error(e);
+  }
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    if (Status st = ensure_buffer((int)d, plan, false); !st) return st;
+    if (buffers_[d])
+      if (Status st = alloc::apply_plan(plan.device_plans[d].memory, *buffers_[d]); !st) return st;
+  }
+  // Plan tensors in creation order: clones take their copy-0 memory, views their root's.
+  std::unordered_map<const Tensor*, const Tensor*> clone_of;
+  for (auto& [orig, cl] : plan.clones) clone_of.emplace(cl, orig);
+  for (Tensor& t : plan.ctx->tensors()) {
+    if (t.view_src) {
+      t.data = t.view_src->data ? static_cast<char*>(t.view_src->data) + t.view_offs : nullptr;
+      t.buffer = t.view_src->buffer;
+    } else if (auto it = clone_of.find(&t); it != clone_of.end()) {
+      t.data = it->second->data;
+      t.buffer = it->second->buffer;
+    }
+  }
+  // Caller tensors: nodes and inputs take their mirror's memory, views their root's.
+  for (auto& [orig, m] : plan.binds) {
+    orig->data = m->data;
+    orig->buffer = m->buffer;
+  }
+  auto bind_view = [](Tensor* t) {
+    if (t->view_src && !detail::has_fixed_memory(t->view_src) && t->view_src->data) {
+      t->data = static_cast<char*>(t->view_src->data) + t->view_offs;
+      t->buffer = t->view_src->buffer;
+    }
+  };
+  for (Tensor* t : g.leafs()) bind_view(t);
+  for (Tensor* t : g.nodes()) bind_view(t);
+  // The per-split optimize_graph hook, on copies of the plan's node lists.
+  run_nodes_.assign((size_t)plan.n_copies, {});
+  for (int c = 0; c < plan.n_copies; ++c)
+    for (const Split& s : plan.splits) {
+      std::vector<Tensor*> list = s.nodes[(size_t)c];
+      streams_[(size_t)s.device]->optimize_graph(list);
+      if (Status st = check_order(s.nodes[(size_t)c], list, *devices_[(size_t)s.device]); !st) return st;
+      run_nodes_[(size_t)c].push_back(std::move(list));
+    }
+  bound_plan_ = plan.uid;
+  return Status::ok();
+}
+
+void Executor::synchronize() {
+  for (auto& s : streams_) s->synchronize();
+}
+
+Status Executor::compute(const Graph& g, const ExecutionPlan& plan) {
+  if (bound_plan_ != plan.uid) {
+    if (Status st = alloc(g, plan); !st) return st;
+    for (const LeafPlan& l : plan.leafs)
+      if (l.cause == Cause::input)
+        return Status::error(ErrorKind::usage,
+                             fmt::format("[executor] input '{}' got its memory just now: call alloc(), fill the "
+                                         "inputs, then compute()",
+                                         l.tensor->name));
+  }
+  const size_t slot = (size_t)(n_computes_++ % (uint64_t)plan.n_copies);
+  std::vector<std::unique_ptr<Event>> events(plan.jobs.size());
+  Status result;
+  try {
+    run_jobs(plan, slot, events, result);
+  } catch (const Error& e) {
+    result = from_error(e);
+  }
+  for (auto& s : streams_) {
+    try {
+      s->synchronize();
+    } catch (const Error& e) {
+      if (result) result = from_error(e);
+    }
+  }
+  return result;
+}
+
+void Executor::run_jobs(const ExecutionPlan& plan, size_t slot, std::vector<std::unique_ptr<Event>>& events,
+                        Status& result) {
+  for (size_t j = 0; j < plan.jobs.size() && result; ++j) {
+    const Job& job = plan.jobs[j];
+    Stream& stream = *streams_[(size_t)job.device];
+    for (int w : job.waits)
+      if (events[(size_t)w]) stream.wait(*events[(size_t)w]);  // none: that stream had finished it
+    if (job.kind == JobKind::copy) {
+      const CopyPlan& cp = plan.copies[(size_t)job.index];
+      result = stream.copy(cp.source, cp.ring[slot]);
+    } else {
+      const std::vector<Tensor*>& nodes = run_nodes_[slot][(size_t)job.index];
+      result = stream.compute(plan.device_plans[(size_t)job.device].graph, nodes);
+    }
+    if (result && job.signals) {
+      events[j] = stream.record();
+      if (!events[j]) stream.synchronize();  // a stream without events: finish now
+    }
+  }
+}
+
+}  // namespace loom::sched
