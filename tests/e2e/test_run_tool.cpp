@@ -1,6 +1,8 @@
 // loom-run as a user runs it: a tiny model made by loom-gguf, greedy determinism across thread
 // counts, seeded sampling, the loom_perf lines, --json, perplexity, and bad input exit codes.
 #include <gtest/gtest.h>
+
+#include "tool_runner.h"
 #include <nlohmann/json.hpp>
 
 #include <array>
@@ -16,28 +18,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int rc = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-
-Result run(const std::string& args) {
-  const fs::path dir = fs::temp_directory_path() / "loom-e2e-run";
-  fs::create_directories(dir);
-  const std::string err_path = (dir / "stderr.txt").string();
-  const std::string cmd = std::string(LOOM_BIN_DIR) + "/" + args + " 2>" + err_path;
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream e(err_path);
-  r.err.assign(std::istreambuf_iterator<char>(e), {});
-  return r;
-}
+using Result = loom::test::ToolResult;
+inline Result run(const std::string& args) { return loom::test::run_tool(args); }
 
 class RunTool : public ::testing::Test {
  protected:

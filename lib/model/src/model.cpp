@@ -114,13 +114,13 @@ void Model::place(const PlacementParams& params) {
       continue;
     }
     const BufferType& bt = placement_.devices[d]->buffer_type();
-    device_bytes_[d] = alloc::tensors_size(per_device[d], bt);
-    if (!has_data_ || per_device[d].empty()) continue;
-    std::vector<const void*> src;
+    std::vector<const void*> src;  // the mapped bytes, uploaded below
     for (Tensor* t : per_device[d]) {
       src.push_back(t->data);
-      t->data = nullptr;
+      t->data = nullptr;  // alloc_tensors places tensors without memory
     }
+    device_bytes_[d] = alloc::tensors_size(per_device[d], bt);
+    if (!has_data_ || per_device[d].empty()) continue;
     Status st = alloc::alloc_tensors(per_device[d], bt, buffers_);
     LOOM_CHECK(st.is_ok(), out_of_memory, "{}: cannot place {} of weights on {}: {}", file_->path(),
                fmt::format("{:.2f} MiB", (double)device_bytes_[d] / (1 << 20)), placement_.devices[d]->name(),

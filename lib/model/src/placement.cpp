@@ -76,14 +76,17 @@ WeightPlacement place_weights(const HParams& hp, const std::vector<std::string>&
     for (float& v : split) v /= sum;
     for (size_t i = 1; i < split.size(); ++i) split[i] += split[i - 1];
   }
-  w.layer_device.assign((size_t)n_layer, cpu);
-  for (int64_t il = first; il < n_layer; ++il) {
-    const float f = (float)(il - first) / (float)n_off_layers;
+  // Units split by proportion: the offloaded layers, plus the output layer as one more unit
+  // when everything is offloaded (as llama.cpp counts it).
+  auto device_for_unit = [&](int64_t unit) {
+    const float f = (float)unit / (float)n_off;
     size_t g = 0;
     while (g + 1 < gpus.size() && f >= split[g] - 1e-6f) ++g;
-    w.layer_device[(size_t)il] = gpus[g];
-  }
-  w.output_device = n_off > n_layer ? (n_layer > 0 ? w.layer_device.back() : gpus.back()) : cpu;
+    return gpus[g];
+  };
+  w.layer_device.assign((size_t)n_layer, cpu);
+  for (int64_t il = first; il < n_layer; ++il) w.layer_device[(size_t)il] = device_for_unit(il - first);
+  w.output_device = n_off > n_layer ? device_for_unit(n_off_layers) : cpu;
 
   std::vector<std::pair<std::regex, int>> rules;
   for (const std::string& list : p.overrides) {
