@@ -1,6 +1,7 @@
 // loom-run as a user runs it: a tiny model made by loom-gguf, greedy determinism across thread
 // counts, seeded sampling, the loom_perf lines, --json, perplexity, and bad input exit codes.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "tool_runner.h"
 #include <nlohmann/json.hpp>
@@ -24,7 +25,8 @@ inline Result run(const std::string& args) { return loom::test::run_tool(args); 
 class RunTool : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = fs::temp_directory_path() / "loom-e2e-run";
+    // per process: ctest runs each test in its own process, several at once
+    dir_ = fs::temp_directory_path() / ("loom-e2e-run-" + std::to_string(getpid()));
     fs::create_directories(dir_);
     for (const char* arch : {"llama", "qwen2", "qwen3", "qwen3moe"}) {
       const std::string m = model(arch);

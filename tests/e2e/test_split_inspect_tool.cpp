@@ -1,6 +1,7 @@
 // loom-split-inspect as a user runs it: text, --json and --dot on a tiny model split over
 // simulated devices, and a header-only llama-70b planned without reading any tensor data.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -15,7 +16,7 @@ using loom::test::run_tool;
 namespace fs = std::filesystem;
 
 fs::path work_dir() {
-  fs::path d = fs::temp_directory_path() / "loom-e2e-split";
+  fs::path d = fs::temp_directory_path() / ("loom-e2e-split-" + std::to_string(getpid()));
   fs::create_directories(d);
   return d;
 }

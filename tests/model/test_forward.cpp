@@ -2,6 +2,7 @@
 // the weights (dequantized with the dtype table), no engine ops. Covers every architecture,
 // decode with the KV cache against full recomputation, and quantized weights.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -158,7 +159,7 @@ std::string make_model(Arch arch, DType type, const std::string& tag) {
   o.hparams = preset_hparams(arch, "tiny");
   o.type = type;
   o.seed = 7;
-  o.output = (std::filesystem::temp_directory_path() / ("loom-fwd-" + tag + ".gguf")).string();
+  o.output = (std::filesystem::temp_directory_path() / ("loom-fwd-" + std::to_string(getpid()) + "-" + tag + ".gguf")).string();
   make_random_model(o);
   return o.output;
 }

@@ -2,6 +2,7 @@
 // pipeline copies) give the same logits as the CPU alone; worst-case reserve means no
 // reallocation later; a model that does not fit fails cleanly naming the device.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -18,7 +19,7 @@ std::string make_model(Arch arch, const std::string& tag) {
   NewModelOptions o;
   o.hparams = preset_hparams(arch, "tiny");
   o.seed = 11;
-  o.output = (std::filesystem::temp_directory_path() / ("loom-md-" + tag + ".gguf")).string();
+  o.output = (std::filesystem::temp_directory_path() / ("loom-md-" + std::to_string(getpid()) + "-" + tag + ".gguf")).string();
   make_random_model(o);
   return o.output;
 }
