@@ -25,6 +25,9 @@ endfunction()
 # loom_tool(NAME) : tools/<name>/*.cpp -> bin/loom-<name>
 function(loom_tool name)
   file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${name}/*.cpp)
+  if(NOT srcs)
+    return()  # a tool folder still being written
+  endif()
   add_executable(loom-${name} ${srcs})
   target_link_libraries(loom-${name} PRIVATE loom_tools_common)
   loom_warnings(loom-${name})
