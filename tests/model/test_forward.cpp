@@ -249,3 +249,30 @@ TEST(ForwardDecode, ContextOverflowIsRefused) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// -ctk/-ctv q8_0 and f16: the cache's own rounding is the only difference from the reference.
+TEST(ForwardCache, QuantizedAndHalfCachesStayCloseToTheReference) {
+  const std::string path = make_model(Arch::qwen3, DType::F32, "cache-types");
+  auto model = Model::load(path);
+  std::vector<Vec> want = reference_forward(*model, kTokens);
+  for (DType t : {DType::F16, DType::BF16, DType::Q8_0})
+    for (bool flash : {true, false}) {
+      SessionParams sp;
+      sp.n_ctx = 64;
+      sp.n_ubatch = 4;
+      sp.type_k = sp.type_v = t;
+      sp.flash_attn = flash;
+      Session s(*model, sp);
+      s.decode(kTokens, true);
+      for (size_t i = 0; i < kTokens.size(); ++i)
+        EXPECT_LT(rel_err(s.logits((int64_t)i), want[i]), t == DType::F16 ? 5e-3 : 3e-2)
+            << dtype_name(t) << (flash ? " flash" : " plain") << " token " << i;
+    }
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace loom

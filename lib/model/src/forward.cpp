@@ -35,6 +35,9 @@ Tensor* attention(Context& c, const HParams& hp, Tensor* q, Tensor* k_cache, Ten
   // cache views {hd, n_kv, n_head_kv}: one row per position, heads side by side in a row
   Tensor* k = view_3d(c, k_cache, hd, n_kv, hp.n_head_kv, k_cache->nb[1], row_size(k_cache->type, hd), 0);
   Tensor* v = view_3d(c, v_cache, hd, n_kv, hp.n_head_kv, v_cache->nb[1], row_size(v_cache->type, hd), 0);
+  // a quantized cache (-ctk/-ctv q8_0) is read through an F16 copy of the attended rows
+  if (dtype_info(k->type).is_quantized) k = cpy(c, k, c.new_tensor(DType::F16, {hd, n_kv, hp.n_head_kv}));
+  if (dtype_info(v->type).is_quantized) v = cpy(c, v, c.new_tensor(DType::F16, {hd, n_kv, hp.n_head_kv}));
   Tensor* qp = permute(c, q, 0, 2, 1, 3);  // {hd, T, n_head}
   if (s.flash_attn) {
     Tensor* o = flash_attn_ext(c, qp, k, v, mask, scale);  // {hd, n_head, T}
@@ -48,7 +51,7 @@ Tensor* attention(Context& c, const HParams& hp, Tensor* q, Tensor* k_cache, Ten
   return reshape(c, o, {hd * hp.n_head, T});
 }
 
-Tensor* moe_ffn(Context& c, const HParams& hp, const LayerWeights& l, Tensor* x, int64_t T) {
+Tensor* moe_ffn(Context& c, const HParams& hp, const LayerWeights& l, Tensor* x, int64_t T, ForwardInputs& in) {
   const int64_t k = hp.n_expert_used;
   Tensor* router = mul_mat(c, l.ffn_gate_inp, x);                        // {n_expert, T}
   Tensor* probs = soft_max(c, router, nullptr, 1.0f);
@@ -56,6 +59,7 @@ Tensor* moe_ffn(Context& c, const HParams& hp, const LayerWeights& l, Tensor* x,
   Tensor* w = get_rows(c, reshape(c, probs, {1, hp.n_expert, T}), ids);  // {1, k, T}
   Tensor* w_sum = sum_rows(c, reshape(c, w, {k, T}));                    // {1, T}
   w = div(c, w, reshape(c, w_sum, {1, 1, T}));                           // renormalize the k weights
+  in.expand_first.push_back(w);
   Tensor* xe = reshape(c, x, {hp.n_embd, 1, T});
   Tensor* g = mul_mat_id(c, l.ffn_gate_exps, xe, ids);  // {n_ff_exp, k, T}
   Tensor* u = mul_mat_id(c, l.ffn_up_exps, xe, ids);
@@ -119,7 +123,7 @@ ForwardInputs build_forward(Context& c, const Model& model, const KvCache& kv, c
     cur->name = fmt::format("blk.{}.ffn_norm-out", il);
     const int64_t t_out = ffn_in->ne[1];
     if (l.ffn_gate_inp) {
-      cur = moe_ffn(c, hp, l, cur, t_out);
+      cur = moe_ffn(c, hp, l, cur, t_out, in);
     } else {
       cur = mul_mat(c, l.ffn_down, swiglu(c, mul_mat(c, l.ffn_gate, cur), mul_mat(c, l.ffn_up, cur)));
     }
@@ -136,6 +140,11 @@ ForwardInputs build_forward(Context& c, const Model& model, const KvCache& kv, c
   in.logits->flags |= kFlagOutput;
   name_unnamed(c, first_tensor, "output");
   return in;
+}
+
+void build_graph(Graph& g, const ForwardInputs& in) {
+  for (Tensor* t : in.expand_first) g.build_forward(t);
+  g.build_forward(in.logits);
 }
 
 }  // namespace loom

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "loom/graph/context.h"
+#include "loom/graph/graph.h"
 #include "loom/model/model.h"
 
 namespace loom {
@@ -19,7 +20,13 @@ struct ForwardInputs {
   Tensor* mask = nullptr;       // F32 {n_kv, T}
   Tensor* out_rows = nullptr;   // I32 {n_out}: rows whose logits are computed (nullptr: all)
   Tensor* logits = nullptr;     // F32 {n_vocab, n_out}: the output
+  // Visited before the logits when building the graph, so that groups a backend fuses stay
+  // consecutive in node order (the MoE router's softmax -> top-k -> weights of each layer).
+  std::vector<Tensor*> expand_first;
 };
+
+// The graph of one step: expand_first in order, then everything the logits need.
+void build_graph(Graph& g, const ForwardInputs& in);
 
 struct ForwardShape {
   int64_t n_tokens = 1;

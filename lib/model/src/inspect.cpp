@@ -2,11 +2,33 @@
 #include "loom/model/inspect.h"
 
 #include <fmt/format.h>
+
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "loom/graph/fusion.h"
 #include "loom/sched/describe.h"
 
 namespace loom {
+
+namespace {
+// Fused groups each split's device would run (the same matcher the CPU backend uses).
+nlohmann::json fused_groups(const sched::ExecutionPlan& plan) {
+  nlohmann::json out = nlohmann::json::array();
+  if (std::getenv("LOOM_DISABLE_FUSION")) return out;
+  for (const sched::Split& s : plan.splits) {
+    if (s.nodes.empty()) continue;
+    const Graph& g = plan.device_plans[(size_t)s.device].graph;
+    for (const FusedGroup& f : find_fusions(g, s.nodes[0])) {
+      nlohmann::json names = nlohmann::json::array();
+      for (const Tensor* t : f.nodes) names.push_back(t->name);
+      out.push_back({{"split", s.id}, {"device", plan.devices[(size_t)s.device]->name()},
+                     {"kind", fusion_name(f.kind)}, {"nodes", names}});
+    }
+  }
+  return out;
+}
+}  // namespace
 
 std::string inspect_splits(Model& model, const SessionParams& params, bool decode, InspectFormat format) {
   Session session(model, params);
@@ -23,12 +45,14 @@ std::string inspect_splits(Model& model, const SessionParams& params, bool decod
                       {"compute_bytes", m.compute_bytes}});
     j["devices"] = devs;
     j["phase"] = decode ? "decode" : "prompt";
+    j["fused"] = fused_groups(step.plan);
     return j.dump(2) + "\n";
   }
   std::string out = fmt::format("{} {} ({} layers), phase {}, n_ctx {}, ubatch {}\n", arch_name(model.hparams().arch),
                                 model.type_name(), model.hparams().n_layer, decode ? "decode" : "prompt",
                                 session.n_ctx(), decode ? 1 : std::min(params.n_ubatch, session.n_ctx()));
   out += "devices:\n";
+  const nlohmann::json fused = fused_groups(step.plan);
   for (const MemoryBreakdown& m : mem)
     out += fmt::format("  {:<6}  model {:>10}  context {:>10}  compute {:>10}\n", m.device,
                        sched::format_bytes(m.model_bytes), sched::format_bytes(m.context_bytes),
@@ -46,6 +70,10 @@ std::string inspect_splits(Model& model, const SessionParams& params, bool decod
     if (!in_devices) out += line + "\n";
     pos = end + 1;
   }
+  out += fmt::format("fused groups: {}\n", fused.size());
+  for (const auto& f : fused)
+    out += fmt::format("  {}  split {}  {}  {} nodes\n", f["kind"].get<std::string>(), f["split"].get<int>(),
+                       f["device"].get<std::string>(), f["nodes"].size());
   return out;
 }
 

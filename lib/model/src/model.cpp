@@ -132,6 +132,11 @@ void Model::place(const PlacementParams& params) {
   }
 }
 
+void Model::set_placement(const PlacementParams& p) {
+  LOOM_CHECK(!has_data_, usage, "set_placement: only a model without data (planning) can be placed again");
+  place(p);
+}
+
 int Model::device_of(const Tensor* weight) const {
   auto it = placement_.tensor_device.find(weight->name);
   return it == placement_.tensor_device.end() ? (int)placement_.devices.size() - 1 : it->second;

@@ -97,7 +97,7 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
     Context ctx;
     ForwardInputs in = build_forward(ctx, model_, im.kv, shape);
     Graph g;
-    g.build_forward(in.logits);
+    build_graph(g, in);
     sched::ExecutionPlan plan = sched::plan(g, im.devices, im.policy);
     for (size_t d = 0; d < im.devices.size(); ++d)
       im.compute_bytes[d] = std::max(im.compute_bytes[d], plan.compute_bytes((int)d));
@@ -117,7 +117,7 @@ Session::StepPlan Session::plan_step(bool decode) const {
   sp.ctx = std::make_unique<Context>();
   ForwardInputs in = build_forward(*sp.ctx, model_, im.kv, ForwardShape{ub, params_.n_ctx, ub, params_.flash_attn});
   sp.graph = std::make_unique<Graph>();
-  sp.graph->build_forward(in.logits);
+  build_graph(*sp.graph, in);
   sp.plan = sched::plan(*sp.graph, im.devices, im.policy);
   return sp;
 }
@@ -149,7 +149,7 @@ void Session::decode(std::span<const int32_t> tokens, bool all_logits) {
     Context ctx;
     ForwardInputs in = build_forward(ctx, model_, im.kv, shape);
     Graph g;
-    g.build_forward(in.logits);
+    build_graph(g, in);
     sched::ExecutionPlan plan = sched::plan(g, im.devices, im.policy);
     im.exec->alloc(g, plan).throw_if_error();
 

@@ -77,7 +77,6 @@ SessionParams session_params(const CommonOptions& o) {
   // flash attention handles every cache type; "off" uses the plain path (f32/f16/bf16 caches only)
   p.flash_attn = o.flash_attn != "off";
   p.n_copies = o.n_copies;
-  LOOM_CHECK(p.flash_attn || (p.type_v != DType::Q8_0), usage, "-ctv q8_0 needs flash attention (-fa on)");
   return p;
 }
 

@@ -1,15 +1,19 @@
 // CPU device, host buffers, and the graph loop (all threads walk the nodes together, with a
-// barrier after each node).
+// barrier after each node; a fused group from find_fusions runs as one kernel at its first node
+// unless LOOM_DISABLE_FUSION=1).
 #include "loom/cpu/cpu.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "cpu_fused.h"
 #include "dispatch.h"
 #include "loom/graph/context.h"
+#include "loom/graph/fusion.h"
 
 namespace loom::cpu {
 
@@ -46,6 +50,30 @@ class CpuStream final : public Stream {
 };
 
 size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+// LOOM_DISABLE_FUSION set to anything but "" or "0" runs every node on its own.
+bool fusion_enabled() {
+  const char* v = std::getenv("LOOM_DISABLE_FUSION");
+  return !v || !*v || std::strcmp(v, "0") == 0;
+}
+
+// find_fusions of the last node list this thread computed (same graph uid and same nodes):
+// a graph computed again and again is matched once. Whether each group may run fused (types,
+// memory overlaps) is still decided on every call.
+const std::vector<FusedGroup>& fusions_of(const Graph& graph, std::span<Tensor* const> nodes) {
+  struct Cache {
+    uint64_t uid = 0;
+    std::vector<Tensor*> nodes;
+    std::vector<FusedGroup> groups;
+  };
+  thread_local Cache cache;
+  if (cache.uid != graph.uid() || !std::equal(nodes.begin(), nodes.end(), cache.nodes.begin(), cache.nodes.end())) {
+    cache.uid = graph.uid();
+    cache.nodes.assign(nodes.begin(), nodes.end());
+    cache.groups = find_fusions(graph, nodes);
+  }
+  return cache.groups;
+}
 
 }  // namespace
 
@@ -100,18 +128,32 @@ void compute_nodes(const Graph& graph, std::span<Tensor* const> nodes, ThreadPoo
     LOOM_CHECK(n->data || n->nelements() == 0, internal, "node '{}' ({}) has no memory", n->name, op_name(n->op));
     wsize = std::max(wsize, work_size(n, nth));
   }
+  std::vector<const FusedGroup*> groups;
+  if (fusion_enabled())
+    for (const FusedGroup& g : fusions_of(graph, nodes))
+      if (fused_supported(g)) {
+        groups.push_back(&g);
+        wsize = std::max(wsize, work_size_fused(g, nth));
+      }
   std::vector<uint8_t> work(wsize + 64);
   void* wdata = work.data();
   pool.run([&](int ith, int n_threads) {
     KernelArgs args{ith, n_threads, wdata, wsize, n_threads > 1 ? &pool : nullptr};
-    for (Tensor* n : nodes) {
+    size_t next_group = 0;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (next_group < groups.size() && groups[next_group]->first == i) {
+        compute_fused(args, *groups[next_group]);
+        args.barrier();
+        i = groups[next_group++]->last;
+        continue;
+      }
+      Tensor* n = nodes[i];
       const OpInfo& info = op_info(n->op);
       if (info.is_view || n->op == OpKind::NONE || n->nelements() == 0) continue;
       compute_node(args, n);
       args.barrier();
     }
   });
-  (void)graph;
 }
 
 void compute_graph(const Graph& graph, ThreadPool& pool) {

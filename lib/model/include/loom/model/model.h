@@ -68,6 +68,8 @@ class Model {
   // Bytes of weights each device holds (index as devices()); the CPU's are mapped, not copied.
   const std::vector<size_t>& device_bytes() const { return device_bytes_; }
   bool has_data() const { return has_data_; }
+  // Planning only (a model without data): places the weights again for other params.
+  void set_placement(const PlacementParams& p);
 
  private:
   Model() = default;

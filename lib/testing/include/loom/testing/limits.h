@@ -1,0 +1,27 @@
+// This machine's limits, measured with all threads: FP32 FMA peak (AVX-512F or AVX2+FMA loop,
+// chosen at run time), int8 dot-product peak (AVX-512 VNNI or AVX-VNNI, when present) and read
+// bandwidth over a buffer far larger than the caches. The bar for kernels (docs/PERFORMANCE.md).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace loom::testing {
+
+struct MachineLimits {
+  std::string cpu;               // model name from /proc/cpuinfo
+  int threads = 1;
+  std::string fma_isa;           // "avx512f", "avx2+fma" or "scalar"
+  double fp32_gflops = 0.0;
+  std::string int8_isa;          // "avx512vnni", "avxvnni" or "" (none: int8_gops is 0)
+  double int8_gops = 0.0;        // multiply-adds count 2 ops
+  size_t read_bytes = 0;         // buffer size of the bandwidth test
+  double read_gbps = 0.0;        // 1e9 bytes per second
+};
+
+// n_threads <= 0: all hardware threads. Each test runs 3 times for `seconds` and keeps the best.
+MachineLimits measure_limits(int n_threads = 0, double seconds = 0.3, size_t read_bytes = size_t(512) << 20);
+std::string limits_text(const MachineLimits& m);
+std::string limits_json(const MachineLimits& m);
+
+}  // namespace loom::testing

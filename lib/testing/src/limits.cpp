@@ -1,0 +1,276 @@
+// Machine limits: FMA and VNNI throughput loops (12 independent accumulators, more than latency
+// x ports, so the loop is bound by issue rate) compiled per ISA with target attributes and picked
+// with __builtin_cpu_supports, and a multi-threaded read of a large buffer. Best of 3 runs.
+#include "loom/testing/limits.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "loom/core/error.h"
+#include "loom/core/thread_pool.h"
+
+namespace loom::testing {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int64_t kChunk = 1 << 16;  // loop iterations between clock checks
+
+std::atomic<uint64_t> g_sink{0};  // keeps results alive
+
+// ---- FP32 FMA ------------------------------------------------------------------------------------
+// Each call runs `iters` iterations of 12 FMAs on independent registers; returns FLOPs.
+
+__attribute__((target("avx512f"))) double fma_avx512(int64_t iters) {
+  __m512 a[12];
+  for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_ps(1.0f + 0.01f * (float)j);
+  const __m512 m = _mm512_set1_ps(0.9999999f), c = _mm512_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < 12; ++j) a[j] = _mm512_fmadd_ps(a[j], m, c);
+  __m512 s = a[0];
+  for (int j = 1; j < 12; ++j) s = _mm512_add_ps(s, a[j]);
+  float out[16];
+  _mm512_storeu_ps(out, s);
+  g_sink += (uint64_t)out[0];
+  return (double)iters * 12 * 16 * 2;
+}
+
+__attribute__((target("avx2,fma"))) double fma_avx2(int64_t iters) {
+  __m256 a[12];
+  for (int j = 0; j < 12; ++j) a[j] = _mm256_set1_ps(1.0f + 0.01f * (float)j);
+  const __m256 m = _mm256_set1_ps(0.9999999f), c = _mm256_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < 12; ++j) a[j] = _mm256_fmadd_ps(a[j], m, c);
+  __m256 s = a[0];
+  for (int j = 1; j < 12; ++j) s = _mm256_add_ps(s, a[j]);
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  g_sink += (uint64_t)out[0];
+  return (double)iters * 12 * 8 * 2;
+}
+
+double fma_scalar(int64_t iters) {
+  float a[12];
+  for (int j = 0; j < 12; ++j) a[j] = 1.0f + 0.01f * (float)j;
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < 12; ++j) a[j] = a[j] * 0.9999999f + 1e-7f;
+  g_sink += (uint64_t)a[0];
+  return (double)iters * 12 * 2;
+}
+
+// ---- int8 dot products (u8 x s8, 4 products summed into each i32 lane) ----------------------------
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) double vnni_avx512(int64_t iters) {
+  __m512i a[12];
+  for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_epi32(j);
+  const __m512i x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(-2);
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < 12; ++j) a[j] = _mm512_dpbusd_epi32(a[j], x, y);
+  __m512i s = a[0];
+  for (int j = 1; j < 12; ++j) s = _mm512_add_epi32(s, a[j]);
+  int32_t out[16];
+  _mm512_storeu_si512(out, s);
+  g_sink += (uint64_t)(uint32_t)out[0];
+  return (double)iters * 12 * 64 * 2;
+}
+
+__attribute__((target("avx2,avxvnni"))) double vnni_avx2(int64_t iters) {
+  __m256i a[12];
+  for (int j = 0; j < 12; ++j) a[j] = _mm256_set1_epi32(j);
+  const __m256i x = _mm256_set1_epi8(3), y = _mm256_set1_epi8(-2);
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < 12; ++j) a[j] = _mm256_dpbusd_avx_epi32(a[j], x, y);
+  __m256i s = a[0];
+  for (int j = 1; j < 12; ++j) s = _mm256_add_epi32(s, a[j]);
+  g_sink += (uint64_t)_mm256_extract_epi32(s, 0);
+  return (double)iters * 12 * 32 * 2;
+}
+
+// ---- memory reads ------------------------------------------------------------------------------
+// Sums 64-bit words of [p, p + n) with several accumulators; returns the bytes read.
+
+__attribute__((target("avx512f"))) void read_avx512(const char* p, size_t n) {
+  __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+  for (size_t i = 0; i + 256 <= n; i += 256) {
+    s0 = _mm512_add_epi64(s0, _mm512_load_si512(p + i));
+    s1 = _mm512_add_epi64(s1, _mm512_load_si512(p + i + 64));
+    s2 = _mm512_add_epi64(s2, _mm512_load_si512(p + i + 128));
+    s3 = _mm512_add_epi64(s3, _mm512_load_si512(p + i + 192));
+  }
+  uint64_t out[8];
+  _mm512_storeu_si512(out, _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+  g_sink += out[0];
+}
+
+__attribute__((target("avx2"))) void read_avx2(const char* p, size_t n) {
+  __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+  for (size_t i = 0; i + 128 <= n; i += 128) {
+    s0 = _mm256_add_epi64(s0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    s1 = _mm256_add_epi64(s1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    s2 = _mm256_add_epi64(s2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    s3 = _mm256_add_epi64(s3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  const __m256i s = _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3));
+  g_sink += (uint64_t)_mm256_extract_epi64(s, 0);
+}
+
+void read_scalar(const char* p, size_t n) {
+  uint64_t s = 0;
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    uint64_t v;
+    std::memcpy(&v, p + i, 8);
+    s += v;
+  }
+  g_sink += s;
+}
+
+// Runs work(ith) on n threads started together; returns wall seconds until all finished.
+double run_threads(int n, const std::function<void(int)>& work) {
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < n; ++t)
+    threads.emplace_back([&, t] {
+      ++ready;
+      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      work(t);
+    });
+  while (ready.load() < n) std::this_thread::yield();
+  const auto t0 = Clock::now();
+  go.store(true, std::memory_order_release);
+  for (auto& th : threads) th.join();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Ops per second of kernel(iters) on n threads for about `seconds`, best of 3.
+double peak(int n, double seconds, double (*kernel)(int64_t)) {
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<double> ops((size_t)n, 0.0);
+    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+    const double wall = run_threads(n, [&](int t) {
+      do ops[(size_t)t] += kernel(kChunk);
+      while (Clock::now() < deadline);
+    });
+    double total = 0;
+    for (double o : ops) total += o;
+    best = std::max(best, total / wall);
+  }
+  return best;
+}
+
+double read_bandwidth(int n, double seconds, size_t bytes) {
+  void (*reader)(const char*, size_t) = __builtin_cpu_supports("avx512f") ? read_avx512
+                                        : __builtin_cpu_supports("avx2")  ? read_avx2
+                                                                          : read_scalar;
+  constexpr size_t kBlock = size_t(1) << 20;
+  bytes = std::max(bytes / kBlock, (size_t)n) * kBlock;
+  char* buf = static_cast<char*>(std::aligned_alloc(4096, bytes));
+  LOOM_CHECK(buf, out_of_memory, "[limits] cannot allocate {} bytes for the bandwidth test", bytes);
+  const size_t blocks = bytes / kBlock;
+  auto slice = [&](int t, size_t& b0, size_t& b1) {
+    b0 = blocks * (size_t)t / (size_t)n;
+    b1 = blocks * (size_t)(t + 1) / (size_t)n;
+  };
+  run_threads(n, [&](int t) {  // first touch by the thread that reads it
+    size_t b0, b1;
+    slice(t, b0, b1);
+    std::memset(buf + b0 * kBlock, t + 1, (b1 - b0) * kBlock);
+  });
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<double> read((size_t)n, 0.0);
+    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+    const double wall = run_threads(n, [&](int t) {
+      size_t b0, b1;
+      slice(t, b0, b1);
+      do {
+        for (size_t b = b0; b < b1; ++b) reader(buf + b * kBlock, kBlock);
+        read[(size_t)t] += (double)((b1 - b0) * kBlock);
+      } while (Clock::now() < deadline);
+    });
+    double total = 0;
+    for (double r : read) total += r;
+    best = std::max(best, total / wall);
+  }
+  std::free(buf);
+  return best;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      return colon == std::string::npos ? line : line.substr(colon + 2);
+    }
+  return "unknown";
+}
+
+}  // namespace
+
+MachineLimits measure_limits(int n_threads, double seconds, size_t read_bytes) {
+  MachineLimits m;
+  m.cpu = cpu_model();
+  m.threads = n_threads > 0 ? n_threads : ThreadPool::default_threads();
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) {
+    m.fma_isa = "avx512f";
+    m.fp32_gflops = peak(m.threads, seconds, fma_avx512) / 1e9;
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    m.fma_isa = "avx2+fma";
+    m.fp32_gflops = peak(m.threads, seconds, fma_avx2) / 1e9;
+  } else {
+    m.fma_isa = "scalar";
+    m.fp32_gflops = peak(m.threads, seconds, fma_scalar) / 1e9;
+  }
+  if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) {
+    m.int8_isa = "avx512vnni";
+    m.int8_gops = peak(m.threads, seconds, vnni_avx512) / 1e9;
+  } else if (__builtin_cpu_supports("avxvnni")) {
+    m.int8_isa = "avxvnni";
+    m.int8_gops = peak(m.threads, seconds, vnni_avx2) / 1e9;
+  }
+  m.read_bytes = read_bytes;
+  m.read_gbps = read_bandwidth(m.threads, seconds, read_bytes) / 1e9;
+  return m;
+}
+
+std::string limits_text(const MachineLimits& m) {
+  std::string s = fmt::format("machine limits: {}, {} threads\n", m.cpu, m.threads);
+  s += fmt::format("  {:<32}{:>10.2f} GFLOPS\n", "FP32 FMA peak (" + m.fma_isa + "):", m.fp32_gflops);
+  if (m.int8_isa.empty()) {
+    s += "  INT8 dot peak: not available (no AVX-512 VNNI or AVX-VNNI)\n";
+  } else {
+    s += fmt::format("  {:<32}{:>10.2f} GOPS\n", "INT8 dot peak (" + m.int8_isa + "):", m.int8_gops);
+  }
+  s += fmt::format("  {:<32}{:>10.2f} GB/s\n", fmt::format("read bandwidth ({} MiB):", m.read_bytes >> 20), m.read_gbps);
+  return s;
+}
+
+std::string limits_json(const MachineLimits& m) {
+  nlohmann::json j = {{"cpu", m.cpu},
+                      {"threads", m.threads},
+                      {"fp32_fma_isa", m.fma_isa},
+                      {"fp32_gflops", m.fp32_gflops},
+                      {"int8_isa", m.int8_isa.empty() ? nlohmann::json(nullptr) : nlohmann::json(m.int8_isa)},
+                      {"int8_gops", m.int8_gops},
+                      {"read_bytes", m.read_bytes},
+                      {"read_gbps", m.read_gbps}};
+  return j.dump(2) + "\n";
+}
+
+}  // namespace loom::testing

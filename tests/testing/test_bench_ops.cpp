@@ -1,0 +1,172 @@
+// loom-bench-ops in process: output shapes of each mode and format, --list-ops, --show-coverage,
+// option errors, and the machine-limits measurement.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "loom/core/error.h"
+#include "loom/graph/op.h"
+#include "loom/testing/bench_ops.h"
+#include "loom/testing/limits.h"
+
+namespace loom::testing {
+namespace {
+
+std::pair<int, std::string> capture(const BenchOpsOptions& o) {
+  std::FILE* f = std::tmpfile();
+  const int rc = run_bench_ops(o, f);
+  std::rewind(f);
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  std::fclose(f);
+  return {rc, text};
+}
+
+std::string last_line(const std::string& text) {
+  const size_t end = text.find_last_not_of('\n');
+  const size_t start = text.rfind('\n', end);
+  return text.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+}
+
+TEST(BenchOps, TestModeOnCpuHasTheConsoleShape) {
+  BenchOpsOptions o;
+  o.ops = {"RMS_NORM_MUL", "TOPK_MOE"};
+  o.backends = {"CPU"};
+  auto [rc, text] = capture(o);
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_TRUE(std::regex_search(text, std::regex(R"(\n  TOPK_MOE\(n_expert=128,k=8,n_tokens=33,[^)]*\): OK\n)"))) << text;
+  EXPECT_TRUE(std::regex_search(text, std::regex(R"(\n  (\d+)/\1 tests passed\n  Backend CPU: OK\n1/1 backends passed\nOK\n$)"))) << text;
+  EXPECT_EQ(last_line(text), "OK");
+}
+
+TEST(BenchOps, TestModeSkipsTheCpuUnlessNamed) {
+  BenchOpsOptions o;
+  o.ops = {"ADD"};
+  o.sim_devices = "1x512MiB";
+  auto [rc, text] = capture(o);
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("Backend 1/2: SIM0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("  Skipping CPU backend\n2/2 backends passed\nOK\n"), std::string::npos) << text;
+}
+
+TEST(BenchOps, PerfJsonIsOneDocumentWithRates) {
+  BenchOpsOptions o;
+  o.mode = "perf";
+  o.ops = {"RMS_NORM_MUL"};
+  o.params_regex = R"(ne=\[4096,1,)";
+  o.backends = {"CPU"};
+  o.output = "json";
+  o.perf_seconds = 0.01;
+  auto [rc, text] = capture(o);
+  ASSERT_EQ(rc, 0) << text;
+  const nlohmann::json j = nlohmann::json::parse(text);
+  ASSERT_EQ(j["results"].size(), 2u);  // fused and not fusable
+  for (const auto& r : j["results"]) {
+    EXPECT_EQ(r["op"], "RMS_NORM_MUL");
+    EXPECT_GT(r["runs"].get<int64_t>(), 0);
+    EXPECT_GT(r["gbps"].get<double>(), 0.0);
+    EXPECT_DOUBLE_EQ(r["bytes_per_run"].get<double>(), (4096.0 + 4096.0 + 4096.0) * 4);
+  }
+  EXPECT_TRUE(j["ok"].get<bool>());
+}
+
+TEST(BenchOps, PerfConsoleLineShape) {
+  BenchOpsOptions o;
+  o.mode = "perf";
+  o.ops = {"MUL_MAT"};
+  o.params_regex = "type_a=q4_0.*n=1,";
+  o.backends = {"CPU"};
+  o.perf_seconds = 0.01;
+  auto [rc, text] = capture(o);
+  ASSERT_EQ(rc, 0) << text;
+  EXPECT_TRUE(std::regex_search(
+      text, std::regex(R"(\n  MUL_MAT\(type_a=q4_0,type_b=f32,m=4096,n=1,k=4096\): +\d+ runs - +[0-9.]+ us/run - +33\.55 MFLOP/run - +[0-9.]+ [kMGT]?FLOPS\n)")))
+      << text;
+}
+
+TEST(BenchOps, CsvAndSqlHaveOneRowPerCase) {
+  BenchOpsOptions o;
+  o.mode = "support";
+  o.ops = {"COUNT_EQUAL"};
+  o.backends = {"CPU"};
+  o.output = "csv";
+  auto [rc, csv] = capture(o);
+  EXPECT_EQ(rc, 0);
+  std::istringstream lines(csv);
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) ++n;
+  EXPECT_EQ(n, 1 + 3) << csv;  // header + 3 cases
+  EXPECT_EQ(csv.rfind("backend,mode,op,params,status", 0), 0u);
+  o.output = "sql";
+  auto [rc2, sql] = capture(o);
+  EXPECT_EQ(rc2, 0);
+  EXPECT_EQ(std::count(sql.begin(), sql.end(), '\n'), 4) << sql;
+  EXPECT_NE(sql.find("INSERT INTO bench_ops"), std::string::npos);
+}
+
+TEST(BenchOps, ListOpsAndCoverageNameEveryOp) {
+  BenchOpsOptions o;
+  o.list_ops = true;
+  auto [rc, list] = capture(o);
+  EXPECT_EQ(rc, 0);
+  o.list_ops = false;
+  o.show_coverage = true;
+  auto [rc2, cov] = capture(o);
+  EXPECT_EQ(rc2, 0) << cov;
+  for (int i = 1; i < kOpCount; ++i) {
+    const OpInfo& info = op_info((OpKind)i);
+    EXPECT_TRUE(std::regex_search(cov, std::regex("\n  " + std::string(info.name) + " +[0-9]+ test"))) << info.name;
+    if (!info.is_view) {
+      EXPECT_NE(list.find(std::string(info.name) + "\n"), std::string::npos) << info.name;
+    }
+  }
+  EXPECT_NE(list.find("TOPK_MOE\n"), std::string::npos);
+  EXPECT_NE(cov.find("52/52 ops covered"), std::string::npos) << cov;
+}
+
+TEST(BenchOps, BadOptionsAreUsageErrors) {
+  auto usage = [](BenchOpsOptions o) {
+    try {
+      capture(o);
+    } catch (const Error& e) {
+      return e.kind() == ErrorKind::usage;
+    }
+    return false;
+  };
+  BenchOpsOptions o;
+  o.mode = "fast";
+  EXPECT_TRUE(usage(o));
+  o = {};
+  o.ops = {"MATMUL"};
+  EXPECT_TRUE(usage(o));
+  o = {};
+  o.backends = {"GPU7"};
+  EXPECT_TRUE(usage(o));
+  o = {};
+  o.output = "xml";
+  EXPECT_TRUE(usage(o));
+  o = {};
+  o.params_regex = "(";
+  EXPECT_TRUE(usage(o));
+}
+
+TEST(Limits, MeasuresPositivePeaksAndPrintsJson) {
+  const MachineLimits m = measure_limits(1, 0.02, size_t(16) << 20);
+  EXPECT_GT(m.fp32_gflops, 0.1);
+  EXPECT_GT(m.read_gbps, 0.1);
+  EXPECT_FALSE(m.fma_isa.empty());
+  EXPECT_EQ(m.int8_isa.empty(), m.int8_gops == 0.0);
+  const nlohmann::json j = nlohmann::json::parse(limits_json(m));
+  EXPECT_DOUBLE_EQ(j["fp32_gflops"].get<double>(), m.fp32_gflops);
+  EXPECT_NE(limits_text(m).find("GFLOPS"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom::testing
