@@ -2,6 +2,8 @@
 // simulated devices, and a header-only llama-70b planned without reading any tensor data.
 #include <gtest/gtest.h>
 #include <unistd.h>
+
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -72,6 +74,33 @@ TEST(SplitInspectTool, HeaderOnly70BPlansFastWithoutData) {
   EXPECT_TRUE(devs.count("SIM0") && devs.count("SIM1") && devs.count("SIM2") && devs.count("SIM3"));
   EXPECT_LT(s, 10.0) << "generous bound for a loaded CI machine; the acceptance check asks < 2 s";
   fs::remove(m);
+}
+
+}  // namespace
+
+namespace {
+
+// Fusion is automatic in the models: split-inspect lists the fused groups, and the tokens are
+// the same with fusion off.
+TEST(SplitInspectTool, MoeModelFusesRouterAndNormsWithoutChangingTokens) {
+  const std::string m = (work_dir() / "tiny-moe-fuse.gguf").string();
+  ASSERT_EQ(run_tool("loom-gguf new --arch qwen3moe --preset tiny --seed 3 -o " + m).rc, 0);
+  auto r = run_tool("loom-split-inspect -m " + m + " --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  int topk = 0, rms = 0;
+  for (const auto& f : j["fused"]) {
+    topk += f["kind"] == "TOPK_MOE";
+    rms += f["kind"] == "RMS_NORM_MUL";
+  }
+  EXPECT_EQ(topk, 2) << "one router per layer";
+  EXPECT_GE(rms, 2 * 2 + 1) << "attention and FFN norms per layer, and the output norm";
+  auto fused = run_tool("loom-run -m " + m + " -p hello -n 16 --temp 0 --no-echo");
+  setenv("LOOM_DISABLE_FUSION", "1", 1);  // inherited by the child process
+  auto plain = run_tool("loom-run -m " + m + " -p hello -n 16 --temp 0 --no-echo");
+  unsetenv("LOOM_DISABLE_FUSION");
+  ASSERT_EQ(fused.rc, 0) << fused.err;
+  EXPECT_EQ(fused.out, plain.out);
 }
 
 }  // namespace
