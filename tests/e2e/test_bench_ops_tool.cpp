@@ -2,6 +2,7 @@
 // --list-ops and --show-coverage naming every op, perf JSON, --limits, bad flags, and (in a
 // -DLOOM_BROKEN_KERNELS=ON build) the broken devices reported as FAIL with the case named.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <array>
@@ -24,7 +25,7 @@ struct Result {
 };
 
 Result run(const std::string& args) {
-  const fs::path dir = fs::temp_directory_path() / "loom-e2e-bench-ops";
+  const fs::path dir = fs::temp_directory_path() / ("loom-e2e-bench-ops-" + std::to_string(getpid()));
   fs::create_directories(dir);
   const std::string err_path = (dir / "stderr.txt").string();
   const std::string cmd = std::string(LOOM_BIN_DIR) + "/loom-bench-ops " + args + " 2>" + err_path;
