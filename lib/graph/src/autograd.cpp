@@ -8,6 +8,8 @@
 #include <cmath>
 #include <unordered_set>
 
+#include <fmt/format.h>
+
 #include "loom/core/error.h"
 #include "loom/graph/ops.h"
 
@@ -68,7 +70,7 @@ struct Backprop {
   Tensor* identity(int64_t n) {
     auto it = identities.find(n);
     if (it != identities.end()) return it->second;
-    Tensor* t = c.new_tensor(DType::F32, {n, n}, "grad_identity_" + std::to_string(n));
+    Tensor* t = c.new_tensor(DType::F32, {n, n}, fmt::format("grad_identity_{}", n));
     t->flags |= kFlagInput;
     GradConstant k{t, std::vector<float>((size_t)(n * n), 0.0f)};
     for (int64_t i = 0; i < n; ++i) k.values[(size_t)(i * n + i)] = 1.0f;
@@ -247,6 +249,20 @@ void grad_swiglu(Backprop& b, Tensor* y, Tensor* g) {
   if (b.wants(up)) b.add(up, mul(b.c, g, silu(b.c, gate)));
 }
 
+// silu_back(d, x) = d s (1 + x (1 - s)), s = sigmoid(x): linear in d; its x-derivative is
+// d silu''(x) = d s (1 - s) (2 + x (1 - 2 s)).
+void grad_silu_back(Backprop& b, Tensor* y, Tensor* g) {
+  Context& c = b.c;
+  Tensor* d = y->src[0];
+  Tensor* x = y->src[1];
+  if (b.wants(d)) b.add(d, silu_back(c, g, x));
+  if (b.wants(x)) {
+    Tensor* sg = sigmoid(c, x);
+    Tensor* curv = mul(c, mul(c, sg, scale(c, sg, -1.0f, 1.0f)), scale(c, mul(c, x, scale(c, sg, -2.0f, 1.0f)), 1.0f, 2.0f));
+    b.add(x, mul(c, mul(c, g, d), curv));
+  }
+}
+
 // ---- normalization and reductions ----------------------------------------------------------
 
 void grad_rms_norm(Backprop& b, Tensor* y, Tensor* g) {
@@ -261,6 +277,12 @@ void grad_norm(Backprop& b, Tensor* y, Tensor* g) {
   Tensor* s = sqrt(c, scale(c, mean(c, sqr(c, xc)), 1.0f, y->param_f32(0)));
   Tensor* h = sub(c, sub(c, g, mean(c, g)), mul(c, y, mean(c, mul(c, g, y))));
   b.add(x, div(c, h, s));
+}
+
+// rms_norm_back is linear in its upstream gradient with a symmetric Jacobian.
+void grad_rms_norm_back(Backprop& b, Tensor* y, Tensor* g) {
+  LOOM_CHECK(!b.wants(y->src[1]), unsupported, "[autograd] RMS_NORM_BACK '{}': no second derivative in x", y->name);
+  b.add(y->src[0], rms_norm_back(b.c, g, y->src[1], y->param_f32(0)));
 }
 
 void grad_sum(Backprop& b, Tensor* y, Tensor* g) { b.add(y->src[0], repeat(b.c, g, y->src[0])); }
@@ -281,7 +303,7 @@ void grad_mul_mat(Backprop& b, Tensor* y, Tensor* g) {
   }
   if (b.wants(a)) {  // contract over n with both operands transposed: the fast mul_mat path
     Tensor* xt = cont(b.c, transpose(b.c, x->type == DType::F32 ? x : b.cont_f32(x)));  // {N, K, ..}
-    Tensor* gt = cont(b.c, transpose(b.c, g));                                           // {N, M, ..}
+    Tensor* gt = transpose(b.c, g);                                                      // {N, M, ..}
     b.add(a, b.reduce_matmul_batch(mul_mat(b.c, xt, gt), a->ne[2], a->ne[3]));
   }
 }
@@ -311,6 +333,21 @@ void grad_mul_mat_id(Backprop& b, Tensor* y, Tensor* g) {
   }
 }
 
+// y {M, N, b..} = a {M, K, a..} (x) b {N, K, b..}: grad_a = g b (contract n), grad_b = g^T a.
+void grad_out_prod(Backprop& b, Tensor* y, Tensor* g) {
+  Context& c = b.c;
+  Tensor* a = y->src[0];
+  Tensor* x = y->src[1];
+  if (b.wants(a)) {
+    Tensor* gt = cont(c, transpose(c, g));  // {N, M, ..}
+    b.add(a, b.reduce_matmul_batch(mul_mat(c, gt, x->type == DType::F32 ? x : b.cont_f32(x)), a->ne[2], a->ne[3]));
+  }
+  if (b.wants(x)) {  // a broadcasts over g's batches as mul_mat's a does: a^T g, transposed
+    Tensor* af = a->type == DType::F32 ? a : b.cont_f32(a);
+    b.add(x, transpose(c, mul_mat(c, af, g)));  // {K, N, ..} -> {N, K, ..}
+  }
+}
+
 // ---- attention and loss ---------------------------------------------------------------------
 
 void grad_rope(Backprop& b, Tensor* y, Tensor* g) {
@@ -324,6 +361,32 @@ void grad_rope(Backprop& b, Tensor* y, Tensor* g) {
   b.add(y->src[0], rope_back(b.c, g, y->src[1], y->src[2], p));
 }
 
+void grad_rope_back(Backprop& b, Tensor* y, Tensor* g) {
+  RopeParams p;
+  p.n_dims = y->param_i32(0);
+  p.mode = y->param_i32(1);
+  p.n_ctx_orig = y->param_i32(2);
+  p.freq_base = y->param_f32(3);
+  p.freq_scale = y->param_f32(4);
+  p.attn_factor = y->param_f32(5);
+  b.add(y->src[0], rope(b.c, g, y->src[1], y->src[2], p));  // the transpose of a rotation
+}
+
+// out = s y (d - sum(d y)) per row: d-gradient soft_max_back(G, y) (symmetric in d);
+// y-gradient s (G (d - sum(d y)) - d sum(G y)).
+void grad_soft_max_back(Backprop& b, Tensor* y, Tensor* g) {
+  Context& c = b.c;
+  Tensor* d = y->src[0];
+  Tensor* p = y->src[1];
+  const float s = y->param_f32(0);
+  if (b.wants(d)) b.add(d, soft_max_back(c, g, p, s, y->param_f32(1)));
+  if (b.wants(p)) {
+    Tensor* dy = sum_rows(c, mul(c, d, p));
+    Tensor* gy = sum_rows(c, mul(c, g, p));
+    b.add(p, scale(c, sub(c, mul(c, g, sub(c, d, dy)), mul(c, d, gy)), s));
+  }
+}
+
 void grad_soft_max(Backprop& b, Tensor* y, Tensor* g) {
   LOOM_CHECK(!b.wants(y->src[1]), unsupported, "[autograd] SOFT_MAX '{}': no gradient for the mask", y->name);
   b.add(y->src[0], soft_max_back(b.c, g, y, y->param_f32(0), y->param_f32(1)));
@@ -333,6 +396,16 @@ void grad_cross_entropy(Backprop& b, Tensor* y, Tensor* g) {
   LOOM_CHECK(!b.wants(y->src[1]), unsupported, "[autograd] CROSS_ENTROPY_LOSS '{}': no gradient for the labels",
              y->name);
   b.add(y->src[0], cross_entropy_loss_back(b.c, g, y->src[0], y->src[1]));
+}
+
+// (softmax(l) - labels) * d / N is linear in the scalar d.
+void grad_cross_entropy_back(Backprop& b, Tensor* y, Tensor* g) {
+  LOOM_CHECK(!b.wants(y->src[1]) && !b.wants(y->src[2]), unsupported,
+             "[autograd] CROSS_ENTROPY_LOSS_BACK '{}': no second derivative in the logits or labels", y->name);
+  Context& c = b.c;
+  Tensor* logits = y->src[1];
+  Tensor* diff = sub(c, soft_max(c, logits, nullptr, 1.0f), y->src[2]);
+  b.add(y->src[0], scale(c, sum(c, mul(c, g, diff)), 1.0f / (float)logits->nrows()));
 }
 
 // ---- the table ------------------------------------------------------------------------------
@@ -368,6 +441,12 @@ constexpr std::array<Rule, kOpCount> make_rules() {
   set(OpKind::SQR, grad_sqr);
   set(OpKind::SQRT, grad_sqrt);
   set(OpKind::SWIGLU, grad_swiglu);
+  set(OpKind::SILU_BACK, grad_silu_back);
+  set(OpKind::RMS_NORM_BACK, grad_rms_norm_back);
+  set(OpKind::OUT_PROD, grad_out_prod);
+  set(OpKind::ROPE_BACK, grad_rope_back);
+  set(OpKind::SOFT_MAX_BACK, grad_soft_max_back);
+  set(OpKind::CROSS_ENTROPY_LOSS_BACK, grad_cross_entropy_back);
   set(OpKind::RMS_NORM, grad_rms_norm);
   set(OpKind::NORM, grad_norm);
   set(OpKind::SUM, grad_sum);

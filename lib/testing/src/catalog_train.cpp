@@ -21,8 +21,10 @@ void add_cross_entropy(std::vector<OpCase>& out) {
              });
     add_case(out, "CROSS_ENTROPY_LOSS_BACK", fmt::format("type=f32,ne=[{},{},1,1]", ne[0], ne[1]), grad ? kTG : kModeTest,
              [=](CaseBuilder& b) {
-               Tensor* logits = grad ? b.param({ne[0], ne[1]}) : b.input(DType::F32, {ne[0], ne[1]});
-               ops::cross_entropy_loss_back(b.ctx(), b.input(DType::F32, {1}, LeafInit::uniform(0.5, 2.0)), logits,
+               // differentiable only in the upstream gradient (the backward pass is linear in it)
+               const LeafInit d_init = LeafInit::uniform(0.5, 2.0);
+               Tensor* d = grad ? b.param({1}, d_init) : b.input(DType::F32, {1}, d_init);
+               ops::cross_entropy_loss_back(b.ctx(), d, b.input(DType::F32, {ne[0], ne[1]}),
                                             b.input(DType::F32, {ne[0], ne[1]}, labels));
              });
   }

@@ -1,0 +1,344 @@
+// The loom-train run: flags -> model (base, --init or checkpoint) -> dataset -> training loop
+// with progress lines, validation per epoch, checkpoints (every N steps and on SIGINT/SIGTERM:
+// the step finishes, the checkpoint is written, exit 130/143) -> output model, written to a
+// temporary name and renamed (an interrupted run leaves no output file).
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "loom/core/error.h"
+#include "loom/model/gguf.h"
+#include "loom/model/model_file.h"
+#include "loom/train/bpe.h"
+#include "loom/train/checkpoint.h"
+#include "loom/train/dataset.h"
+#include "loom/train/run.h"
+#include "loom/train/trainer.h"
+
+namespace loom::train {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+volatile std::sig_atomic_t g_signal = 0;
+extern "C" void on_signal(int sig) { g_signal = sig; }
+
+// Installs SIGINT/SIGTERM handlers for the run and restores the previous ones after.
+class SignalGuard {
+ public:
+  SignalGuard() {
+    g_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~SignalGuard() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+std::string read_text(const std::string& path) {
+  LOOM_CHECK(!path.empty(), usage, "no training text (-f FILE)");
+  std::error_code ec;
+  LOOM_CHECK(!fs::is_directory(path, ec), io, "-f '{}': is a directory", path);
+  std::ifstream in(path, std::ios::binary);
+  LOOM_CHECK(in.good(), io, "-f '{}': cannot read the file", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  LOOM_CHECK(!in.bad(), io, "-f '{}': read error", path);
+  std::string text = ss.str();
+  LOOM_CHECK(!text.empty(), invalid_input, "-f '{}': the text is empty", path);
+  return text;
+}
+
+// A temporary path next to `near` (same file system as the output).
+std::string temp_path(const std::string& near, const char* what) {
+  const fs::path dir = fs::path(near).parent_path();
+  return (dir / fmt::format(".{}.{}.{}.tmp", fs::path(near).filename().string(), what, ::getpid())).string();
+}
+
+// --init ARCH[:PRESET]: a random model (as `loom-gguf new` makes it) with the learned vocabulary.
+std::unique_ptr<TrainModel> init_model(const RunOptions& o, const std::string& text, const TrainModelOptions& mo) {
+  const size_t colon = o.init.find(':');
+  const std::string arch_s = o.init.substr(0, colon);
+  const std::string preset = colon == std::string::npos ? "tiny" : o.init.substr(colon + 1);
+  const auto arch = arch_from_name(arch_s);
+  LOOM_CHECK(arch, usage, "--init '{}': unknown architecture '{}' (llama, qwen2, qwen3, qwen3moe)", o.init, arch_s);
+  NewModelOptions nm;
+  nm.hparams = preset_hparams(*arch, preset);
+  HParams& hp = nm.hparams;
+  if (o.n_layer) hp.n_layer = o.n_layer;
+  if (o.n_embd) hp.n_embd = o.n_embd;
+  if (o.n_head) hp.n_head = o.n_head;
+  if (o.n_head_kv) hp.n_head_kv = o.n_head_kv;
+  if (o.n_ff) hp.n_ff = o.n_ff;
+  if (o.n_embd || o.n_head) hp.head_dim = hp.n_embd / std::max<int64_t>(hp.n_head, 1);
+  if (o.n_head && !o.n_head_kv) hp.n_head_kv = hp.n_head;
+  hp.n_ctx_train = std::max(hp.n_ctx_train, o.n_ctx);
+  nm.seed = o.seed;
+  nm.name = fmt::format("{}-loom-train", arch_s);
+  nm.output = temp_path(o.output, "init");
+  std::string vocab_file;
+  struct Cleanup {
+    std::vector<std::string> files;
+    ~Cleanup() {
+      std::error_code ec;
+      for (const auto& f : files) fs::remove(f, ec);
+    }
+  } cleanup;
+  if (o.vocab_size > 0) {
+    const BpeVocab v = train_bpe(text, o.vocab_size);
+    gguf::Writer w;
+    write_bpe_vocab(w, v);
+    nm.vocab_path = temp_path(o.output, "vocab");
+    cleanup.files.push_back(nm.vocab_path);
+    w.write(nm.vocab_path);
+    if ((int64_t)v.tokens.size() < o.vocab_size)
+      fmt::print(stderr, "loom-train: the text has repeated pairs for only {} tokens (--vocab-size {})\n",
+                 v.tokens.size(), o.vocab_size);
+  }
+  cleanup.files.push_back(nm.output);
+  make_random_model(nm);
+  auto m = TrainModel::open(nm.output, mo);  // the file stays mapped after it is removed
+  // Untied token embeddings start at unit scale instead of loom-gguf new's N(0, 0.02): every
+  // layer input is RMS-normalized, so only their size relative to the attention and FFN
+  // outputs added to the residual stream matters, and at 0.02 those outputs (~0.1) drown the
+  // token's identity; small models then sit on the unigram plateau for many steps.
+  const ModelWeights& w = m->weights();
+  if (w.output != w.tok_embd && w.tok_embd->has_flag(kFlagParam)) {
+    auto* e = static_cast<float*>(w.tok_embd->data);
+    for (int64_t i = 0; i < w.tok_embd->nelements(); ++i) e[i] *= 50.0f;
+  }
+  return m;
+}
+
+void check_same(const char* flag, int64_t given, int64_t saved) {
+  LOOM_CHECK(given == saved, usage, "{} {} differs from the checkpoint's {} (resume with the same flags)", flag, given,
+             saved);
+}
+
+void write_output(const RunOptions& o, const TrainModel& model) {
+  gguf::Writer w;
+  for (const auto& [key, value] : model.model_metadata()) w.set(key, value);
+  std::optional<DType> out_type;
+  if (!o.out_type.empty()) {
+    out_type = dtype_from_name(o.out_type);
+    LOOM_CHECK(out_type && *out_type != DType::I32, usage, "--out-type '{}': expected f32, f16, bf16, q8_0, q4_0, q4_k or q6_k",
+               o.out_type);
+    w.set("general.file_type", gguf::Value::u32(file_type_for(*out_type)));
+    if (dtype_info(*out_type).is_quantized) w.set("general.quantization_version", gguf::Value::u32(2));
+  }
+  model.add_tensors(w, /*checkpoint=*/false, out_type);
+  write_gguf_atomic(w, o.output);
+}
+
+std::string human(int64_t n) {
+  return n >= 1000000 ? fmt::format("{:.2f}M", (double)n / 1e6) : fmt::format("{:.1f}K", (double)n / 1e3);
+}
+
+}  // namespace
+
+int run(const RunOptions& o) {
+  LOOM_CHECK(!o.output.empty(), usage, "no output file (-o OUT.gguf)");
+  LOOM_CHECK(o.resume.empty() || fs::exists(o.resume), io, "--resume '{}': no such file", o.resume);
+  LOOM_CHECK(!o.resume.empty() || (o.base_model.empty() != o.init.empty()), usage,
+             "give the model to train: -m BASE.gguf or --init ARCH[:PRESET] (one of them)");
+  LOOM_CHECK(o.vocab_size == 0 || !o.init.empty() || !o.resume.empty(), usage,
+             "--vocab-size needs --init (a base model keeps its vocabulary)");
+  LOOM_CHECK(o.epochs >= 1 && o.steps >= 0, usage, "-epochs {} / --steps {}: must be positive", o.epochs, o.steps);
+  LOOM_CHECK(o.n_batch >= 1 && o.n_ubatch >= 0, usage, "-b {} / -ub {}: must be positive", o.n_batch, o.n_ubatch);
+  LOOM_CHECK(o.checkpoint_every >= 0, usage, "--checkpoint-every {}: must be 0 or more", o.checkpoint_every);
+  LOOM_CHECK(o.opt.lr > 0 && std::isfinite(o.opt.lr), usage, "-lr {}: must be positive", o.opt.lr);
+  {
+    const fs::path parent = fs::absolute(fs::path(o.output)).parent_path();
+    std::error_code ec;
+    LOOM_CHECK(fs::is_directory(parent, ec), io, "-o '{}': no such directory '{}'", o.output, parent.string());
+    LOOM_CHECK(!fs::is_directory(o.output, ec), io, "-o '{}': is a directory", o.output);
+  }
+  const std::string text = read_text(o.text_file);
+  SignalGuard signals;
+
+  // ---- model and state ----
+  TrainState state;
+  std::unique_ptr<TrainModel> model;
+  std::unique_ptr<gguf::File> resume_file;
+  if (!o.resume.empty()) {
+    resume_file = gguf::File::open(o.resume);
+    state = read_train_state(*resume_file);
+    check_same("-c", o.n_ctx, state.n_ctx);
+    check_same("--seed", (int64_t)o.seed, (int64_t)state.seed);
+    TrainModelOptions mo;
+    mo.trainable = state.trainable;
+    model = TrainModel::open(o.resume, mo);
+  } else {
+    TrainModelOptions mo;
+    mo.train_tensors = o.train_tensors;
+    model = o.init.empty() ? TrainModel::open(o.base_model, mo) : init_model(o, text, mo);
+    state.seed = o.seed;
+    state.n_ctx = o.n_ctx;
+    state.stride = o.stride;
+    state.val_split = o.val_split;
+    state.optimizer = o.opt.kind == OptimizerKind::adamw ? "adamw" : "sgd";
+    for (const TrainTensor& t : model->tensors())
+      if (t.trainable) state.trainable.emplace_back(t.spec.name, t.source_type);
+  }
+
+  // ---- data ----
+  DatasetOptions dopt;
+  dopt.n_ctx = state.n_ctx;
+  dopt.stride = o.resume.empty() ? o.stride : state.stride;
+  dopt.val_split = o.resume.empty() ? o.val_split : state.val_split;
+  dopt.seed = state.seed;
+  const std::vector<int32_t> tokens = model->tokenizer().tokenize(text, false, false);
+  Dataset data(tokens, dopt);
+
+  // ---- geometry ----
+  int64_t n_batch = std::min(o.n_batch, data.n_train());
+  int64_t n_ubatch = o.n_ubatch > 0 ? std::min(o.n_ubatch, n_batch) : n_batch;
+  if (!o.resume.empty()) {
+    check_same("-b", n_batch, state.n_batch);
+    check_same("-ub", n_ubatch, state.n_ubatch);
+    LOOM_CHECK(state.optimizer == (o.opt.kind == OptimizerKind::adamw ? "adamw" : "sgd"), usage,
+               "-opt differs from the checkpoint's {}", state.optimizer);
+  }
+  LOOM_CHECK(n_batch % n_ubatch == 0, usage, "-b {} must be a multiple of -ub {}", n_batch, n_ubatch);
+  state.n_batch = n_batch;
+  state.n_ubatch = n_ubatch;
+  const int64_t steps_per_epoch = data.n_train() / n_batch;
+  const int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * steps_per_epoch;
+
+  TrainerConfig cfg;
+  cfg.n_ctx = state.n_ctx;
+  cfg.n_batch = n_batch;
+  cfg.n_ubatch = n_ubatch;
+  cfg.opt = o.opt;
+  cfg.n_threads = o.n_threads;
+  Trainer trainer(*model, cfg);
+  if (resume_file) load_optimizer_state(*resume_file, trainer.params());
+
+  const HParams& hp = model->hparams();
+  fmt::print(stderr, "loom-train: {} {} params ({} trained), vocab {}, {} tokens: {} windows of {} ({} held out)\n",
+             arch_name(hp.arch), human(model->n_params()), human(model->n_trainable()), hp.n_vocab, tokens.size(),
+             data.n_train(), state.n_ctx, data.n_val());
+  if (const std::string q = model->frozen_quantized(); !q.empty())
+    fmt::print(stderr, "loom-train: frozen: {} — quantized weights do not train (the float tensors do)\n", q);
+  fmt::print(stderr, "loom-train: {} steps of {} windows ({} per physical batch), {} per epoch{}\n", total_steps,
+             n_batch, n_ubatch, steps_per_epoch,
+             o.resume.empty() ? "" : fmt::format(", resuming at step {}", state.step));
+
+  // ---- loop ----
+  const bool tty = o.progress >= 0 ? o.progress == 1 : ::isatty(STDERR_FILENO) != 0;
+  const std::string ck_path = o.checkpoint.empty() ? o.output + ".ckpt" : o.checkpoint;
+  using clock = std::chrono::steady_clock;
+  auto epoch_t0 = clock::now() - std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(state.elapsed_s));
+  auto elapsed = [&] { return std::chrono::duration<double>(clock::now() - epoch_t0).count(); };
+  std::vector<int64_t> order = data.epoch_order(state.epoch);
+  // The bar is redrawn in place as ggml-opt does (line, " \r"; "\n" at the end of the epoch), so
+  // each epoch is one line; on a terminal after every step, otherwise (a log file) after the
+  // first step and then at most every 10 s.
+  auto last_print = clock::now();
+  bool printed = false;
+  auto line = [&](bool final) {
+    const double t = elapsed();
+    const int64_t done = state.epoch_pos, total = steps_per_epoch * n_batch;
+    const double eta = done > 0 ? t / (double)done * (double)(total - done) : 0.0;
+    fmt::print(stderr, "{} \r{}", format_progress("train", done, total, state.stats, t, eta), final ? "\n" : "");
+    std::fflush(stderr);
+    last_print = clock::now();
+    printed = true;
+  };
+  auto validate = [&] {
+    if (data.n_val() == 0) return;
+    const auto t0 = clock::now();
+    std::vector<const int32_t*> in, tg;
+    for (int64_t i = 0; i < data.n_val(); ++i) {
+      in.push_back(data.val_inputs(i));
+      tg.push_back(data.val_targets(i));
+    }
+    EpochStats vs;
+    for (const BatchResult& b : trainer.evaluate(in, tg)) vs.add(b.loss, b.n_correct, b.n_tokens);
+    fmt::print(stderr, "{} \r\n", format_progress("val", data.n_val(), data.n_val(), vs,
+                                                  std::chrono::duration<double>(clock::now() - t0).count(), 0.0));
+  };
+  auto checkpoint = [&](const std::string& path) {
+    state.elapsed_s = elapsed();
+    save_checkpoint(path, *model, trainer.params(), state);
+  };
+
+  double step_seconds = 0;
+  int64_t steps_run = 0;
+  while (state.step < total_steps) {
+    std::vector<const int32_t*> in, tg;
+    for (int64_t i = 0; i < n_batch; ++i) {
+      const int64_t w = order[(size_t)(state.epoch_pos + i)];
+      in.push_back(data.train_inputs(w));
+      tg.push_back(data.train_targets(w));
+    }
+    const float lr = lr_at(o.opt, state.step, total_steps);
+    const auto step_t0 = clock::now();
+    const StepResult r = trainer.step(in, tg, lr, state.step + 1);
+    step_seconds += std::chrono::duration<double>(clock::now() - step_t0).count();
+    ++steps_run;
+    for (const BatchResult& b : r.batches) state.stats.add(b.loss, b.n_correct, b.n_tokens);
+    ++state.step;
+    state.epoch_pos += n_batch;
+    const bool epoch_end = state.epoch_pos + n_batch > data.n_train();
+    const bool done = state.step >= total_steps;
+    if (!epoch_end && !done &&
+        (tty || !printed || std::chrono::duration<double>(clock::now() - last_print).count() >= 10.0))
+      line(false);
+    if (epoch_end || done) {
+      line(true);
+      validate();
+    }
+    if (epoch_end) {
+      ++state.epoch;
+      state.epoch_pos = 0;
+      state.stats = {};
+      state.elapsed_s = 0;
+      epoch_t0 = clock::now();
+      order = data.epoch_order(state.epoch);
+    }
+    if (!done && o.checkpoint_every > 0 && state.step % o.checkpoint_every == 0) checkpoint(ck_path);
+    if (g_signal && !done) {
+      const int sig = g_signal;
+      if (printed) fmt::print(stderr, "\n");
+      checkpoint(ck_path);
+      fmt::print(stderr, "loom-train: {} at step {}: checkpoint written to {} (continue with --resume {})\n",
+                 sig == SIGINT ? "interrupted" : "terminated", state.step, ck_path, ck_path);
+      return 128 + sig;
+    }
+  }
+  write_output(o, *model);
+  if (steps_run > 0 && step_seconds > 0) {
+    // Model FLOPs per token as PaLM counts them: 6 per weight that multiplies (forward 2,
+    // backward 4; the embedding lookup is free) plus attention's 12 * n_layer * n_ctx * n_embd_q.
+    // MoE expert tensors count for the experts a token uses.
+    const ModelWeights& mw = model->weights();
+    double n_matmul = (double)(model->n_params() - (mw.output == mw.tok_embd ? 0 : mw.tok_embd->nelements()));
+    for (const LayerWeights& l : mw.layers)
+      for (const Tensor* e : {l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps})
+        if (e) n_matmul -= (double)e->nelements() * (1.0 - (double)hp.n_expert_used / (double)hp.n_expert);
+    const double tokens = (double)steps_run * (double)(n_batch * state.n_ctx);
+    const double flops_tok = 6.0 * n_matmul + 12.0 * (double)(hp.n_layer * state.n_ctx * hp.n_embd_q());
+    fmt::print(stderr, "loom-train: {} steps, {:.0f} tokens in {:.2f} s: {:.1f} tokens/s, {:.2f} model GFLOP/s\n",
+               steps_run, tokens, step_seconds, tokens / step_seconds, tokens * flops_tok / step_seconds * 1e-9);
+  }
+  fmt::print(stderr, "loom-train: wrote {}\n", o.output);
+  return 0;
+}
+
+}  // namespace loom::train

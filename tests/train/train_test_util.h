@@ -1,0 +1,90 @@
+// Helpers for the training tests: a scratch directory per test, tiny random models written
+// with make_random_model (as `loom-gguf new` does), and parameter snapshots.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "loom/model/arch.h"
+#include "loom/model/model_file.h"
+#include "loom/train/train_model.h"
+
+namespace loom::test {
+
+namespace fs = std::filesystem;
+
+inline fs::path scratch_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  fs::path d = fs::temp_directory_path() /
+               ("loom-train-" + std::to_string(::getpid()) + "-" + info->test_suite_name() + "-" + info->name());
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// A very small model of an architecture: 1-2 layers, 64 wide, byte vocabulary of 300 tokens.
+inline HParams small_hparams(Arch arch, int64_t n_layer = 1) {
+  HParams hp = preset_hparams(arch, "tiny");
+  hp.n_layer = n_layer;
+  hp.n_embd = 64;
+  hp.n_head = 4;
+  hp.n_head_kv = 2;
+  hp.head_dim = 16;
+  hp.n_ff = 96;
+  if (arch_is_moe(arch)) {
+    hp.n_expert = 4;
+    hp.n_expert_used = 2;
+    hp.n_ff_exp = 32;
+  }
+  hp.n_vocab = 300;
+  hp.n_ctx_train = 64;
+  return hp;
+}
+
+inline std::string write_model(const fs::path& dir, const HParams& hp, uint64_t seed = 5, DType type = DType::F32,
+                               const std::string& name = "model.gguf") {
+  NewModelOptions o;
+  o.hparams = hp;
+  o.type = type;
+  o.seed = seed;
+  o.output = (dir / name).string();
+  make_random_model(o);
+  return o.output;
+}
+
+inline std::vector<std::vector<float>> snapshot(const train::TrainModel& m) {
+  std::vector<std::vector<float>> out;
+  for (const Tensor* p : m.params()) {
+    const auto* d = static_cast<const float*>(p->data);
+    out.emplace_back(d, d + p->nelements());
+  }
+  return out;
+}
+
+inline double max_abs_diff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t j = 0; j < a[i].size(); ++j) m = std::max(m, (double)std::fabs(a[i][j] - b[i][j]));
+  return m;
+}
+
+// A deterministic text: sentences from a small word list.
+inline std::string sample_text(size_t n_chars, uint32_t seed = 1) {
+  static const char* const words[] = {"the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "and",
+                                      "runs", "far", "away", "from", "a", "small", "red", "house", "near"};
+  std::string s;
+  uint32_t x = seed;
+  while (s.size() < n_chars) {
+    x = x * 1664525u + 1013904223u;
+    s += words[(x >> 8) % (sizeof(words) / sizeof(words[0]))];
+    s += (x >> 20) % 7 == 0 ? ".\n" : " ";
+  }
+  return s;
+}
+
+}  // namespace loom::test
