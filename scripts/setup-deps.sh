@@ -3,7 +3,8 @@
 # only when something is missing. No other downloads.
 set -euo pipefail
 packages=(cmake ninja-build g++ clang pkg-config python3 libcli11-dev nlohmann-json3-dev libfmt-dev
-          libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev)
+          libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev
+          libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
     LOOM_CHECK(!(prompt.empty() && prompt_file.empty()), usage, "no prompt given (-p TEXT or -f FILE)");
     LOOM_CHECK(prompt.empty() || prompt_file.empty(), usage, "give -p or -f, not both");
     SessionParams params = tools::session_params(common);
+    if (!tools::is_output_rank(common)) std::freopen("/dev/null", "w", stdout);  // MPI: rank 0 prints
     Sampler sampler(sp);
     if (!prompt_file.empty()) prompt = read_text_file(prompt_file);
 

@@ -62,9 +62,9 @@ std::string lack_message(const FitReport& r, const std::vector<Shortfall>& short
 
 FitReport fit_params(const FitRequest& req) {
   const auto t0 = std::chrono::steady_clock::now();
-  LOOM_CHECK(req.placement.split_mode != "tensor", unsupported,
-             "[fit-params] -sm tensor: tensor parallelism is not available yet, so there is nothing to size; use -sm "
-             "layer or -sm none");
+  // -sm tensor: every member holds a slice of every layer, so only the context is searched;
+  // -ts (default: by free memory, as the run) is kept and the bytes per member are predicted.
+  const bool tensor = req.placement.split_mode == "tensor";
   const std::vector<Device*>& devices = req.placement.devices;
   LOOM_CHECK(!devices.empty() && devices.back()->kind() == DeviceKind::cpu, internal,
              "[fit-params] the device list must end with the CPU");
@@ -89,7 +89,7 @@ FitReport fit_params(const FitRequest& req) {
     budgets.push_back(b);
   }
   PlacementParams user = pp;
-  if (user.tensor_split.empty() && pp.split_mode != "none")  // what placement would take from free memory
+  if (user.tensor_split.empty() && pp.split_mode != "none" && !tensor)  // what placement would take from free memory
     for (size_t d = 0; d < n_gpu; ++d) user.tensor_split.push_back((float)std::max<size_t>(1, budgets[d].free >> 20));
 
   ModelProbe probe(req.model_path, user, req.session);
@@ -111,9 +111,9 @@ FitReport fit_params(const FitRequest& req) {
   pb.given.tensor_split = user.tensor_split;
   pb.n_ctx_min = std::min(req.fit_ctx, pb.given.n_ctx);
   pb.fixed_ctx = req.fixed_ctx;
-  pb.fixed_ngl = req.fixed_ngl;
-  pb.fixed_split = req.fixed_split || pp.split_mode == "none";
-  pb.fixed_experts = req.fixed_experts || pp.cpu_moe || !pp.overrides.empty();
+  pb.fixed_ngl = req.fixed_ngl || tensor;
+  pb.fixed_split = req.fixed_split || pp.split_mode == "none" || tensor;
+  pb.fixed_experts = req.fixed_experts || pp.cpu_moe || !pp.overrides.empty() || tensor;
 
   const PlanResult plan = plan_fit(pb, [&](const Config& c) { return probe(c); });
 
@@ -123,7 +123,7 @@ FitReport fit_params(const FitRequest& req) {
   r.n_layer = hp.n_layer;
   const int64_t ngl = plan.config.n_gpu_layers;
   r.n_gpu_layers = n_gpu == 0 ? 0 : ngl < 0 ? hp.n_layer + 1 : std::min(ngl, hp.n_layer + 1);
-  if (!req.placement.tensor_split.empty() || plan.config.tensor_split != pb.given.tensor_split)
+  if (!tensor && (!req.placement.tensor_split.empty() || plan.config.tensor_split != pb.given.tensor_split))
     r.tensor_split = plan.config.tensor_split;
   const std::vector<std::string> moved = expert_overrides(plan.config.experts, devices.back()->name());
   r.overrides = moved.empty() ? pp.overrides : moved;

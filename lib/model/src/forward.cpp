@@ -28,27 +28,29 @@ void name_unnamed(Context& c, size_t first, const std::string& prefix) {
 
 Tensor* norm_mul(Context& c, Tensor* x, Tensor* w, float eps) { return mul(c, rms_norm(c, x, eps), w); }
 
-Tensor* attention(Context& c, const HParams& hp, Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* mask,
+Tensor* attention(Context& c, const ForwardModel& fm, Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* mask,
                   const ForwardShape& s) {
+  const HParams& hp = *fm.hp;
   const int64_t hd = hp.head_dim, T = s.n_tokens, n_kv = s.n_kv;
+  const int64_t n_head = fm.n_head, n_head_kv = fm.n_head_kv;
   const float scale = 1.0f / std::sqrt((float)hd);
   // cache views {hd, n_kv, n_head_kv}: one row per position, heads side by side in a row
-  Tensor* k = view_3d(c, k_cache, hd, n_kv, hp.n_head_kv, k_cache->nb[1], row_size(k_cache->type, hd), 0);
-  Tensor* v = view_3d(c, v_cache, hd, n_kv, hp.n_head_kv, v_cache->nb[1], row_size(v_cache->type, hd), 0);
+  Tensor* k = view_3d(c, k_cache, hd, n_kv, n_head_kv, k_cache->nb[1], row_size(k_cache->type, hd), 0);
+  Tensor* v = view_3d(c, v_cache, hd, n_kv, n_head_kv, v_cache->nb[1], row_size(v_cache->type, hd), 0);
   // a quantized cache (-ctk/-ctv q8_0) is read through an F16 copy of the attended rows
-  if (dtype_info(k->type).is_quantized) k = cpy(c, k, c.new_tensor(DType::F16, {hd, n_kv, hp.n_head_kv}));
-  if (dtype_info(v->type).is_quantized) v = cpy(c, v, c.new_tensor(DType::F16, {hd, n_kv, hp.n_head_kv}));
+  if (dtype_info(k->type).is_quantized) k = cpy(c, k, c.new_tensor(DType::F16, {hd, n_kv, n_head_kv}));
+  if (dtype_info(v->type).is_quantized) v = cpy(c, v, c.new_tensor(DType::F16, {hd, n_kv, n_head_kv}));
   Tensor* qp = permute(c, q, 0, 2, 1, 3);  // {hd, T, n_head}
   if (s.flash_attn) {
     Tensor* o = flash_attn_ext(c, qp, k, v, mask, scale);  // {hd, n_head, T}
-    return reshape(c, o, {hd * hp.n_head, T});
+    return reshape(c, o, {hd * n_head, T});
   }
   Tensor* kq = mul_mat(c, k, qp);                             // {n_kv, T, n_head}
   kq = soft_max(c, kq, mask, scale);
   Tensor* vt = cont(c, permute(c, v, 1, 0, 2, 3));            // {n_kv, hd, n_head_kv}
   Tensor* kqv = mul_mat(c, vt, kq);                           // {hd, T, n_head}
   Tensor* o = cont(c, permute(c, kqv, 0, 2, 1, 3));           // {hd, n_head, T}
-  return reshape(c, o, {hd * hp.n_head, T});
+  return reshape(c, o, {hd * n_head, T});
 }
 
 Tensor* moe_ffn(Context& c, const HParams& hp, const LayerWeights& l, Tensor* x, int64_t T, ForwardInputs& in) {
@@ -70,10 +72,43 @@ Tensor* moe_ffn(Context& c, const HParams& hp, const LayerWeights& l, Tensor* x,
   return out;
 }
 
+// Tensor parallel: the partial sum x is summed over the members right after this node runs
+// (an explicit node, so plans show it and tests count it).
+Tensor* all_reduce(Context& c, Tensor* x, ForwardInputs& in, const std::string& name) {
+  Tensor* r = scale(c, x, 1.0f);
+  r->flags |= kFlagAllReduce;
+  r->name = name;
+  in.all_reduces.push_back(r);
+  return r;
+}
+
 }  // namespace
 
-ForwardInputs build_forward(Context& c, const Model& model, const KvCache& kv, const ForwardShape& s) {
-  const HParams& hp = model.hparams();
+ForwardModel forward_model(const Model& model) {
+  ForwardModel fm;
+  fm.hp = &model.hparams();
+  fm.n_head = fm.hp->n_head;
+  fm.n_head_kv = fm.hp->n_head_kv;
+  fm.tok_embd = model.tok_embd;
+  fm.output_norm = model.output_norm;
+  fm.output = model.output;
+  fm.layers = &model.layers;
+  return fm;
+}
+
+ForwardModel forward_model(const Model& model, const TpShard& shard) {
+  ForwardModel fm = forward_model(model);
+  fm.n_head = shard.n_head;
+  fm.n_head_kv = shard.n_head_kv;
+  fm.output_norm = shard.output_norm;
+  fm.output = shard.output;
+  fm.layers = &shard.layers;
+  fm.tensor_parallel = true;
+  return fm;
+}
+
+ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache& kv, const ForwardShape& s) {
+  const HParams& hp = *model.hp;
   const int64_t T = s.n_tokens, hd = hp.head_dim;
   ForwardInputs in;
   in.tokens = c.new_tensor(DType::I32, {T}, "inp_tokens");
@@ -92,26 +127,31 @@ ForwardInputs build_forward(Context& c, const Model& model, const KvCache& kv, c
   x->name = "inp_embd";
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     const size_t first_tensor = c.size();
-    const LayerWeights& l = model.layers[(size_t)il];
+    const LayerWeights& l = (*model.layers)[(size_t)il];
     Tensor* cur = norm_mul(c, x, l.attn_norm, hp.rms_eps);
     cur->name = fmt::format("blk.{}.attn_norm-out", il);
-    Tensor* q = mul_mat(c, l.wq, cur);
-    Tensor* k = mul_mat(c, l.wk, cur);
-    Tensor* v = mul_mat(c, l.wv, cur);
-    if (l.bq) q = add(c, q, l.bq);
-    if (l.bk) k = add(c, k, l.bk);
-    if (l.bv) v = add(c, v, l.bv);
-    q = reshape(c, q, {hd, hp.n_head, T});
-    k = reshape(c, k, {hd, hp.n_head_kv, T});
-    if (l.q_norm) q = norm_mul(c, q, l.q_norm, hp.rms_eps);
-    if (l.k_norm) k = norm_mul(c, k, l.k_norm, hp.rms_eps);
-    q = rope(c, q, in.positions, nullptr, rope_p);
-    k = rope(c, k, in.positions, nullptr, rope_p);
-    Tensor* k_stored = set_rows(c, kv.k[(size_t)il], reshape(c, k, {hd * hp.n_head_kv, T}), in.kv_slots);
-    Tensor* v_stored = set_rows(c, kv.v[(size_t)il], v, in.kv_slots);
-    cur = attention(c, hp, q, k_stored, v_stored, in.mask, s);
-    cur = mul_mat(c, l.wo, cur);
+    if (model.n_head_kv == 0) {  // a member without heads adds nothing to the sum
+      cur = scale(c, cur, 0.0f);
+    } else {
+      Tensor* q = mul_mat(c, l.wq, cur);
+      Tensor* k = mul_mat(c, l.wk, cur);
+      Tensor* v = mul_mat(c, l.wv, cur);
+      if (l.bq) q = add(c, q, l.bq);
+      if (l.bk) k = add(c, k, l.bk);
+      if (l.bv) v = add(c, v, l.bv);
+      q = reshape(c, q, {hd, model.n_head, T});
+      k = reshape(c, k, {hd, model.n_head_kv, T});
+      if (l.q_norm) q = norm_mul(c, q, l.q_norm, hp.rms_eps);
+      if (l.k_norm) k = norm_mul(c, k, l.k_norm, hp.rms_eps);
+      q = rope(c, q, in.positions, nullptr, rope_p);
+      k = rope(c, k, in.positions, nullptr, rope_p);
+      Tensor* k_stored = set_rows(c, kv.k[(size_t)il], reshape(c, k, {hd * model.n_head_kv, T}), in.kv_slots);
+      Tensor* v_stored = set_rows(c, kv.v[(size_t)il], v, in.kv_slots);
+      cur = attention(c, model, q, k_stored, v_stored, in.mask, s);
+      cur = mul_mat(c, l.wo, cur);
+    }
     cur->name = fmt::format("blk.{}.attn_out", il);
+    if (model.tensor_parallel) cur = all_reduce(c, cur, in, fmt::format("blk.{}.attn_all_reduce", il));
     if (il == hp.n_layer - 1 && s.n_outputs < T) {  // only the requested rows go on
       in.out_rows = c.new_tensor(DType::I32, {s.n_outputs}, "inp_out_rows");
       in.out_rows->flags |= kFlagInput;
@@ -122,11 +162,14 @@ ForwardInputs build_forward(Context& c, const Model& model, const KvCache& kv, c
     cur = norm_mul(c, ffn_in, l.ffn_norm, hp.rms_eps);
     cur->name = fmt::format("blk.{}.ffn_norm-out", il);
     const int64_t t_out = ffn_in->ne[1];
-    if (l.ffn_gate_inp) {
+    if (l.ffn_gate_inp ? !l.ffn_down_exps : !l.ffn_down) {  // a member without FFN rows
+      cur = scale(c, cur, 0.0f);
+    } else if (l.ffn_gate_inp) {
       cur = moe_ffn(c, hp, l, cur, t_out, in);
     } else {
       cur = mul_mat(c, l.ffn_down, swiglu(c, mul_mat(c, l.ffn_gate, cur), mul_mat(c, l.ffn_up, cur)));
     }
+    if (model.tensor_parallel) cur = all_reduce(c, cur, in, fmt::format("blk.{}.ffn_all_reduce", il));
     ffn_in->name = fmt::format("blk.{}.ffn_inp", il);
     x = add(c, cur, ffn_in);
     x->name = fmt::format("blk.{}.out", il);
@@ -135,16 +178,22 @@ ForwardInputs build_forward(Context& c, const Model& model, const KvCache& kv, c
   const size_t first_tensor = c.size();
   x = norm_mul(c, x, model.output_norm, hp.rms_eps);
   x->name = "result_norm";
-  in.logits = mul_mat(c, model.output, x);
-  in.logits->name = "logits";
-  in.logits->flags |= kFlagOutput;
+  if (model.output) {
+    in.logits = mul_mat(c, model.output, x);
+    in.logits->name = "logits";
+    in.logits->flags |= kFlagOutput;
+    in.last = in.logits;
+  } else {
+    x->flags |= kFlagOutput;
+    in.last = x;
+  }
   name_unnamed(c, first_tensor, "output");
   return in;
 }
 
 void build_graph(Graph& g, const ForwardInputs& in) {
   for (Tensor* t : in.expand_first) g.build_forward(t);
-  g.build_forward(in.logits);
+  g.build_forward(in.last);
 }
 
 }  // namespace loom

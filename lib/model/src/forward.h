@@ -19,7 +19,9 @@ struct ForwardInputs {
   Tensor* kv_slots = nullptr;   // I32 {T}: cache rows written by this batch
   Tensor* mask = nullptr;       // F32 {n_kv, T}
   Tensor* out_rows = nullptr;   // I32 {n_out}: rows whose logits are computed (nullptr: all)
-  Tensor* logits = nullptr;     // F32 {n_vocab, n_out}: the output
+  Tensor* logits = nullptr;     // F32 {n_vocab, n_out}: the output (tensor parallel: this member's rows; may be null)
+  Tensor* last = nullptr;       // the graph's final node (logits, or the final norm when a member has no rows)
+  std::vector<Tensor*> all_reduces;  // tensor parallel: the AllReduce nodes, in order
   // Visited before the logits when building the graph, so that groups a backend fuses stay
   // consecutive in node order (the MoE router's softmax -> top-k -> weights of each layer).
   std::vector<Tensor*> expand_first;
@@ -35,7 +37,24 @@ struct ForwardShape {
   bool flash_attn = true;
 };
 
+// What the graph builder reads: the whole model, or one tensor-parallel member's shard.
+struct ForwardModel {
+  const HParams* hp = nullptr;
+  int64_t n_head = 0;     // query heads computed here
+  int64_t n_head_kv = 0;  // KV heads computed (and cached) here
+  Tensor* tok_embd = nullptr;
+  Tensor* output_norm = nullptr;
+  Tensor* output = nullptr;  // null: no logits here (a member without vocabulary rows)
+  const std::vector<LayerWeights>* layers = nullptr;
+  bool tensor_parallel = false;  // attention and FFN outputs are partial sums: add AllReduce nodes
+};
+ForwardModel forward_model(const Model& model);
+ForwardModel forward_model(const Model& model, const TpShard& shard);
+
 // Builds the graph in ctx for one ubatch; inputs are created (flagged kFlagInput), not filled.
-ForwardInputs build_forward(Context& ctx, const Model& model, const KvCache& kv, const ForwardShape& shape);
+ForwardInputs build_forward(Context& ctx, const ForwardModel& model, const KvCache& kv, const ForwardShape& shape);
+inline ForwardInputs build_forward(Context& ctx, const Model& model, const KvCache& kv, const ForwardShape& shape) {
+  return build_forward(ctx, forward_model(model), kv, shape);
+}
 
 }  // namespace loom

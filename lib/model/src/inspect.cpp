@@ -28,6 +28,34 @@ nlohmann::json fused_groups(const sched::ExecutionPlan& plan) {
   }
   return out;
 }
+// -sm tensor: each member's ranges and weight bytes, and the AllReduce nodes of one step
+// (the plan printed below is member 0's; every member's graph has the same shape).
+nlohmann::json tensor_parallel_json(const Model& model, const Session::StepPlan& step) {
+  const TpLayout& lay = model.tp_layout();
+  nlohmann::json members = nlohmann::json::array();
+  auto range = [](const meta::Range& r) { return nlohmann::json::array({r.begin, r.end}); };
+  for (int r = 0; r < lay.n_members; ++r) {
+    nlohmann::json m = {{"rank", r},
+                        {"head_kv", range(lay.head_kv[(size_t)r])},
+                        {"ff", range(lay.ff[(size_t)r])},
+                        {"ff_exp", range(lay.ff_exp[(size_t)r])},
+                        {"vocab", range(lay.vocab[(size_t)r])}};
+    for (const auto& sh : model.tp_shards())
+      if (sh->rank == r) {
+        m["device"] = sh->device->name();
+        m["weight_bytes"] = sh->bytes;
+      }
+    members.push_back(m);
+  }
+  int n_all_reduce = 0;
+  for (const Tensor* t : step.graph->nodes()) n_all_reduce += (t->flags & kFlagAllReduce) ? 1 : 0;
+  return {{"n_members", lay.n_members},
+          {"head_granule", lay.head_granule},
+          {"ff_granule", lay.ff_granule},
+          {"all_reduce_per_step", n_all_reduce},
+          {"members", members}};
+}
+
 }  // namespace
 
 std::string inspect_splits(Model& model, const SessionParams& params, bool decode, InspectFormat format) {
@@ -46,6 +74,7 @@ std::string inspect_splits(Model& model, const SessionParams& params, bool decod
     j["devices"] = devs;
     j["phase"] = decode ? "decode" : "prompt";
     j["fused"] = fused_groups(step.plan);
+    if (model.tensor_parallel()) j["tensor_parallel"] = tensor_parallel_json(model, step);
     return j.dump(2) + "\n";
   }
   std::string out = fmt::format("{} {} ({} layers), phase {}, n_ctx {}, ubatch {}\n", arch_name(model.hparams().arch),
@@ -57,6 +86,16 @@ std::string inspect_splits(Model& model, const SessionParams& params, bool decod
     out += fmt::format("  {:<6}  model {:>10}  context {:>10}  compute {:>10}\n", m.device,
                        sched::format_bytes(m.model_bytes), sched::format_bytes(m.context_bytes),
                        sched::format_bytes(m.compute_bytes));
+  if (model.tensor_parallel()) {
+    const nlohmann::json tp = tensor_parallel_json(model, step);
+    out += fmt::format("tensor parallel: {} members, {} AllReduce per step; the plan below is member 0's\n",
+                       tp["n_members"].get<int>(), tp["all_reduce_per_step"].get<int>());
+    for (const auto& m : tp["members"])
+      out += fmt::format("  member {}  {:<6}  kv heads {}-{}  ffn rows {}-{}  vocab rows {}-{}\n", m["rank"].get<int>(),
+                         m.value("device", std::string("?")), m["head_kv"][0].get<int64_t>(),
+                         m["head_kv"][1].get<int64_t>(), m["ff"][0].get<int64_t>(), m["ff"][1].get<int64_t>(),
+                         m["vocab"][0].get<int64_t>(), m["vocab"][1].get<int64_t>());
+  }
   // the plan's own device list repeats what the lines above say with more detail: skip it
   const std::string plan_text = sched::describe(step.plan);
   size_t pos = 0;

@@ -100,6 +100,12 @@ void Model::place(const PlacementParams& params) {
     p.devices = {cpu.get()};
     owned_devices_ = cpu;
   }
+  tp_shards_.clear();
+  if (p.split_mode == "tensor") {
+    LOOM_CHECK(p.overrides.empty() && !p.cpu_moe, usage, "-sm tensor: -ot and -cmoe are not supported (yet)");
+    place_tensor_parallel(p);
+    return;
+  }
   std::vector<std::string> names;
   for (Tensor& t : weights_.tensors()) names.push_back(t.name);
   placement_ = place_weights(hp_, names, p);

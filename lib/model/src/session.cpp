@@ -12,20 +12,9 @@
 #include "loom/alloc/alloc.h"
 #include "loom/cpu/cpu.h"
 #include "loom/sched/executor.h"
+#include "session_impl.h"
 
 namespace loom {
-
-struct Session::Impl {
-  std::vector<Device*> devices;
-  Context kv_ctx;
-  KvCache kv;
-  std::vector<std::unique_ptr<Buffer>> kv_buffers;
-  std::vector<size_t> kv_bytes;       // per device
-  std::vector<size_t> compute_bytes;  // per device: worst case over the reserved graphs
-  std::unique_ptr<sched::Executor> exec;
-  sched::PlanPolicy policy;
-  bool plan_only = false;
-};
 
 namespace {
 
@@ -62,6 +51,10 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
   if (params_.n_threads > 0)
     if (auto* cpu = dynamic_cast<cpu::CpuDevice*>(im.devices.back())) cpu->set_n_threads(params_.n_threads);
 
+  if (model.tensor_parallel()) {
+    im.tp = std::make_unique<TpRunner>(model, params_, im.plan_only);
+    return;
+  }
   // KV cache: one K and one V tensor per layer, on the layer's device
   const std::vector<int>& layer_device = model.placement().layer_device;
   std::vector<std::vector<Tensor*>> per_device(im.devices.size());
@@ -113,6 +106,7 @@ Session::~Session() = default;
 Session::StepPlan Session::plan_step(bool decode) const {
   const Impl& im = *impl_;
   const int64_t ub = decode ? 1 : std::min(params_.n_ubatch, params_.n_ctx);
+  if (im.tp) return im.tp->plan_step(ub, params_.n_ctx);
   StepPlan sp;
   sp.ctx = std::make_unique<Context>();
   ForwardInputs in = build_forward(*sp.ctx, model_, im.kv, ForwardShape{ub, params_.n_ctx, ub, params_.flash_attn});
@@ -126,7 +120,11 @@ void Session::clear() {
   n_past_ = 0;
   n_outputs_ = 0;
   for (auto& b : impl_->kv_buffers) b->clear(0);
+  if (impl_->tp) impl_->tp->clear();
 }
+
+uint64_t Session::n_all_reduce() const { return impl_->tp ? impl_->tp->n_all_reduce() : 0; }
+size_t Session::all_reduce_bytes() const { return impl_->tp ? impl_->tp->all_reduce_bytes() : 0; }
 
 void Session::decode(std::span<const int32_t> tokens, bool all_logits) {
   Impl& im = *impl_;
@@ -146,6 +144,13 @@ void Session::decode(std::span<const int32_t> tokens, bool all_logits) {
     const int64_t T = std::min(params_.n_ubatch, n - start);
     const bool last = start + T == n;
     ForwardShape shape{T, n_past_ + T, all_logits ? T : 1, params_.flash_attn};
+    if (im.tp) {
+      im.tp->decode(tokens.subspan((size_t)start, (size_t)T), n_past_, shape.n_outputs, all_logits,
+                    all_logits || last, logits_);
+      n_past_ += T;
+      if (all_logits || last) n_outputs_ += shape.n_outputs;
+      continue;
+    }
     Context ctx;
     ForwardInputs in = build_forward(ctx, model_, im.kv, shape);
     Graph g;
@@ -193,6 +198,12 @@ std::span<const float> Session::logits(int64_t i) const {
 std::vector<MemoryBreakdown> Session::memory_breakdown() const {
   std::vector<MemoryBreakdown> out;
   const Impl& im = *impl_;
+  if (im.tp) {
+    const std::vector<size_t> kv = im.tp->kv_bytes(), compute = im.tp->compute_bytes();
+    for (size_t d = 0; d < im.devices.size(); ++d)
+      out.push_back({im.devices[d]->name(), model_.device_bytes()[d], kv[d], compute[d]});
+    return out;
+  }
   for (size_t d = 0; d < im.devices.size(); ++d) {
     MemoryBreakdown m;
     m.device = im.devices[d]->name();

@@ -200,6 +200,7 @@ Status Executor::compute(const Graph& g, const ExecutionPlan& plan) {
   const size_t slot = (size_t)(n_computes_++ % (uint64_t)plan.n_copies);
   std::vector<std::unique_ptr<Event>> events(plan.jobs.size());
   Status result;
+  if (comm_) comm_->begin_compute();
   try {
     run_jobs(plan, slot, events, result);
   } catch (const Error& e) {
@@ -212,7 +213,37 @@ Status Executor::compute(const Graph& g, const ExecutionPlan& plan) {
       if (result) result = from_error(e);
     }
   }
+  if (comm_) comm_->end_compute();
   return result;
+}
+
+// A split with AllReduce nodes runs in pieces: up to and including each one, then the sum over
+// the group (staged through host memory, so any device kind can take part).
+Status Executor::compute_nodes(Stream& stream, const Graph& graph, const std::vector<Tensor*>& nodes) {
+  size_t first = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    Tensor* t = nodes[i];
+    if (!(t->flags & kFlagAllReduce) || !comm_) continue;
+    if (Status st = stream.compute(graph, std::span<Tensor* const>(nodes.data() + first, i + 1 - first)); !st)
+      return st;
+    first = i + 1;
+    stream.synchronize();
+    if (t->type != DType::F32 || !t->is_contiguous())
+      return Status::error(ErrorKind::internal,
+                           fmt::format("[executor] AllReduce '{}' must be contiguous f32", t->name));
+    const size_t n = (size_t)t->nelements();
+    if (t->buffer && !t->buffer->type().is_host()) {
+      std::vector<float> host(n);
+      t->buffer->get(t, host.data(), 0, n * sizeof(float));
+      comm_->all_reduce_sum(host.data(), n);
+      t->buffer->set(t, host.data(), 0, n * sizeof(float));
+    } else {
+      comm_->all_reduce_sum(static_cast<float*>(t->data), n);
+    }
+  }
+  if (first == 0) return stream.compute(graph, nodes);
+  if (first == nodes.size()) return Status::ok();
+  return stream.compute(graph, std::span<Tensor* const>(nodes.data() + first, nodes.size() - first));
 }
 
 void Executor::run_jobs(const ExecutionPlan& plan, size_t slot, std::vector<std::unique_ptr<Event>>& events,
@@ -227,7 +258,7 @@ void Executor::run_jobs(const ExecutionPlan& plan, size_t slot, std::vector<std:
       result = stream.copy(cp.source, cp.ring[slot]);
     } else {
       const std::vector<Tensor*>& nodes = run_nodes_[slot][(size_t)job.index];
-      result = stream.compute(plan.device_plans[(size_t)job.device].graph, nodes);
+      result = compute_nodes(stream, plan.device_plans[(size_t)job.device].graph, nodes);
     }
     if (result && job.signals) {
       events[j] = stream.record();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "loom/core/error.h"
+#include "loom/meta/comm.h"
 
 namespace loom::tools {
 
@@ -60,18 +61,21 @@ int run_main(const char* tool_name, int argc, char** argv, CLI::App& app, const 
     print_error(tool_name, e.what());
     return 2;
   }
+  int rc = 0;
   try {
     return body();
   } catch (const Error& e) {
     print_error(tool_name, e.what());
-    return exit_code_for(e.kind());
+    rc = exit_code_for(e.kind());
   } catch (const std::bad_alloc&) {
     print_error(tool_name, "out of memory");
-    return 4;
+    rc = 4;
   } catch (const std::exception& e) {
     print_error(tool_name, e.what());
-    return 5;
+    rc = 5;
   }
+  meta::mpi_abort_if_running(rc);  // --comm mpi: the other ranks would wait in a collective forever
+  return rc;
 }
 
 }  // namespace loom::tools

@@ -51,8 +51,9 @@ struct FitReport {
   double elapsed_ms = 0;
 };
 
-// Throws usage for bad targets/reserves, -sm tensor (not supported yet) and what loading the
-// model throws; a run that cannot fit is a report with status no_fit, not an exception.
+// Throws usage for bad targets/reserves and what loading the model throws (-sm tensor: only the
+// context is searched; -ts and the members are the user's); the
+// a run that cannot fit is a report with status no_fit, not an exception.
 FitReport fit_params(const FitRequest& request);
 
 std::string format_json(const FitReport& report);   // CLI.md's --json object

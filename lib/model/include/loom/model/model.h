@@ -12,6 +12,7 @@
 #include "loom/model/gguf.h"
 #include "loom/model/placement.h"
 #include "loom/model/tokenizer.h"
+#include "loom/model/tp_shard.h"
 
 namespace loom {
 
@@ -34,6 +35,21 @@ struct LayerWeights {
   Tensor* ffn_gate_exps = nullptr;
   Tensor* ffn_up_exps = nullptr;
   Tensor* ffn_down_exps = nullptr;
+};
+
+// One member's weights. Tensors absent (nullptr) when the member's range is empty.
+struct TpShard {
+  int rank = 0;
+  Device* device = nullptr;
+  int64_t n_head = 0;     // local query heads
+  int64_t n_head_kv = 0;  // local KV heads
+  int64_t n_ff = 0, n_ff_exp = 0, n_vocab = 0;
+  std::vector<LayerWeights> layers;
+  Tensor* output_norm = nullptr;
+  Tensor* output = nullptr;  // vocabulary rows of this member
+  Context ctx;               // owns the tensors above
+  size_t bytes = 0;          // on device (planned or allocated)
+  std::vector<std::unique_ptr<Buffer>> buffers;
 };
 
 struct ModelLoadOptions {
@@ -68,12 +84,18 @@ class Model {
   // Bytes of weights each device holds (index as devices()); the CPU's are mapped, not copied.
   const std::vector<size_t>& device_bytes() const { return device_bytes_; }
   bool has_data() const { return has_data_; }
+  // Split mode tensor: one shard per member held by this process (all members in-process; one
+  // under MPI), in rank order. Empty in the other split modes.
+  bool tensor_parallel() const { return !tp_shards_.empty(); }
+  const std::vector<std::unique_ptr<TpShard>>& tp_shards() const { return tp_shards_; }
+  const TpLayout& tp_layout() const { return tp_layout_; }
   // Planning only (a model without data): places the weights again for other params.
   void set_placement(const PlacementParams& p);
 
  private:
   Model() = default;
   void place(const PlacementParams& p);
+  void place_tensor_parallel(const PlacementParams& p);  // tp_shard.cpp
   HParams hp_;
   std::unique_ptr<gguf::File> file_;
   std::unique_ptr<Tokenizer> tokenizer_;
@@ -85,6 +107,8 @@ class Model {
   std::vector<size_t> device_bytes_;
   std::vector<std::unique_ptr<Buffer>> buffers_;  // weights copied to non-CPU devices
   std::shared_ptr<void> owned_devices_;            // a CPU device when the caller gave none
+  std::vector<std::unique_ptr<TpShard>> tp_shards_;
+  TpLayout tp_layout_;
 };
 
 }  // namespace loom

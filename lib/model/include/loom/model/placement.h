@@ -22,6 +22,13 @@ struct PlacementParams {
   int main_gpu = 0;                  // split mode none: the one device used
   std::vector<std::string> overrides;  // "REGEX=DEVICE[,REGEX=DEVICE...]" (-ot)
   bool cpu_moe = false;                // -cmoe: every expert tensor on the CPU
+  // split mode tensor: the member devices, in rank order (empty: every selected device but the
+  // CPU, or the CPU alone); tensor_split then has one proportion per member.
+  std::vector<Device*> tp_members;
+  // split mode tensor across processes (MPI): this process is member tp_rank of tp_size and
+  // holds only its own shard, on tp_members[0]; tensor_split has tp_size proportions (or none).
+  int tp_rank = -1;
+  int tp_size = 0;
 };
 
 struct WeightPlacement {

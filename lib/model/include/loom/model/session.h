@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "loom/model/model.h"
+#include "loom/backend/comm.h"
 #include "loom/sched/plan.h"
 
 namespace loom {
@@ -24,6 +25,11 @@ struct SessionParams {
   bool fusion = true;
   int n_copies = 1;         // pipeline parallelism: input copies per split (a ring)
   bool plan_only = false;   // size everything, allocate nothing (also implied by a model without data)
+  // split mode tensor across processes: this process's member talks to the others through it
+  // (not owned; e.g. meta::mpi_world()). Null: all members in this process (in-process group).
+  Communicator* comm = nullptr;
+  // split mode tensor: AllReduce tensors of at least this many elements travel as BF16 (0: all)
+  size_t reduce_bf16_min = SIZE_MAX;
 };
 
 // Bytes a run needs, per device, from planning (not guessing).
@@ -64,6 +70,16 @@ class Session {
   StepPlan plan_step(bool decode) const;
   std::vector<MemoryBreakdown> memory_breakdown() const;
   Model& model() { return model_; }
+  // Sequence state: the KV rows written so far, in one layout for every split mode (whole rows,
+  // all heads), so a state saved under -sm tensor loads on one device and the other way round.
+  // Under --comm mpi every rank calls both (save gathers the other ranks' heads).
+  std::vector<uint8_t> save_state() const;
+  // Throws invalid_input when the state belongs to another model shape or cache type, or does not fit.
+  void load_state(std::span<const uint8_t> state);
+
+  // Tensor parallelism: AllReduce operations this process's first member has run so far.
+  uint64_t n_all_reduce() const;
+  size_t all_reduce_bytes() const;  // what those sent (BF16: 2 bytes an element)
 
   struct Impl;
 

@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "loom/backend/comm.h"
 #include "loom/sched/plan.h"
 
 namespace loom::sched {
@@ -32,6 +33,10 @@ class Executor {
   // Waits for all queued work; throws the first asynchronous error.
   void synchronize();
 
+  // Tensor parallelism: nodes flagged kFlagAllReduce are summed over comm's group right after
+  // they are computed (the split is run in pieces around them). Not owned; may be null.
+  void set_communicator(Communicator* comm) { comm_ = comm; }
+
   size_t buffer_size(int device) const;           // bytes of device's compute buffer (0: none)
   int n_reallocs() const { return n_reallocs_; }  // buffers grown after the first allocation
   uint64_t n_computes() const { return n_computes_; }
@@ -41,6 +46,9 @@ class Executor {
   void release_buffer(int d);
   void run_jobs(const ExecutionPlan& plan, size_t slot, std::vector<std::unique_ptr<Event>>& events, Status& result);
 
+  Status compute_nodes(Stream& stream, const Graph& graph, const std::vector<Tensor*>& nodes);
+
+  Communicator* comm_ = nullptr;
   std::vector<Device*> devices_;
   std::vector<std::unique_ptr<Buffer>> buffers_;
   std::vector<std::unique_ptr<Stream>> streams_;              // destroyed before the buffers

@@ -34,6 +34,8 @@ struct CommonOptions {
   bool list_devices = false;
   int n_copies = 1;
   std::string sim_devices;
+  std::string comm = "auto";  // -sm tensor: auto | inproc | mpi | nccl (docs/TENSOR-PARALLEL.md)
+  int64_t reduce_bf16 = -1;   // -sm tensor: AllReduce tensors of at least N elements as BF16 (-1: never)
   bool json = false;
   bool verbose = false;
   std::string log_file;
@@ -55,6 +57,8 @@ struct RunDevices {
 RunDevices make_run_devices(const CommonOptions& o);
 // -ngl/-sm/-ts/-mg/-ot/-cmoe for Model::load.
 PlacementParams placement_params(const CommonOptions& o, const RunDevices& devices);
+// --comm mpi: false on every rank but 0 (they compute, rank 0 prints).
+bool is_output_rank(const CommonOptions& o);
 // Model::load with the placement of these options.
 std::unique_ptr<Model> load_model(const CommonOptions& o, const RunDevices& devices, bool need_data = true);
 

@@ -1,0 +1,52 @@
+// Communicator implementations and the factory behind --comm (inproc | mpi | nccl).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/backend/comm.h"
+
+namespace loom::meta {
+
+// In-process group of n ranks (threads of one process, host memory). Members take turns on
+// the host: a rank computes while holding the group's turn and hands it over while it waits in
+// a collective, so CPU and simulated members never run kernels at the same time on the
+// shared thread pool.
+class InProcessGroup {
+ public:
+  explicit InProcessGroup(int n);
+  ~InProcessGroup();
+  InProcessGroup(const InProcessGroup&) = delete;
+  InProcessGroup& operator=(const InProcessGroup&) = delete;
+
+  int size() const;
+  Communicator& rank(int r);
+  // Wakes every rank blocked in a collective with an error (a member failed).
+  void abort(const std::string& why);
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+  std::vector<std::unique_ptr<Communicator>> ranks_;
+};
+
+// Whether MPI / NCCL were compiled in.
+bool mpi_available();
+bool nccl_available();
+
+// MPI: initializes MPI on first use (finalized at exit); one rank per process.
+// Throws unsupported ("not compiled in") when built without MPI.
+Communicator& mpi_world();
+// A failing rank ends every rank (MPI_Abort with code) instead of leaving them blocked in a
+// collective; a no-op without MPI or with one rank.
+void mpi_abort_if_running(int code);
+// True when this process was started by mpirun/mpiexec (OpenMPI/PMIx environment).
+bool launched_by_mpi();
+
+// NCCL over the given CUDA device ordinals, one rank each (in this process).
+// Throws unsupported when built without NCCL.
+std::vector<std::unique_ptr<Communicator>> nccl_group(const std::vector<int>& cuda_devices);
+
+}  // namespace loom::meta

@@ -1,0 +1,82 @@
+// NCCL communicator: one rank per CUDA device of this process. Data is staged through the
+// device (the executor hands host memory); the sum is ncclAllReduce (ncclSum, float).
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "loom/core/error.h"
+#include "loom/meta/comm.h"
+
+namespace loom::meta {
+
+namespace {
+
+void check_nccl(ncclResult_t r, const char* what) {
+  LOOM_CHECK(r == ncclSuccess, internal, "[nccl] {}: {}", what, ncclGetErrorString(r));
+}
+void check_cuda(cudaError_t r, const char* what) {
+  LOOM_CHECK(r == cudaSuccess, internal, "[nccl] {}: {}", what, cudaGetErrorString(r));
+}
+
+class NcclComm final : public Communicator {
+ public:
+  NcclComm(ncclComm_t comm, int device, int rank, int size) : comm_(comm), device_(device), rank_(rank), size_(size) {
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    check_cuda(cudaStreamCreate(&stream_), "cudaStreamCreate");
+  }
+  ~NcclComm() override {
+    cudaFree(buf_);
+    cudaStreamDestroy(stream_);
+    ncclCommDestroy(comm_);
+  }
+  const char* name() const override { return "nccl"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void all_reduce_sum(float* data, size_t n) override {
+    count(n);
+    stage(n);
+    check_cuda(cudaMemcpyAsync(buf_, data, n * sizeof(float), cudaMemcpyHostToDevice, stream_), "upload");
+    check_nccl(ncclAllReduce(buf_, buf_, n, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
+    check_cuda(cudaMemcpyAsync(data, buf_, n * sizeof(float), cudaMemcpyDeviceToHost, stream_), "download");
+    check_cuda(cudaStreamSynchronize(stream_), "sync");
+  }
+  void all_gather(const float* local, const std::vector<size_t>& counts, float* out) override {
+    fail(ErrorKind::unsupported, "[nccl] all_gather of uneven blocks is not implemented");
+  }
+  void broadcast(void* data, size_t n, int root) override {
+    stage((n + 3) / 4);
+    check_cuda(cudaMemcpyAsync(buf_, data, n, cudaMemcpyHostToDevice, stream_), "upload");
+    check_nccl(ncclBroadcast(buf_, buf_, n, ncclChar, root, comm_, stream_), "ncclBroadcast");
+    check_cuda(cudaMemcpyAsync(data, buf_, n, cudaMemcpyDeviceToHost, stream_), "download");
+    check_cuda(cudaStreamSynchronize(stream_), "sync");
+  }
+
+ private:
+  void stage(size_t n) {
+    if (n <= cap_) return;
+    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    cudaFree(buf_);
+    check_cuda(cudaMalloc(&buf_, n * sizeof(float)), "cudaMalloc");
+    cap_ = n;
+  }
+  ncclComm_t comm_;
+  int device_, rank_, size_;
+  cudaStream_t stream_ = nullptr;
+  void* buf_ = nullptr;
+  size_t cap_ = 0;
+};
+
+}  // namespace
+
+bool nccl_available() { return true; }
+
+std::vector<std::unique_ptr<Communicator>> nccl_group(const std::vector<int>& devices) {
+  std::vector<ncclComm_t> comms(devices.size());
+  check_nccl(ncclCommInitAll(comms.data(), (int)devices.size(), devices.data()), "ncclCommInitAll");
+  std::vector<std::unique_ptr<Communicator>> out;
+  for (size_t i = 0; i < devices.size(); ++i)
+    out.push_back(std::make_unique<NcclComm>(comms[i], devices[i], (int)i, (int)devices.size()));
+  return out;
+}
+
+}  // namespace loom::meta

@@ -1,0 +1,32 @@
+// What a build without MPI or NCCL answers: a clear "not compiled in" (MLX's no-gpu stubs).
+#include <cstdlib>
+
+#include "loom/core/error.h"
+#include "loom/meta/comm.h"
+
+namespace loom::meta {
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+#ifndef LOOM_HAVE_MPI
+bool mpi_available() { return false; }
+void mpi_abort_if_running(int) {}
+Communicator& mpi_world() {
+  fail(ErrorKind::unsupported,
+       "--comm mpi: this build has no MPI (install OpenMPI, e.g. scripts/setup-deps.sh, and rebuild with "
+       "-DLOOM_MPI=ON)");
+}
+#endif
+
+#ifndef LOOM_HAVE_NCCL
+bool nccl_available() { return false; }
+std::vector<std::unique_ptr<Communicator>> nccl_group(const std::vector<int>&) {
+  fail(ErrorKind::unsupported, "--comm nccl: this build has no NCCL (needs -DLOOM_CUDA=ON and NCCL)");
+}
+#endif
+
+}  // namespace loom::meta

@@ -1,0 +1,270 @@
+// Tensor parallelism, the model side: the split of each weight role, the members' ranges, and
+// each member's shard, copied out of the file mapping into the member device's memory (slices
+// of rows are contiguous; slices of columns are gathered row by row, whole quant blocks only).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+
+#include "loom/alloc/alloc.h"
+#include "loom/core/error.h"
+#include "loom/model/model.h"
+
+namespace loom {
+
+TpSplit tp_split_of(TensorRole role) {
+  switch (role) {
+    case TensorRole::token_embd:
+      return TpSplit::host;
+    case TensorRole::output:
+    case TensorRole::attn_q:
+    case TensorRole::attn_k:
+    case TensorRole::attn_v:
+    case TensorRole::ffn_gate:
+    case TensorRole::ffn_up:
+    case TensorRole::ffn_gate_exps:
+    case TensorRole::ffn_up_exps:
+      return TpSplit::rows;
+    case TensorRole::attn_output:
+    case TensorRole::ffn_down:
+    case TensorRole::ffn_down_exps:
+      return TpSplit::columns;
+    case TensorRole::attn_q_bias:
+    case TensorRole::attn_k_bias:
+    case TensorRole::attn_v_bias:
+      return TpSplit::vector_rows;
+    case TensorRole::output_norm:
+    case TensorRole::attn_norm:
+    case TensorRole::attn_q_norm:
+    case TensorRole::attn_k_norm:
+    case TensorRole::ffn_norm:
+    case TensorRole::ffn_gate_inp:
+      return TpSplit::mirrored;
+  }
+  return TpSplit::mirrored;
+}
+
+TpLayout make_tp_layout(const HParams& hp, const std::vector<Tensor*>& weights, int n_members,
+                        const std::vector<float>& proportions) {
+  LOOM_CHECK((int)proportions.size() == n_members, usage, "-ts has {} values for {} tensor-parallel members",
+             proportions.size(), n_members);
+  std::unordered_map<std::string, DType> type_of;
+  for (const Tensor* t : weights) type_of.emplace(t->name, t->type);
+  int64_t wo_block = 1, ff_block = 1, ff_exp_block = 1;
+  for (const TensorSpec& spec : arch_tensors(hp)) {
+    auto it = type_of.find(spec.name);
+    if (it == type_of.end()) continue;
+    const int64_t blk = dtype_info(it->second).block_size;
+    if (spec.role == TensorRole::attn_output) wo_block = std::max(wo_block, blk);
+    if (spec.role == TensorRole::ffn_down) ff_block = std::max(ff_block, blk);
+    if (spec.role == TensorRole::ffn_down_exps) ff_exp_block = std::max(ff_exp_block, blk);
+  }
+  TpLayout l;
+  l.n_members = n_members;
+  // KV heads per unit: attn_output's columns of a unit must start on a quant-block boundary
+  const int64_t q_per_kv = hp.n_head / hp.n_head_kv;
+  l.head_granule = hp.n_head_kv;
+  for (int64_t k = 1; k <= hp.n_head_kv; ++k)
+    if ((k * q_per_kv * hp.head_dim) % wo_block == 0) {
+      l.head_granule = k;
+      break;
+    }
+  l.ff_granule = ff_block;
+  l.head_kv = meta::split_axis(hp.n_head_kv, l.head_granule, proportions);
+  l.ff = meta::split_axis(hp.n_ff, ff_block, proportions);
+  if (hp.n_ff_exp > 0)
+    l.ff_exp = meta::split_axis(hp.n_ff_exp, ff_exp_block, proportions);
+  else
+    l.ff_exp.assign((size_t)n_members, {});
+  l.vocab = meta::split_axis(hp.n_vocab, 1, proportions);
+  return l;
+}
+
+namespace {
+
+Tensor** layer_slot(LayerWeights& l, TensorRole role) {
+  switch (role) {
+    case TensorRole::attn_norm:
+      return &l.attn_norm;
+    case TensorRole::attn_q:
+      return &l.wq;
+    case TensorRole::attn_k:
+      return &l.wk;
+    case TensorRole::attn_v:
+      return &l.wv;
+    case TensorRole::attn_output:
+      return &l.wo;
+    case TensorRole::attn_q_bias:
+      return &l.bq;
+    case TensorRole::attn_k_bias:
+      return &l.bk;
+    case TensorRole::attn_v_bias:
+      return &l.bv;
+    case TensorRole::attn_q_norm:
+      return &l.q_norm;
+    case TensorRole::attn_k_norm:
+      return &l.k_norm;
+    case TensorRole::ffn_norm:
+      return &l.ffn_norm;
+    case TensorRole::ffn_gate:
+      return &l.ffn_gate;
+    case TensorRole::ffn_up:
+      return &l.ffn_up;
+    case TensorRole::ffn_down:
+      return &l.ffn_down;
+    case TensorRole::ffn_gate_inp:
+      return &l.ffn_gate_inp;
+    case TensorRole::ffn_gate_exps:
+      return &l.ffn_gate_exps;
+    case TensorRole::ffn_up_exps:
+      return &l.ffn_up_exps;
+    case TensorRole::ffn_down_exps:
+      return &l.ffn_down_exps;
+    default:
+      return nullptr;
+  }
+}
+
+// A shard tensor and where its bytes come from: axis -1 (whole), 0 (columns) or 1 (rows).
+struct Slice {
+  Tensor* dst;
+  const Tensor* src;
+  int axis;
+  meta::Range r;
+};
+
+void gather_slice(const Slice& s, std::vector<uint8_t>& out) {
+  const Tensor* t = s.src;
+  const auto* base = static_cast<const uint8_t*>(t->data);
+  out.resize(s.dst->nbytes());
+  if (s.axis < 0) {
+    std::memcpy(out.data(), base, out.size());
+    return;
+  }
+  uint8_t* o = out.data();
+  if (s.axis == 1) {  // whole rows: one contiguous run per (i2, i3)
+    const size_t run = (size_t)s.r.size() * t->nb[1];
+    for (int64_t i3 = 0; i3 < t->ne[3]; ++i3)
+      for (int64_t i2 = 0; i2 < t->ne[2]; ++i2, o += run)
+        std::memcpy(o, base + i3 * t->nb[3] + i2 * t->nb[2] + s.r.begin * t->nb[1], run);
+    return;
+  }
+  const size_t skip = row_size(t->type, s.r.begin), run = row_size(t->type, s.r.size());
+  const int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
+  for (int64_t i = 0; i < rows; ++i, o += run) std::memcpy(o, base + i * t->nb[1] + skip, run);
+}
+
+}  // namespace
+
+void Model::place_tensor_parallel(const PlacementParams& p) {
+  const HParams& hp = hp_;
+  const int cpu = (int)p.devices.size() - 1;
+  std::vector<Device*> members = p.tp_members;
+  if (members.empty())
+    for (int i = 0; i < cpu; ++i) members.push_back(p.devices[(size_t)i]);
+  if (members.empty()) members.push_back(p.devices[(size_t)cpu]);
+  const bool one_rank = p.tp_rank >= 0;
+  LOOM_CHECK(!one_rank || (members.size() == 1 && p.tp_rank < p.tp_size), usage,
+             "-sm tensor across processes: rank {} of {} needs exactly one device", p.tp_rank, p.tp_size);
+  const int n_members = one_rank ? p.tp_size : (int)members.size();
+  std::vector<float> props = p.tensor_split;
+  if (props.empty()) {  // as the layer split: by free memory; across processes: even
+    for (int r = 0; r < n_members; ++r)
+      props.push_back(one_rank ? 1.0f : (float)std::max<size_t>(1, members[(size_t)r]->memory().free >> 20));
+  }
+  LOOM_CHECK((int)props.size() == n_members, usage, "-ts has {} values for {} tensor-parallel members", props.size(),
+             n_members);
+  tp_layout_ = make_tp_layout(hp, weight_tensors(), n_members, props);
+
+  // Bookkeeping of the other split modes: everything "lives" on the host; shards are extra.
+  placement_ = WeightPlacement{};
+  placement_.devices = p.devices;
+  placement_.layer_device.assign((size_t)hp.n_layer, cpu);
+  placement_.output_device = cpu;
+  for (Tensor& t : weights_.tensors()) placement_.tensor_device[t.name] = cpu;
+  device_bytes_.assign(p.devices.size(), 0);
+  device_bytes_[(size_t)cpu] = tok_embd->nbytes();  // mapped, looked up on the host
+
+  std::unordered_map<std::string, Tensor*> by_name;
+  for (Tensor& t : weights_.tensors()) by_name.emplace(t.name, &t);
+  tp_shards_.clear();
+  for (int r = 0; r < n_members; ++r) {
+    if (one_rank && r != p.tp_rank) continue;
+    auto sh = std::make_unique<TpShard>();
+    TpShard& s = *sh;
+    s.rank = r;
+    s.device = members[one_rank ? 0 : (size_t)r];
+    const meta::Range heads = tp_layout_.head_kv[(size_t)r];
+    const int64_t q_per_kv = hp.n_head / hp.n_head_kv, hd = hp.head_dim;
+    s.n_head_kv = heads.size();
+    s.n_head = heads.size() * q_per_kv;
+    s.n_ff = tp_layout_.ff[(size_t)r].size();
+    s.n_ff_exp = tp_layout_.ff_exp[(size_t)r].size();
+    s.n_vocab = tp_layout_.vocab[(size_t)r].size();
+    s.layers.resize((size_t)hp.n_layer);
+    std::vector<Slice> slices;
+    auto add = [&](const Tensor* src, int axis, meta::Range range) -> Tensor* {
+      if (axis >= 0 && range.size() == 0) return nullptr;
+      int64_t ne[4] = {src->ne[0], src->ne[1], src->ne[2], src->ne[3]};
+      if (axis >= 0) ne[axis] = range.size();
+      Tensor* t = s.ctx.new_tensor(src->type, 4, ne, src->name);
+      t->flags |= kFlagParam;
+      slices.push_back({t, src, axis, range});
+      return t;
+    };
+    for (const TensorSpec& spec : arch_tensors(hp)) {
+      if (spec.layer < 0) continue;
+      const Tensor* src = by_name.at(spec.name);
+      const bool ffn_exp = spec.role == TensorRole::ffn_gate_exps || spec.role == TensorRole::ffn_up_exps ||
+                           spec.role == TensorRole::ffn_down_exps;
+      const bool ffn =
+          spec.role == TensorRole::ffn_gate || spec.role == TensorRole::ffn_up || spec.role == TensorRole::ffn_down;
+      const bool q = spec.role == TensorRole::attn_q || spec.role == TensorRole::attn_q_bias ||
+                     spec.role == TensorRole::attn_output;
+      meta::Range range = ffn_exp ? tp_layout_.ff_exp[(size_t)r]
+                          : ffn   ? tp_layout_.ff[(size_t)r]
+                          : q     ? meta::Range{heads.begin * q_per_kv * hd, heads.end * q_per_kv * hd}
+                                  : meta::Range{heads.begin * hd, heads.end * hd};
+      Tensor* t = nullptr;
+      switch (tp_split_of(spec.role)) {
+        case TpSplit::rows:
+          t = add(src, 1, range);
+          break;
+        case TpSplit::columns:
+        case TpSplit::vector_rows:
+          t = add(src, 0, range);
+          break;
+        case TpSplit::mirrored:
+          t = add(src, -1, {});
+          break;
+        case TpSplit::host:
+          break;
+      }
+      *layer_slot(s.layers[(size_t)spec.layer], spec.role) = t;
+    }
+    s.output_norm = add(output_norm, -1, {});
+    s.output = add(output, 1, tp_layout_.vocab[(size_t)r]);
+
+    std::vector<Tensor*> tensors;
+    for (Tensor& t : s.ctx.tensors()) tensors.push_back(&t);
+    const BufferType& bt = s.device->buffer_type();
+    s.bytes = alloc::tensors_size(tensors, bt);
+    const auto dev_it = std::find(p.devices.begin(), p.devices.end(), s.device);
+    LOOM_CHECK(dev_it != p.devices.end(), usage, "-sm tensor: member {} is not a selected device", s.device->name());
+    device_bytes_[(size_t)(dev_it - p.devices.begin())] += s.bytes;
+    if (has_data_) {
+      Status st = alloc::alloc_tensors(tensors, bt, s.buffers);
+      LOOM_CHECK(st.is_ok(), out_of_memory, "{}: cannot place the {:.2f} MiB shard of member {} on {}: {}",
+                 file_->path(), (double)s.bytes / (1 << 20), r, s.device->name(), st.message());
+      std::vector<uint8_t> bytes;
+      for (const Slice& sl : slices) {
+        gather_slice(sl, bytes);
+        sl.dst->buffer->set(sl.dst, bytes.data(), 0, bytes.size());
+      }
+    }
+    tp_shards_.push_back(std::move(sh));
+  }
+}
+
+}  // namespace loom
