@@ -3,6 +3,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "loom/core/error.h"
 #include "loom/meta/comm.h"
 
@@ -34,14 +37,30 @@ class NcclComm final : public Communicator {
 
   void all_reduce_sum(float* data, size_t n) override {
     count(n);
+    if (n == 0) return;
     stage(n);
     check_cuda(cudaMemcpyAsync(buf_, data, n * sizeof(float), cudaMemcpyHostToDevice, stream_), "upload");
     check_nccl(ncclAllReduce(buf_, buf_, n, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
     check_cuda(cudaMemcpyAsync(data, buf_, n * sizeof(float), cudaMemcpyDeviceToHost, stream_), "download");
     check_cuda(cudaStreamSynchronize(stream_), "sync");
   }
+  // NCCL gathers equal blocks: pad every rank's block to the largest, then compact.
   void all_gather(const float* local, const std::vector<size_t>& counts, float* out) override {
-    fail(ErrorKind::unsupported, "[nccl] all_gather of uneven blocks is not implemented");
+    LOOM_CHECK((int)counts.size() == size_, internal, "[nccl] all_gather: {} counts for {} ranks", counts.size(), size_);
+    size_t block = 0;
+    for (size_t c : counts) block = std::max(block, c);
+    if (block == 0) return;
+    stage(block * (size_t)(size_ + 1));
+    float* send = static_cast<float*>(buf_);
+    float* recv = send + block;
+    check_cuda(cudaMemcpyAsync(send, local, counts[(size_t)rank_] * sizeof(float), cudaMemcpyHostToDevice, stream_),
+               "upload");
+    check_nccl(ncclAllGather(send, recv, block, ncclFloat, comm_, stream_), "ncclAllGather");
+    host_.resize(block * (size_t)size_);
+    check_cuda(cudaMemcpyAsync(host_.data(), recv, host_.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+               "download");
+    check_cuda(cudaStreamSynchronize(stream_), "sync");
+    for (int r = 0; r < size_; ++r) out = std::copy_n(host_.data() + (size_t)r * block, counts[(size_t)r], out);
   }
   void broadcast(void* data, size_t n, int root) override {
     stage((n + 3) / 4);
@@ -52,9 +71,10 @@ class NcclComm final : public Communicator {
   }
 
  private:
+  // Makes this rank's GPU current for the calling thread, then grows the staging buffer to n floats.
   void stage(size_t n) {
-    if (n <= cap_) return;
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+    if (n <= cap_) return;
     cudaFree(buf_);
     check_cuda(cudaMalloc(&buf_, n * sizeof(float)), "cudaMalloc");
     cap_ = n;
@@ -64,11 +84,17 @@ class NcclComm final : public Communicator {
   cudaStream_t stream_ = nullptr;
   void* buf_ = nullptr;
   size_t cap_ = 0;
+  std::vector<float> host_;  // all_gather staging
 };
 
 }  // namespace
 
 bool nccl_available() { return true; }
+
+int nccl_device_count() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
 
 std::vector<std::unique_ptr<Communicator>> nccl_group(const std::vector<int>& devices) {
   std::vector<ncclComm_t> comms(devices.size());

@@ -24,6 +24,7 @@ Communicator& mpi_world() {
 
 #ifndef LOOM_HAVE_NCCL
 bool nccl_available() { return false; }
+int nccl_device_count() { return 0; }
 std::vector<std::unique_ptr<Communicator>> nccl_group(const std::vector<int>&) {
   fail(ErrorKind::unsupported, "--comm nccl: this build has no NCCL (needs -DLOOM_CUDA=ON and NCCL)");
 }

@@ -48,5 +48,7 @@ bool launched_by_mpi();
 // NCCL over the given CUDA device ordinals, one rank each (in this process).
 // Throws unsupported when built without NCCL.
 std::vector<std::unique_ptr<Communicator>> nccl_group(const std::vector<int>& cuda_devices);
+// CUDA devices NCCL can use here (0 without NCCL or without a GPU).
+int nccl_device_count();
 
 }  // namespace loom::meta
