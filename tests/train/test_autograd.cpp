@@ -327,7 +327,7 @@ TEST(Autograd, EveryForwardOpHasARule) {
                     OpKind::SWIGLU, OpKind::RESHAPE, OpKind::VIEW, OpKind::PERMUTE, OpKind::TRANSPOSE, OpKind::CONT,
                     OpKind::CPY, OpKind::CROSS_ENTROPY_LOSS, OpKind::SUM, OpKind::SUM_ROWS, OpKind::MEAN,
                     OpKind::SQR, OpKind::SQRT, OpKind::EXP, OpKind::LOG, OpKind::SIGMOID, OpKind::SOFTPLUS,
-                    OpKind::GELU, OpKind::CONCAT, OpKind::REPEAT})
+                    OpKind::GELU, OpKind::CONCAT, OpKind::REPEAT, OpKind::ALL_REDUCE})
     EXPECT_TRUE(op_has_grad_rule(op)) << op_name(op);
   EXPECT_FALSE(op_has_grad_rule(OpKind::FLASH_ATTN_EXT));  // training uses the unfused path
   EXPECT_FALSE(op_has_grad_rule(OpKind::TOP_K));

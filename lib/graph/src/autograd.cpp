@@ -265,6 +265,12 @@ void grad_silu_back(Backprop& b, Tensor* y, Tensor* g) {
 
 // ---- normalization and reductions ----------------------------------------------------------
 
+// y = sum over the group of x: each member's x reaches every member's y, so its gradient is
+// the group's sum of g (the identity on one device).
+void grad_all_reduce(Backprop& b, Tensor* y, Tensor* g) {
+  b.add(y->src[0], all_reduce(b.c, g->is_contiguous() && g->type == DType::F32 ? g : b.cont_f32(g)));
+}
+
 void grad_rms_norm(Backprop& b, Tensor* y, Tensor* g) {
   b.add(y->src[0], rms_norm_back(b.c, g, y->src[0], y->param_f32(0)));
 }
@@ -447,6 +453,7 @@ constexpr std::array<Rule, kOpCount> make_rules() {
   set(OpKind::ROPE_BACK, grad_rope_back);
   set(OpKind::SOFT_MAX_BACK, grad_soft_max_back);
   set(OpKind::CROSS_ENTROPY_LOSS_BACK, grad_cross_entropy_back);
+  set(OpKind::ALL_REDUCE, grad_all_reduce);
   set(OpKind::RMS_NORM, grad_rms_norm);
   set(OpKind::NORM, grad_norm);
   set(OpKind::SUM, grad_sum);

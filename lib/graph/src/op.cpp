@@ -62,6 +62,7 @@ constexpr OpInfo kOps[] = {
     {K::CROSS_ENTROPY_LOSS_BACK, "CROSS_ENTROPY_LOSS_BACK", 3, false, false, false},
     {K::OPT_STEP_ADAMW, "OPT_STEP_ADAMW", 5, false, false, false},
     {K::OPT_STEP_SGD, "OPT_STEP_SGD", 3, false, false, false},
+    {K::ALL_REDUCE, "ALL_REDUCE", 1, false, false, false},
 };
 static_assert(std::size(kOps) == kOpCount, "op table must list every OpKind");
 

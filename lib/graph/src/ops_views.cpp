@@ -99,6 +99,12 @@ Tensor* dup(Context& c, Tensor* a) { return make(c, OpKind::DUP, a->type, a->ne,
 
 Tensor* cont(Context& c, Tensor* a) { return make(c, OpKind::CONT, a->type, a->ne, {a}); }
 
+Tensor* all_reduce(Context& c, Tensor* a) {
+  LOOM_CHECK(a->type == DType::F32 && a->is_contiguous(), invalid_input, "[all_reduce] '{}' must be contiguous f32 (is {})",
+             a->name, dtype_name(a->type));
+  return make(c, OpKind::ALL_REDUCE, a->type, a->ne, {a});
+}
+
 Tensor* concat(Context& c, Tensor* a, Tensor* b, int dim) {
   LOOM_CHECK(dim >= 0 && dim < 4, invalid_input, "[concat] dim {}", dim);
   LOOM_CHECK(a->type == b->type, invalid_input, "[concat] types differ: {} and {}", describe(*a), describe(*b));

@@ -75,8 +75,7 @@ Tensor* moe_ffn(Context& c, const HParams& hp, const LayerWeights& l, Tensor* x,
 // Tensor parallel: the partial sum x is summed over the members right after this node runs
 // (an explicit node, so plans show it and tests count it).
 Tensor* all_reduce(Context& c, Tensor* x, ForwardInputs& in, const std::string& name) {
-  Tensor* r = scale(c, x, 1.0f);
-  r->flags |= kFlagAllReduce;
+  Tensor* r = ops::all_reduce(c, x);
   r->name = name;
   in.all_reduces.push_back(r);
   return r;

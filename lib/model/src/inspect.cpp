@@ -48,7 +48,7 @@ nlohmann::json tensor_parallel_json(const Model& model, const Session::StepPlan&
     members.push_back(m);
   }
   int n_all_reduce = 0;
-  for (const Tensor* t : step.graph->nodes()) n_all_reduce += (t->flags & kFlagAllReduce) ? 1 : 0;
+  for (const Tensor* t : step.graph->nodes()) n_all_reduce += t->op == OpKind::ALL_REDUCE ? 1 : 0;
   return {{"n_members", lay.n_members},
           {"head_granule", lay.head_granule},
           {"ff_granule", lay.ff_granule},

@@ -223,7 +223,7 @@ Status Executor::compute_nodes(Stream& stream, const Graph& graph, const std::ve
   size_t first = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     Tensor* t = nodes[i];
-    if (!(t->flags & kFlagAllReduce) || !comm_) continue;
+    if (t->op != OpKind::ALL_REDUCE || !comm_) continue;
     if (Status st = stream.compute(graph, std::span<Tensor* const>(nodes.data() + first, i + 1 - first)); !st)
       return st;
     first = i + 1;

@@ -1,6 +1,7 @@
 // Catalog, data movement: CPY (every type pair the CPU converts, strided sources and
 // destinations), DUP, CONT (permuted views), CONCAT (each dim), REPEAT, REPEAT_BACK, GET_ROWS
-// (every weight type, batched ids), GET_ROWS_BACK and SET_ROWS (every destination type, broadcast ids).
+// (every weight type, batched ids), GET_ROWS_BACK and SET_ROWS (every destination type, broadcast ids),
+// ALL_REDUCE (the identity on one device).
 #include <fmt/format.h>
 
 #include "catalog_families.h"
@@ -64,6 +65,9 @@ void add_dup_cont(std::vector<OpCase>& out) {
   }
   add_case(out, "DUP", "type=i32,ne=[7,5,3,1]", kModeTest, [](CaseBuilder& b) { ops::dup(b.ctx(), b.ids({7, 5, 3}, -100, 100)); });
   add_case(out, "DUP", "type=q4_0,ne=[64,6,1,1]", kModeTest, [](CaseBuilder& b) { ops::dup(b.ctx(), b.input(DType::Q4_0, {64, 6})); });
+  // one device is a group of one: the sum over the group is the value itself
+  add_case(out, "ALL_REDUCE", "type=f32,ne=[17,5,3,2]", kTG,
+           [](CaseBuilder& b) { ops::all_reduce(b.ctx(), b.param({17, 5, 3, 2})); });
 
   const int perms[][4] = {{1, 0, 2, 3}, {0, 2, 1, 3}, {2, 1, 0, 3}, {1, 2, 0, 3}, {0, 1, 3, 2}, {3, 2, 1, 0}};
   for (const auto& p : perms)

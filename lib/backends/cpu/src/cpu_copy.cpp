@@ -1,4 +1,4 @@
-// CPU kernels of the copy family: CPY DUP CONT (type conversion, strided views, reshaping in
+// CPU kernels of the copy family: CPY DUP CONT ALL_REDUCE (type conversion, strided views, reshaping in
 // logical order), CONCAT, REPEAT, REPEAT_BACK, GET_ROWS, GET_ROWS_BACK and SET_ROWS
 // (quantizing rows on write). Work is split over destination rows; every kernel writes each
 // destination row from one thread only, so results do not depend on the thread count.
@@ -299,6 +299,7 @@ bool supports_copy(const Tensor* node) {
     case OpKind::CPY: return b && node->type == b->type && supports_cpy(a, node);
     case OpKind::DUP:
     case OpKind::CONT: return node->type == a->type && node->is_contiguous() && supports_cpy(a, node);
+    case OpKind::ALL_REDUCE: return is_f32_contiguous(a) && f32_out(node);
     case OpKind::CONCAT: {
       if (!b || a->type != b->type || node->type != a->type || !node->is_contiguous()) return false;
       const int dim = node->param_i32(0);
@@ -343,7 +344,8 @@ void compute_copy(const KernelArgs& args, Tensor* node) {
   switch (node->op) {
     case OpKind::CPY:
     case OpKind::DUP:
-    case OpKind::CONT: compute_cpy(args, node->src[0], node); break;
+    case OpKind::CONT:
+    case OpKind::ALL_REDUCE: compute_cpy(args, node->src[0], node); break;  // the local value; the executor sums
     case OpKind::CONCAT: compute_concat(args, node); break;
     case OpKind::REPEAT: compute_repeat(args, node); break;
     case OpKind::REPEAT_BACK: compute_repeat_back(args, node); break;

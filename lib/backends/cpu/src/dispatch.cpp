@@ -21,7 +21,8 @@ Family family_of(OpKind op) {
     case OpKind::REPEAT_BACK:
     case OpKind::GET_ROWS:
     case OpKind::GET_ROWS_BACK:
-    case OpKind::SET_ROWS: return Family::copy;
+    case OpKind::SET_ROWS:
+    case OpKind::ALL_REDUCE: return Family::copy;
     case OpKind::ADD:
     case OpKind::SUB:
     case OpKind::MUL:

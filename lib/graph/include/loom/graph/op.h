@@ -29,6 +29,8 @@ enum class OpKind : uint8_t {
   ROPE, ROPE_BACK, SOFT_MAX, SOFT_MAX_BACK, FLASH_ATTN_EXT,
   // training
   CROSS_ENTROPY_LOSS, CROSS_ENTROPY_LOSS_BACK, OPT_STEP_ADAMW, OPT_STEP_SGD,
+  // collectives (tensor parallelism)
+  ALL_REDUCE,
   COUNT
 };
 

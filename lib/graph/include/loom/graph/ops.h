@@ -28,6 +28,10 @@ Tensor* transpose(Context& c, Tensor* a);  // swap dims 0 and 1
 Tensor* cpy(Context& c, Tensor* a, Tensor* b);
 Tensor* dup(Context& c, Tensor* a);   // a new tensor with a's values and shape
 Tensor* cont(Context& c, Tensor* a);  // contiguous copy of a (a may be any view)
+// Tensor parallelism: the sum of a (contiguous f32) over the members of the group running the
+// graph. A kernel copies the local value; the executor then sums it through its Communicator,
+// so on one device (or with no group) it is the identity.
+Tensor* all_reduce(Context& c, Tensor* a);
 // Concatenate along dim (other dims equal).
 Tensor* concat(Context& c, Tensor* a, Tensor* b, int dim);
 // Tile a to like's shape (like.ne[i] % a.ne[i] == 0). Result F32.

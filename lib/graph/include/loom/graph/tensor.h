@@ -23,9 +23,6 @@ enum TensorFlag : uint32_t {
   kFlagInput = 1u << 1,   // filled by the caller before compute
   kFlagOutput = 1u << 2,  // read by the caller after compute: never reused by the allocator
   kFlagLoss = 1u << 3,    // scalar to minimize
-  // tensor parallel: after computing this node, the executor sums its (F32) value over every
-  // member of the group through its Communicator (an AllReduce; see lib/backends/meta)
-  kFlagAllReduce = 1u << 4,
 };
 
 struct Tensor {

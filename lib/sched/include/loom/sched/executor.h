@@ -33,7 +33,7 @@ class Executor {
   // Waits for all queued work; throws the first asynchronous error.
   void synchronize();
 
-  // Tensor parallelism: nodes flagged kFlagAllReduce are summed over comm's group right after
+  // Tensor parallelism: ALL_REDUCE nodes are summed over comm's group right after
   // they are computed (the split is run in pieces around them). Not owned; may be null.
   void set_communicator(Communicator* comm) { comm_ = comm; }
 
