@@ -13,6 +13,8 @@
 #include <sstream>
 #include <string>
 
+#include "tool_runner.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -22,16 +24,8 @@ struct ToolRun {
   std::string out, err;
 };
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
+using loom::test::quote;
+using loom::test::slurp;
 
 class GgufTool : public ::testing::Test {
  protected:

@@ -19,6 +19,8 @@
 
 #include "loom/model/gguf.h"
 
+#include "tool_runner.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -28,16 +30,8 @@ struct ToolRun {
   std::string out, err;
 };
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
+using loom::test::quote;
+using loom::test::slurp;
 
 class TrainTool : public ::testing::Test {
  protected:

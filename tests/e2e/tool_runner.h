@@ -11,6 +11,19 @@
 
 namespace loom::test {
 
+// A file's bytes (empty when it cannot be read).
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// s as one single-quoted shell word.
+inline std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
 struct ToolResult {
   int rc = -1;
   std::string out;  // stdout

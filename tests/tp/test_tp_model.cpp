@@ -179,7 +179,9 @@ TEST(TensorParallelBf16, ReductionInBf16HalvesTheBytesAndStaysClose) {
       max_abs = std::max(max_abs, (double)std::fabs(one.logits(0)[i]));
     }
     EXPECT_LT(max_diff, bf16 ? 2e-2 * max_abs : 1e-4) << "bf16 " << bf16;
-    if (bf16) EXPECT_GT(max_diff, 0.0);  // it did round
+    if (bf16) {
+      EXPECT_GT(max_diff, 0.0);  // it did round
+    }
   }
   EXPECT_EQ(bytes[1] * 2, bytes[0]);
 }

@@ -16,33 +16,6 @@ namespace loom::train {
 
 namespace {
 
-Tensor** role_slot(ModelWeights& m, LayerWeights* l, TensorRole role) {
-  switch (role) {
-    case TensorRole::token_embd: return &m.tok_embd;
-    case TensorRole::output_norm: return &m.output_norm;
-    case TensorRole::output: return &m.output;
-    case TensorRole::attn_norm: return &l->attn_norm;
-    case TensorRole::attn_q: return &l->wq;
-    case TensorRole::attn_k: return &l->wk;
-    case TensorRole::attn_v: return &l->wv;
-    case TensorRole::attn_output: return &l->wo;
-    case TensorRole::attn_q_bias: return &l->bq;
-    case TensorRole::attn_k_bias: return &l->bk;
-    case TensorRole::attn_v_bias: return &l->bv;
-    case TensorRole::attn_q_norm: return &l->q_norm;
-    case TensorRole::attn_k_norm: return &l->k_norm;
-    case TensorRole::ffn_norm: return &l->ffn_norm;
-    case TensorRole::ffn_gate: return &l->ffn_gate;
-    case TensorRole::ffn_up: return &l->ffn_up;
-    case TensorRole::ffn_down: return &l->ffn_down;
-    case TensorRole::ffn_gate_inp: return &l->ffn_gate_inp;
-    case TensorRole::ffn_gate_exps: return &l->ffn_gate_exps;
-    case TensorRole::ffn_up_exps: return &l->ffn_up_exps;
-    case TensorRole::ffn_down_exps: return &l->ffn_down_exps;
-  }
-  return nullptr;
-}
-
 // Rows of a tensor's bytes (any type) -> f32.
 void to_f32(DType type, const uint8_t* src, float* dst, int64_t ne0, int64_t rows) {
   const DTypeInfo& info = dtype_info(type);
