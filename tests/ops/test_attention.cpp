@@ -212,8 +212,8 @@ TEST_P(AttentionSoftmaxTest, MatchesDoubleReference) {
   }
   r.compute(out, threads);
   const auto got = r.get_f32(out);
-  const auto want = ref_soft_max(r.get_f32(a), a->ne, mask ? &mv : nullptr, mask ? mask->ne : nullptr, c.scale,
-                                 c.max_bias);
+  const auto want =
+      ref_soft_max(r.get_f32(a), a->ne, mask ? &mv : nullptr, mask ? mask->ne : nullptr, c.scale, c.max_bias);
   EXPECT_LE(nmse(got, want), 1e-6);
   for (float g : got) ASSERT_FALSE(std::isnan(g));
   if (mask && c.n_q > 2) {  // the all-masked row 1 is zeros
@@ -343,8 +343,8 @@ TEST_P(AttentionFlashTest, MatchesExplicitSoftmaxQKV) {
   }
   r.compute(out, fp.threads);
   const auto got = r.get_f32(out);
-  const auto want = ref_attention(r.get_f32(q), q->ne, r.get_f32(k), k->ne, r.get_f32(v), v->ne,
-                                  mask ? &mv : nullptr, mask ? mask->ne : nullptr, c);
+  const auto want = ref_attention(r.get_f32(q), q->ne, r.get_f32(k), k->ne, r.get_f32(v), v->ne, mask ? &mv : nullptr,
+                                  mask ? mask->ne : nullptr, c);
   EXPECT_LE(nmse(got, want), 5e-4);
   EXPECT_LE(nmse(got, want), 1e-9);  // same K/V values, f32 accumulation: far below the limit
   for (float g : got) ASSERT_FALSE(std::isnan(g));

@@ -60,6 +60,7 @@ TEST_F(TensorParallelTools, SplitInspectJsonReportsEveryMember) {
     EXPECT_LT(compute, single_compute) << d;
   }
   const auto& t = b["tensor_parallel"];
+  EXPECT_EQ(t["device"], "META");
   EXPECT_EQ(t["n_members"], 2);
   EXPECT_EQ(t["all_reduce_per_step"], 2 * 2);  // tiny: 2 layers
   EXPECT_EQ(t["members"][1]["device"], "SIM1");

@@ -49,7 +49,9 @@ nlohmann::json tensor_parallel_json(const Model& model, const Session::StepPlan&
   }
   int n_all_reduce = 0;
   for (const Tensor* t : step.graph->nodes()) n_all_reduce += t->op == OpKind::ALL_REDUCE ? 1 : 0;
-  return {{"n_members", lay.n_members},
+  // "META": the group presents its members as one device (CLI.md's device name under -sm tensor)
+  return {{"device", "META"},
+          {"n_members", lay.n_members},
           {"head_granule", lay.head_granule},
           {"ff_granule", lay.ff_granule},
           {"all_reduce_per_step", n_all_reduce},
@@ -88,7 +90,7 @@ std::string inspect_splits(Model& model, const SessionParams& params, bool decod
                        sched::format_bytes(m.compute_bytes));
   if (model.tensor_parallel()) {
     const nlohmann::json tp = tensor_parallel_json(model, step);
-    out += fmt::format("tensor parallel: {} members, {} AllReduce per step; the plan below is member 0's\n",
+    out += fmt::format("tensor parallel: META over {} members, {} AllReduce per step; the plan below is member 0's\n",
                        tp["n_members"].get<int>(), tp["all_reduce_per_step"].get<int>());
     for (const auto& m : tp["members"])
       out += fmt::format("  member {}  {:<6}  kv heads {}-{}  ffn rows {}-{}  vocab rows {}-{}\n", m["rank"].get<int>(),

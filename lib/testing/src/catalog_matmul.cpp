@@ -57,6 +57,8 @@ void add_mul_mats(std::vector<OpCase>& out) {
   // perf: decode (n = 1) and prompt (n = 512) shapes of a 4096-wide model
   for (DType t : kWeights)
     for (int64_t n : {1, 512}) add_mul_mat(out, t, DType::F32, 4096, n, 4096, 1, 1, 1, 1, kModePerf);
+  // perf: the square F32 GEMM that PERFORMANCE.md compares with the FMA peak
+  add_mul_mat(out, DType::F32, DType::F32, 1024, 1024, 1024, 1, 1, 1, 1, kModePerf);
 }
 
 void add_mul_mat_ids(std::vector<OpCase>& out) {

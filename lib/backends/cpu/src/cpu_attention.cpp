@@ -1,6 +1,9 @@
 // CPU kernels of the attention family: ROPE, ROPE_BACK, SOFT_MAX, SOFT_MAX_BACK and
 // FLASH_ATTN_EXT (one pass over the keys with an online softmax). All split rows (or query
 // rows) over threads; K/V rows are read through the per-type row kernels of cpu_vec_dot.h.
+// On SIMD levels flash attention takes the tiled kernel (simd_flash.h, vectorized exp); the
+// loop here is its readable reference and the scalar level's kernel.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -9,6 +12,7 @@
 #include "cpu_vec_dot.h"
 #include "kernels.h"
 #include "loom/graph/ops.h"
+#include "simd_flash.h"
 
 namespace loom::cpu {
 namespace {
@@ -124,6 +128,8 @@ void soft_max(const KernelArgs& args, Tensor* dst) {
       std::fill(y, y + n, 0.0f);
       continue;
     }
+    // std::exp on every level: the fused topk-moe router (cpu_fused.cpp) reproduces this softmax
+    // bit for bit. Flash attention, the large softmax, uses the vectorized exp.
     double sum = 0;
     for (int64_t i = 0; i < n; ++i) {
       y[i] = std::exp(y[i] - mx);
@@ -228,13 +234,15 @@ bool supports_attention(const Tensor* node) {
     case OpKind::ROPE_BACK: {
       const int mode = node->param_i32(1);
       return a->type == DType::F32 && node->src[1] && node->src[1]->type == DType::I32 &&
-             (mode == ops::kRopeNormal || mode == ops::kRopeNeox) && (!node->src[2] || node->src[2]->type == DType::F32);
+             (mode == ops::kRopeNormal || mode == ops::kRopeNeox) &&
+             (!node->src[2] || node->src[2]->type == DType::F32);
     }
     case OpKind::SOFT_MAX: {
       const Tensor* m = node->src[1];
       return f32_unit(a) && (!m || ((m->type == DType::F32 || m->type == DType::F16) && unit_stride(m)));
     }
-    case OpKind::SOFT_MAX_BACK: return f32_unit(a) && node->src[1] && f32_unit(node->src[1]);
+    case OpKind::SOFT_MAX_BACK:
+      return f32_unit(a) && node->src[1] && f32_unit(node->src[1]);
     case OpKind::FLASH_ATTN_EXT: {
       const Tensor* k = node->src[1];
       const Tensor* v = node->src[2];
@@ -242,27 +250,38 @@ bool supports_attention(const Tensor* node) {
       return f32_unit(a) && k && v && is_plain_float(k->type) && is_plain_float(v->type) && unit_stride(k) &&
              unit_stride(v) && (!m || ((m->type == DType::F32 || m->type == DType::F16) && unit_stride(m)));
     }
-    default: return false;
+    default:
+      return false;
   }
 }
 
 size_t work_size_attention(const Tensor* node, int nth) {
   switch (node->op) {
     case OpKind::ROPE:
-    case OpKind::ROPE_BACK: return slices_bytes(sizeof(float) * (size_t)node->param_i32(0), nth);
-    case OpKind::FLASH_ATTN_EXT: return slices_bytes(sizeof(float) * (size_t)node->src[2]->ne[0], nth);
-    default: return 0;
+    case OpKind::ROPE_BACK:
+      return slices_bytes(sizeof(float) * (size_t)node->param_i32(0), nth);
+    case OpKind::FLASH_ATTN_EXT:
+      return std::max(slices_bytes(sizeof(float) * (size_t)node->src[2]->ne[0], nth),
+                      flash_tiled_supported(node) ? flash_tiled_work_size(node, nth) : 0);
+    default:
+      return 0;
   }
 }
 
 void compute_attention(const KernelArgs& args, Tensor* node) {
   switch (node->op) {
-    case OpKind::ROPE: return rope(args, node, false);
-    case OpKind::ROPE_BACK: return rope(args, node, true);
-    case OpKind::SOFT_MAX: return soft_max(args, node);
-    case OpKind::SOFT_MAX_BACK: return soft_max_back(args, node);
-    case OpKind::FLASH_ATTN_EXT: return flash_attn_ext(args, node);
-    default: return;
+    case OpKind::ROPE:
+      return rope(args, node, false);
+    case OpKind::ROPE_BACK:
+      return rope(args, node, true);
+    case OpKind::SOFT_MAX:
+      return soft_max(args, node);
+    case OpKind::SOFT_MAX_BACK:
+      return soft_max_back(args, node);
+    case OpKind::FLASH_ATTN_EXT:
+      return flash_tiled_supported(node) ? flash_attn_tiled(args, node) : flash_attn_ext(args, node);
+    default:
+      return;
   }
 }
 

@@ -3,13 +3,16 @@
 // Inputs may be F32, F16 or BF16 and strided views; the result is contiguous F32. Each op is a
 // functor run by one of three drivers: a flat loop when everything is contiguous F32, else row
 // by row with inputs converted to f32 scratch. The result may alias src[0] (in place): every
-// loop reads element i before writing element i.
+// loop reads element i before writing element i. SILU and SWIGLU over contiguous F32 take the
+// vectorized exp loops of simd_math.h on SIMD levels (the functors stay the reference).
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "cpu_features.h"
 #include "cpu_rows.h"
 #include "kernels.h"
+#include "simd_math.h"
 
 namespace loom::cpu {
 
@@ -170,6 +173,25 @@ void add_id(const KernelArgs& args, Tensor* dst) {
 
 bool float_readable(const Tensor* t) { return t && is_plain_float(t->type); }
 
+// SILU / SWIGLU over contiguous F32 on a SIMD level: this thread's share of the flat arrays
+// through the vectorized loops. False when the reference functor path must run.
+bool silu_fast(const KernelArgs& args, Tensor* dst) {
+  const Tensor* a = dst->src[0];
+  const Tensor* b = dst->src[1];
+  const bool pair = dst->op == OpKind::SWIGLU;
+  if (active_isa() == Isa::scalar || !is_f32_contiguous(a) || (pair && !is_f32_contiguous(b))) return false;
+  int64_t e0, e1;
+  split_flat(dst->nelements(), args, e0, e1);
+  float* y = static_cast<float*>(dst->data) + e0;
+  const float* x = static_cast<const float*>(a->data) + e0;
+  if (pair) {
+    vec_math().swiglu(x, static_cast<const float*>(b->data) + e0, y, e1 - e0);
+  } else {
+    vec_math().silu(x, y, e1 - e0);
+  }
+  return true;
+}
+
 }  // namespace
 
 bool supports_elementwise(const Tensor* node) {
@@ -225,7 +247,7 @@ void compute_elementwise(const KernelArgs& args, Tensor* node) {
     case OpKind::ADD_ID: return add_id(args, node);
     case OpKind::SCALE: return unary(args, node, Scale{node->param_f32(0), node->param_f32(1)});
     case OpKind::CLAMP: return unary(args, node, Clamp{node->param_f32(0), node->param_f32(1)});
-    case OpKind::SILU: return unary(args, node, Silu{});
+    case OpKind::SILU: return silu_fast(args, node) ? void() : unary(args, node, Silu{});
     case OpKind::GELU: return unary(args, node, Gelu{});
     case OpKind::SIGMOID: return unary(args, node, Sigmoid{});
     case OpKind::SOFTPLUS: return unary(args, node, Softplus{});
@@ -233,7 +255,7 @@ void compute_elementwise(const KernelArgs& args, Tensor* node) {
     case OpKind::LOG: return unary(args, node, Log{});
     case OpKind::SQR: return unary(args, node, Sqr{});
     case OpKind::SQRT: return unary(args, node, Sqrt{});
-    case OpKind::SWIGLU: return binary(args, node, Swiglu{});
+    case OpKind::SWIGLU: return silu_fast(args, node) ? void() : binary(args, node, Swiglu{});
     case OpKind::SILU_BACK: return binary(args, node, SiluBack{});
     default: return;
   }

@@ -1,9 +1,13 @@
 // CPU kernels of the matmul family: MUL_MAT, MUL_MAT_ID (experts) and OUT_PROD.
-// Work is split over blocks of rows of the weights a, so decode (one column of b) keeps every
-// thread busy. A weight row is decoded once per group of kMaxDotCols columns by the per-type
-// fused dot (cpu_vec_dot.h); for wider b the rows of a block are decoded once into per-thread
-// f32 scratch and reused for every column. b is read in place when it is F32 with unit stride,
-// otherwise converted once into shared scratch in a first phase (then a barrier).
+// Threads split the rows of the weights a (MUL_MAT: claimed dynamically from the pool). Per node b is prepared once:
+// converted to f32 when it is not already f32 rows, and quantized to int8 blocks for the quantized weight types
+// (cpu_vec_dot.h). A small b (decode) is prepared by every thread for itself, so no barrier is
+// needed; a larger one is shared, then a barrier. Each weight matrix x set of columns then
+// takes one path:
+//   dot     - the per-type fused row kernels, up to kMaxDotCols columns per pass over a block of rows;
+//   gemm    - blocked products over packed panels and register tiles (simd_gemm.h) from
+//             kGemmMinCols columns on levels that have tiles (f32 tiles, or int8 tiles for Q8_0/Q4_0);
+//   strided - a transposed float view of a, gathered into f32 rows first, then the f32 dot.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -12,12 +16,15 @@
 #include "cpu_rows.h"
 #include "cpu_vec_dot.h"
 #include "kernels.h"
+#include "simd_gemm.h"
+#include "simd_units.h"
 
 namespace loom::cpu {
 namespace {
 
-constexpr int64_t kMaxRowBlock = 16;           // rows of a per work unit (at most)
-constexpr int64_t kRowScratchFloats = 1 << 16;  // f32 per thread for decoded rows (256 KiB)
+constexpr int64_t kRowBlock = 16;            // rows of a per dot work unit (at most)
+constexpr int64_t kGemmMinCols = 16;         // columns of one matrix from which the gemm path is taken
+constexpr int64_t kPrivateBElems = 1 << 15;  // b elements up to which every thread prepares b itself
 
 size_t align64(size_t x) { return (x + 63) / 64 * 64; }
 char* scratch_base(const KernelArgs& args) {
@@ -49,100 +56,211 @@ void convert_rows(const Tensor* t, float* dst, int ith, int nth) {
   }
 }
 
-// ---- the shared core: a block of rows of one weight matrix times a set of f32 columns -------
+// ---- plan: path, prepared forms of b and the scratch layout ----------------------------------
 
-struct RowSource {
-  const WeightKernels* wk;  // kernels of a's type
-  DType type;
-  const char* a;            // this matrix of a (batch already applied)
-  size_t nb0, nb1;          // a's strides
-  int64_t K;
-  bool decode;              // decode the block's rows into f32 scratch first
-  float* scratch;           // kMaxRowBlock * K floats when decode
-};
+enum class Path : uint8_t { dot, gemm_f32, gemm_q8, strided };
 
-// a rows [r0, r1) (r1 - r0 <= kMaxRowBlock) x columns j < ncols:
-// dst(j)[m] = sum_k a[k, m] * bcol(j)[k], for m in [r0, r1). bcol(j): K contiguous floats;
-// dcol(j): float* of column j's element 0 (dst rows are contiguous floats).
-template <class BCol, class DCol>
-void rows_times_cols(const RowSource& s, int64_t r0, int64_t r1, int64_t ncols, BCol bcol, DCol dcol) {
-  static const WeightKernels* const f32k = weight_kernels(DType::F32);
-  const WeightKernels* k = s.decode ? f32k : s.wk;
-  const void* rows[kMaxRowBlock];
-  for (int64_t r = r0; r < r1; ++r) {
-    const char* src = s.a + r * s.nb1;
-    if (s.decode) {
-      float* y = s.scratch + (r - r0) * s.K;
-      row_to_f32_fast(s.type, src, s.nb0, s.K, y);
-      rows[r - r0] = y;
-    } else {
-      rows[r - r0] = src;
-    }
-  }
-  const float* bp[kMaxDotCols];
-  float* dp[kMaxDotCols];
-  float out[kMaxDotCols];
-  for (int64_t j0 = 0; j0 < ncols; j0 += kMaxDotCols) {
-    const int nc = (int)std::min<int64_t>(kMaxDotCols, ncols - j0);
-    for (int c = 0; c < nc; ++c) {
-      bp[c] = bcol(j0 + c);
-      dp[c] = dcol(j0 + c);
-    }
-    for (int64_t r = r0; r < r1; ++r) {
-      k->dot(s.K, rows[r - r0], bp, nc, out);
-      for (int c = 0; c < nc; ++c) dp[c][r] = out[c];
-    }
-  }
+Path choose_path(const Tensor* a, int64_t ncols, const GemmKernels* gk) {
+  if (!unit_stride(a)) return Path::strided;
+  if (gk && ncols >= kGemmMinCols) return gemm_q8_supported(gk, a->type) ? Path::gemm_q8 : Path::gemm_f32;
+  return Path::dot;
 }
 
-// Scratch layout shared by work_size and compute (offsets from the 64-aligned scratch base).
+// Whether a path reads b as f32 columns (else as the weight type's int8 columns).
+bool path_reads_f32(Path path, ActType act) {
+  return path == Path::strided || path == Path::gemm_f32 || (path == Path::dot && act == ActType::f32);
+}
+
+// Scratch layout shared by work_size and compute (offsets from the 64-aligned scratch base):
+// [shared f32 copy of b][shared int8 columns][ids][per-thread slices], a slice being
+// [private f32 copy][private int8 columns][pointer arrays][path work].
 struct MatmulPlan {
-  bool convert_b = false;  // b -> contiguous f32 at b_off
-  bool row_scratch = false;
-  size_t b_off = 0, rows_off = 0, rows_stride = 0, ids_off = 0, total = 0;
+  const WeightKernels* wk = nullptr;
+  const GemmKernels* gk = nullptr;
+  ActType act = ActType::f32;
+  Path path = Path::dot;   // MUL_MAT; MUL_MAT_ID picks per expert (dot below kGemmMinCols columns)
+  bool convert_b = false;  // b is not f32 rows: an f32 copy is made
+  bool need_act = false;   // int8 columns are made
+  bool private_b = false;  // per thread, no barrier
+  size_t f32_off = 0, act_off = 0, ids_off = 0, slices_off = 0, slice_stride = 0;
+  size_t s_f32 = 0, s_act = 0, s_ptrs = 0, s_work = 0;  // offsets within a slice
+  size_t total = 0;
 };
-
-// Rows whose decoded f32 copies fit the per-thread row scratch.
-int64_t decoded_rows_max(int64_t K) {
-  return std::clamp<int64_t>(kRowScratchFloats / std::max<int64_t>(K, 1), 1, kMaxRowBlock);
-}
-
-// Rows of a per unit: as large as allowed, halved while there are too few units to share.
-int64_t row_block(int64_t M, int64_t batches, int64_t K, bool decode, int nth) {
-  int64_t rb = decode ? decoded_rows_max(K) : kMaxRowBlock;
-  while (rb > 1 && batches * ceil_div(M, rb) < 4 * (int64_t)nth) rb /= 2;
-  return rb;
-}
-
-bool needs_row_scratch(const Tensor* a, int64_t ncols) {
-  return !unit_stride(a) || (a->type != DType::F32 && ncols > kMaxDotCols);
-}
 
 MatmulPlan plan_mul_mat(const Tensor* node, int nth) {
   const Tensor* a = node->src[0];
   const Tensor* b = node->src[1];
+  const bool is_id = node->op == OpKind::MUL_MAT_ID;
+  const int64_t K = a->ne[0];
   MatmulPlan p;
+  p.wk = weight_kernels(a->type);
+  p.gk = gemm_kernels(active_isa());
+  p.act = p.wk->act;
+  // MUL_MAT: columns of one matrix; MUL_MAT_ID: all (n_used x T) columns may land on one expert.
+  const int64_t ncols = is_id ? node->ne[1] * node->ne[2] : b->ne[1];
+  p.path = choose_path(a, ncols, p.gk);
+  bool need_f32, need_act;
+  if (is_id && p.path != Path::dot && p.path != Path::strided) {  // crowded and sparse experts both possible
+    need_f32 = path_reads_f32(Path::dot, p.act) || path_reads_f32(p.path, p.act);
+    need_act = !path_reads_f32(Path::dot, p.act) || !path_reads_f32(p.path, p.act);
+  } else {
+    need_f32 = path_reads_f32(p.path, p.act);
+    need_act = !need_f32;
+  }
+  p.need_act = need_act;
+  // An f32 copy is also the source of quantization when b is not f32 rows.
+  p.convert_b = !f32_rows(b) && (need_f32 || need_act);
+  p.private_b = !is_id && b->nelements() <= kPrivateBElems;
+  const size_t f32_bytes = p.convert_b ? align64(sizeof(float) * (size_t)b->nelements()) : 0;
+  const size_t act_bytes = need_act ? align64(act_row_bytes(p.act, K) * (size_t)b->nrows()) : 0;
+
   size_t off = 0;
-  p.convert_b = !f32_rows(b);
-  if (p.convert_b) {
-    p.b_off = off;
-    off = align64(off + sizeof(float) * (size_t)b->nelements());
+  if (!p.private_b) {
+    p.f32_off = off;
+    off += f32_bytes;
+    p.act_off = off;
+    off += act_bytes;
   }
-  // MUL_MAT_ID: a column count over all experts decides whether any expert may need scratch.
-  const int64_t ncols = node->op == OpKind::MUL_MAT_ID ? node->ne[1] * node->ne[2] : b->ne[1];
-  p.row_scratch = needs_row_scratch(a, ncols);
-  if (p.row_scratch) {
-    p.rows_off = off;
-    p.rows_stride = align64(sizeof(float) * (size_t)(decoded_rows_max(a->ne[0]) * a->ne[0]));
-    off += p.rows_stride * (size_t)nth;
-  }
-  if (node->op == OpKind::MUL_MAT_ID) {  // per expert: count, start, next; then (i, t) pairs
+  if (is_id) {  // per expert: count, start, next; then (i, t) pairs
     p.ids_off = off;
-    off = align64(off + sizeof(int64_t) * 3 * (size_t)(a->ne[2] + 1) + sizeof(int32_t) * 2 * (size_t)node->ne[1] *
-                                                                           (size_t)node->ne[2]);
+    off = align64(off + sizeof(int64_t) * 3 * (size_t)(a->ne[2] + 1) +
+                  sizeof(int32_t) * 2 * (size_t)node->ne[1] * (size_t)node->ne[2]);
   }
-  p.total = off + 64;  // + alignment of the base
+  size_t s = 0;
+  if (p.private_b) {
+    p.s_f32 = s;
+    s += f32_bytes;
+    p.s_act = s;
+    s += act_bytes;
+  }
+  p.s_ptrs = s;
+  s += align64(2 * sizeof(void*) * (size_t)std::max<int64_t>(ncols, kMaxDotCols));
+  p.s_work = s;
+  switch (p.path) {
+    case Path::strided:
+      s += align64(sizeof(float) * (size_t)(kRowBlock * K));
+      break;
+    case Path::gemm_f32:
+      s += align64(gemm_scratch_bytes(false, K, a->ne[1]));
+      break;
+    case Path::gemm_q8:
+      s += align64(gemm_scratch_bytes(true, K, a->ne[1]));
+      break;
+    default:
+      break;
+  }
+  p.slices_off = off;
+  p.slice_stride = align64(s);
+  p.total = off + p.slice_stride * (size_t)nth + 64;  // + alignment of the base
   return p;
+}
+
+// Prepared views of b: column (i1, i2, i3) as f32 and as int8 blocks.
+struct BCols {
+  const Tensor* b;
+  const char* f32 = nullptr;  // contiguous f32 copy, or nullptr: b itself (f32 rows)
+  const char* act = nullptr;
+  size_t f32_row = 0, act_row = 0;
+  int64_t flat(int64_t i1, int64_t i2, int64_t i3) const { return (i3 * b->ne[2] + i2) * b->ne[1] + i1; }
+  const float* f(int64_t i1, int64_t i2, int64_t i3) const {
+    return reinterpret_cast<const float*>(f32 ? f32 + flat(i1, i2, i3) * f32_row : row_ptr(b, i1, i2, i3));
+  }
+  const void* q(int64_t i1, int64_t i2, int64_t i3) const { return act + flat(i1, i2, i3) * act_row; }
+};
+
+// Converts / quantizes rows [r0, r1) of b into the views' buffers (row = a flat column index).
+void prepare_b(const MatmulPlan& p, const Tensor* b, const BCols& v, int64_t r0, int64_t r1) {
+  const QuantizeActFn quant = p.need_act ? quantize_act(p.act) : nullptr;
+  for (int64_t r = r0; r < r1; ++r) {
+    int64_t i1, i2, i3;
+    unravel_row(r, b->ne, i1, i2, i3);
+    const float* src = reinterpret_cast<const float*>(row_ptr(b, i1, i2, i3));
+    if (p.convert_b) {
+      float* dst = reinterpret_cast<float*>(const_cast<char*>(v.f32) + r * v.f32_row);
+      row_to_f32_fast(b->type, row_ptr(b, i1, i2, i3), b->nb[0], b->ne[0], dst);
+      src = dst;
+    }
+    if (quant) quant(src, const_cast<char*>(v.act) + r * v.act_row, b->ne[0]);
+  }
+}
+
+// Prepares b as the plan says (private: all of it in this thread's slice; shared: this thread's
+// share, then a barrier) and returns the views.
+BCols prepare(const MatmulPlan& p, const KernelArgs& args, const Tensor* b, bool barrier_after) {
+  char* base = scratch_base(args);
+  char* slice = base + p.slices_off + p.slice_stride * (size_t)args.ith;
+  BCols v{b};
+  v.f32_row = sizeof(float) * (size_t)b->ne[0];
+  v.act_row = act_row_bytes(p.act, b->ne[0]);
+  if (p.convert_b) v.f32 = p.private_b ? slice + p.s_f32 : base + p.f32_off;
+  if (p.need_act) v.act = p.private_b ? slice + p.s_act : base + p.act_off;
+  if (!p.convert_b && !p.need_act) return v;
+  if (p.private_b) {
+    prepare_b(p, b, v, 0, b->nrows());
+  } else {
+    int64_t r0, r1;
+    split_rows(b->nrows(), args.ith, args.nth, r0, r1);
+    prepare_b(p, b, v, r0, r1);
+    if (barrier_after) args.barrier();
+  }
+  return v;
+}
+
+// ---- one weight matrix x a set of columns, rows [r0, r1) ----------------------------------------
+
+struct Matrix {
+  const char* a;  // this matrix of a (batch / expert applied)
+  size_t nb0, nb1;
+  int64_t K;
+};
+
+// bcol(j, reads_f32) -> column j of b (const float* or int8 blocks); dcol(j) -> float* of dst
+// column j's element 0.
+template <class BCol, class DCol>
+void matrix_rows(const MatmulPlan& p, char* slice, Path path, const Matrix& m, int64_t r0, int64_t r1, int64_t ncols,
+                 BCol bcol, DCol dcol) {
+  const bool f32 = path_reads_f32(path, p.act);
+  if (path == Path::gemm_f32 || path == Path::gemm_q8) {
+    auto** bp = reinterpret_cast<const void**>(slice + p.s_ptrs);
+    auto** dp = reinterpret_cast<float**>(slice + p.s_ptrs + sizeof(void*) * (size_t)ncols);
+    for (int64_t j = 0; j < ncols; ++j) {
+      bp[j] = bcol(j, f32);
+      dp[j] = dcol(j);
+    }
+    const GemmJob job{p.wk, m.a, m.nb1, m.K, r0, r1, ncols, bp, dp};
+    if (path == Path::gemm_q8) return gemm_q8(*p.gk, job, slice + p.s_work);
+    return gemm_f32(*p.gk, job, slice + p.s_work);
+  }
+  const WeightKernels* k = p.wk;
+  const char* rows = m.a + r0 * m.nb1;
+  size_t lda = m.nb1;
+  if (path == Path::strided) {  // gather rows of the transposed view as f32
+    auto* y = reinterpret_cast<float*>(slice + p.s_work);
+    for (int64_t r = r0; r < r1; ++r) row_to_f32_fast(p.wk->type, m.a + r * m.nb1, m.nb0, m.K, y + (r - r0) * m.K);
+    k = weight_kernels(DType::F32);
+    rows = reinterpret_cast<const char*>(y);
+    lda = sizeof(float) * (size_t)m.K;
+  }
+  const void* bp[kMaxDotCols];
+  float* dp[kMaxDotCols];
+  for (int64_t j0 = 0; j0 < ncols; j0 += kMaxDotCols) {
+    const int nc = (int)std::min<int64_t>(kMaxDotCols, ncols - j0);
+    for (int c = 0; c < nc; ++c) {
+      bp[c] = bcol(j0 + c, f32);
+      dp[c] = dcol(j0 + c) + r0;
+    }
+    k->rows_dot(m.K, rows, lda, r1 - r0, bp, nc, dp);
+  }
+}
+
+// Rows of a per work unit of a path (a multiple of 16 for gemm), shrunk while the units of
+// `matrices` matrices are too few to keep nth threads busy.
+int64_t unit_rows(Path path, int64_t M, int64_t matrices, int64_t K, int nth) {
+  const bool gemm = path == Path::gemm_f32 || path == Path::gemm_q8;
+  int64_t rb = gemm ? gemm_panel_rows(path == Path::gemm_q8, K) : kRowBlock;
+  const int64_t min_rb = gemm ? 32 : 1;
+  while (rb > min_rb && matrices * ceil_div(M, rb) < (gemm ? 2 : 4) * (int64_t)nth) rb /= 2;
+  return std::max(rb, min_rb);
 }
 
 // ---- MUL_MAT ---------------------------------------------------------------------------------
@@ -152,23 +270,12 @@ void mul_mat(const KernelArgs& args, Tensor* dst) {
   const Tensor* a = dst->src[0];
   const Tensor* b = dst->src[1];
   const MatmulPlan p = plan_mul_mat(dst, args.nth);
-  char* base = scratch_base(args);
+  const BCols v = prepare(p, args, b, true);
+  char* slice = scratch_base(args) + p.slices_off + p.slice_stride * (size_t)args.ith;
   const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1], b2 = b->ne[2], b3 = b->ne[3];
 
-  const char* bdata = static_cast<const char*>(b->data);
-  size_t bnb[4] = {b->nb[0], b->nb[1], b->nb[2], b->nb[3]};
-  if (p.convert_b) {
-    convert_rows(b, reinterpret_cast<float*>(base + p.b_off), args.ith, args.nth);
-    args.barrier();
-    bdata = base + p.b_off;
-    bnb[1] = sizeof(float) * (size_t)K;
-    bnb[2] = bnb[1] * (size_t)N;
-    bnb[3] = bnb[2] * (size_t)b2;
-  }
-
-  const bool decode = needs_row_scratch(a, N);
   const int64_t batches = b2 * b3;
-  const int64_t rb = row_block(M, batches, K, decode, args.nth);
+  const int64_t rb = unit_rows(p.path, M, batches, K, args.nth);
   const int64_t n_rb = ceil_div(M, rb);
   // Too few row blocks for the threads (small M): split the columns too.
   int64_t col_chunk = N;
@@ -178,22 +285,19 @@ void mul_mat(const KernelArgs& args, Tensor* dst) {
   }
   const int64_t n_cc = ceil_div(N, col_chunk);
 
-  RowSource s{weight_kernels(a->type), a->type, nullptr, a->nb[0], a->nb[1], K, decode,
-              p.row_scratch ? reinterpret_cast<float*>(base + p.rows_off + p.rows_stride * args.ith) : nullptr};
-  int64_t u0, u1;
-  split_rows(batches * n_rb * n_cc, args.ith, args.nth, u0, u1);
-  for (int64_t u = u0; u < u1; ++u) {
+  for_units(args, batches * n_rb * n_cc, [&](int64_t u) {
     const int64_t cc = u % n_cc, rbi = (u / n_cc) % n_rb, bi = u / (n_cc * n_rb);
     const int64_t i2 = bi % b2, i3 = bi / b2;
-    s.a = row_ptr(a, 0, i2 / (b2 / a->ne[2]), i3 / (b3 / a->ne[3]));
-    const char* bb = bdata + i2 * bnb[2] + i3 * bnb[3];
+    const Matrix m{row_ptr(a, 0, i2 / (b2 / a->ne[2]), i3 / (b3 / a->ne[3])), a->nb[0], a->nb[1], K};
     char* db = row_ptr(dst, 0, i2, i3);
     const int64_t j0 = cc * col_chunk, j1 = std::min(N, j0 + col_chunk);
-    rows_times_cols(
-        s, rbi * rb, std::min(M, (rbi + 1) * rb), j1 - j0,
-        [&](int64_t j) { return reinterpret_cast<const float*>(bb + (j0 + j) * bnb[1]); },
+    matrix_rows(
+        p, slice, p.path, m, rbi * rb, std::min(M, (rbi + 1) * rb), j1 - j0,
+        [&](int64_t j, bool f32) -> const void* {
+          return f32 ? (const void*)v.f(j0 + j, i2, i3) : v.q(j0 + j, i2, i3);
+        },
         [&](int64_t j) { return reinterpret_cast<float*>(db + (j0 + j) * dst->nb[1]); });
-  }
+  });
 }
 
 // ---- MUL_MAT_ID ------------------------------------------------------------------------------
@@ -206,26 +310,20 @@ void mul_mat_id(const KernelArgs& args, Tensor* dst) {
   const Tensor* ids = dst->src[2];
   const MatmulPlan p = plan_mul_mat(dst, args.nth);
   char* base = scratch_base(args);
+  char* slice = base + p.slices_off + p.slice_stride * (size_t)args.ith;
   const int64_t K = as->ne[0], M = as->ne[1], E = as->ne[2];
   const int64_t n_used = ids->ne[0], T = ids->ne[1], bn = b->ne[1];
 
   auto* count = reinterpret_cast<int64_t*>(base + p.ids_off);  // [E + 1]: last = invalid ids
-  int64_t* start = count + (E + 1);                              // [E + 1]
-  int64_t* next = start + (E + 1);                               // [E + 1]: fill positions
-  auto* pairs = reinterpret_cast<int32_t*>(next + (E + 1));      // (i, t) grouped by expert
+  int64_t* start = count + (E + 1);                            // [E + 1]
+  int64_t* next = start + (E + 1);                             // [E + 1]: fill positions
+  auto* pairs = reinterpret_cast<int32_t*>(next + (E + 1));    // (i, t) grouped by expert
 
-  // Phase 1: b -> f32 (all threads); group the (i, t) pairs by expert (thread 0).
-  const char* bdata = static_cast<const char*>(b->data);
-  size_t bnb1 = b->nb[1], bnb2 = b->nb[2];
-  if (p.convert_b) {
-    convert_rows(b, reinterpret_cast<float*>(base + p.b_off), args.ith, args.nth);
-    bdata = base + p.b_off;
-    bnb1 = sizeof(float) * (size_t)K;
-    bnb2 = bnb1 * (size_t)bn;
-  }
+  // Phase 1: prepare b (all threads); group the (i, t) pairs by expert (thread 0).
+  const BCols v = prepare(p, args, b, false);
   auto expert_of = [&](int64_t i, int64_t t) {
-    const int32_t e = *reinterpret_cast<const int32_t*>(static_cast<const char*>(ids->data) + i * ids->nb[0] +
-                                                        t * ids->nb[1]);
+    const int32_t e =
+        *reinterpret_cast<const int32_t*>(static_cast<const char*>(ids->data) + i * ids->nb[0] + t * ids->nb[1]);
     return e >= 0 && e < E ? (int64_t)e : E;
   };
   if (args.ith == 0) {
@@ -254,12 +352,10 @@ void mul_mat_id(const KernelArgs& args, Tensor* dst) {
 
   int64_t active = 0;
   for (int64_t e = 0; e < E; ++e) active += count[e] > 0;
-  const bool any_decode = p.row_scratch;
-  const int64_t rb = row_block(M, std::max<int64_t>(active, 1), K, any_decode, args.nth);
+  const int64_t rb = unit_rows(p.path, M, std::max<int64_t>(active, 1), K, args.nth);
   const int64_t n_rb = ceil_div(M, rb);
-
-  RowSource s{weight_kernels(as->type), as->type, nullptr, as->nb[0], as->nb[1], K, false,
-              any_decode ? reinterpret_cast<float*>(base + p.rows_off + p.rows_stride * args.ith) : nullptr};
+  // Experts with few columns take the dot path in row blocks of kRowBlock; sub-units keep the
+  // unit count independent of the expert's path.
   int64_t u0, u1;
   split_rows(active * n_rb, args.ith, args.nth, u0, u1);
   int64_t u = 0;  // units of the experts before e
@@ -267,16 +363,20 @@ void mul_mat_id(const KernelArgs& args, Tensor* dst) {
     if (count[e] == 0) continue;
     const int64_t lo = std::max(u0, u), hi = std::min(u1, u + n_rb);
     if (lo < hi) {
-      s.a = row_ptr(as, 0, e);
-      s.decode = needs_row_scratch(as, count[e]);
+      const Matrix m{row_ptr(as, 0, e), as->nb[0], as->nb[1], K};
+      const Path path = count[e] < kGemmMinCols && p.path != Path::strided ? Path::dot : p.path;
       const int32_t* pe = pairs + 2 * start[e];
-      for (int64_t rbi = lo - u; rbi < hi - u; ++rbi)
-        rows_times_cols(
-            s, rbi * rb, std::min(M, (rbi + 1) * rb), count[e],
-            [&](int64_t j) {
-              return reinterpret_cast<const float*>(bdata + (pe[2 * j] % bn) * bnb1 + pe[2 * j + 1] * bnb2);
-            },
-            [&](int64_t j) { return reinterpret_cast<float*>(row_ptr(dst, pe[2 * j], pe[2 * j + 1])); });
+      auto bcol = [&](int64_t j, bool f32) -> const void* {
+        return f32 ? (const void*)v.f(pe[2 * j] % bn, pe[2 * j + 1], 0) : v.q(pe[2 * j] % bn, pe[2 * j + 1], 0);
+      };
+      auto dcol = [&](int64_t j) { return reinterpret_cast<float*>(row_ptr(dst, pe[2 * j], pe[2 * j + 1])); };
+      const int64_t r0 = (lo - u) * rb, r1 = std::min(M, (hi - u) * rb);
+      if (path == Path::dot || path == Path::strided) {
+        for (int64_t r = r0; r < r1; r += kRowBlock)
+          matrix_rows(p, slice, path, m, r, std::min(r1, r + kRowBlock), count[e], bcol, dcol);
+      } else {
+        matrix_rows(p, slice, path, m, r0, r1, count[e], bcol, dcol);
+      }
     }
     u += n_rb;
   }
@@ -309,6 +409,7 @@ void out_prod(const KernelArgs& args, Tensor* dst) {
   }
 
   constexpr int64_t kCols = 4, kMBlock = 512;
+  const WeightKernels* f32k = weight_kernels(DType::F32);
   const int64_t batches = b2 * b3, n_cg = ceil_div(N, kCols);
   int64_t m_chunk = M;
   if (batches * n_cg < 2 * (int64_t)args.nth) {
@@ -329,12 +430,9 @@ void out_prod(const KernelArgs& args, Tensor* dst) {
       const int64_t m1 = std::min({M, m0 + kMBlock, (mc + 1) * m_chunk});
       for (int64_t c = 0; c < nc; ++c) std::fill(col[c] + m0, col[c] + m1, 0.0f);
       for (int64_t k = 0; k < K; ++k) {
-        const float* __restrict ak = reinterpret_cast<const float*>(ab + k * anb[1]);
-        for (int64_t c = 0; c < nc; ++c) {
-          const float coef = load_f32(b->type, elem_ptr(b, n0 + c, k, i2, i3));
-          float* __restrict y = col[c];
-          for (int64_t m = m0; m < m1; ++m) y[m] += coef * ak[m];
-        }
+        const float* ak = reinterpret_cast<const float*>(ab + k * anb[1]);
+        for (int64_t c = 0; c < nc; ++c)
+          f32k->axpy(m1 - m0, load_f32(b->type, elem_ptr(b, n0 + c, k, i2, i3)), ak + m0, col[c] + m0);
       }
     }
   }
@@ -352,30 +450,40 @@ bool supports_matmul(const Tensor* node) {
   switch (node->op) {
     case OpKind::MUL_MAT:
       // block types need whole blocks per row, read in place
-      return is_weight_type(a->type) && (is_plain_float(a->type) || (unit_stride(a) && a->ne[0] % dtype_info(a->type).block_size == 0));
+      return is_weight_type(a->type) &&
+             (is_plain_float(a->type) || (unit_stride(a) && a->ne[0] % dtype_info(a->type).block_size == 0));
     case OpKind::MUL_MAT_ID:
       return is_weight_type(a->type) && node->src[2] && node->src[2]->type == DType::I32 &&
              (is_plain_float(a->type) || (unit_stride(a) && a->ne[0] % dtype_info(a->type).block_size == 0));
-    case OpKind::OUT_PROD: return is_plain_float(a->type);
-    default: return false;
+    case OpKind::OUT_PROD:
+      return is_plain_float(a->type);
+    default:
+      return false;
   }
 }
 
 size_t work_size_matmul(const Tensor* node, int nth) {
   switch (node->op) {
     case OpKind::MUL_MAT:
-    case OpKind::MUL_MAT_ID: return plan_mul_mat(node, nth).total;
-    case OpKind::OUT_PROD: return out_prod_work(node);
-    default: return 0;
+    case OpKind::MUL_MAT_ID:
+      return plan_mul_mat(node, nth).total;
+    case OpKind::OUT_PROD:
+      return out_prod_work(node);
+    default:
+      return 0;
   }
 }
 
 void compute_matmul(const KernelArgs& args, Tensor* node) {
   switch (node->op) {
-    case OpKind::MUL_MAT: return mul_mat(args, node);
-    case OpKind::MUL_MAT_ID: return mul_mat_id(args, node);
-    case OpKind::OUT_PROD: return out_prod(args, node);
-    default: return;
+    case OpKind::MUL_MAT:
+      return mul_mat(args, node);
+    case OpKind::MUL_MAT_ID:
+      return mul_mat_id(args, node);
+    case OpKind::OUT_PROD:
+      return out_prod(args, node);
+    default:
+      return;
   }
 }
 

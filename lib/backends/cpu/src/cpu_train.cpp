@@ -116,13 +116,16 @@ void opt_step_sgd(const KernelArgs& args, Tensor* dst) {
 bool supports_train(const Tensor* node) {
   const Tensor* const* s = node->src;
   switch (node->op) {
-    case OpKind::CROSS_ENTROPY_LOSS: return f32_unit(s[0]) && f32_unit(s[1]) && node->type == DType::F32;
+    case OpKind::CROSS_ENTROPY_LOSS:
+      return f32_unit(s[0]) && f32_unit(s[1]) && node->type == DType::F32;
     case OpKind::CROSS_ENTROPY_LOSS_BACK:
       return s[0] && is_plain_float(s[0]->type) && f32_unit(s[1]) && f32_unit(s[2]) && f32_unit(node);
     case OpKind::OPT_STEP_ADAMW:
       return f32_contig(s[0]) && f32_contig(s[1]) && f32_contig(s[2]) && f32_contig(s[3]) && f32_contig(s[4]);
-    case OpKind::OPT_STEP_SGD: return f32_contig(s[0]) && f32_contig(s[1]) && f32_contig(s[2]);
-    default: return false;
+    case OpKind::OPT_STEP_SGD:
+      return f32_contig(s[0]) && f32_contig(s[1]) && f32_contig(s[2]);
+    default:
+      return false;
   }
 }
 
@@ -133,11 +136,16 @@ size_t work_size_train(const Tensor* node, int) {
 
 void compute_train(const KernelArgs& args, Tensor* node) {
   switch (node->op) {
-    case OpKind::CROSS_ENTROPY_LOSS: return cross_entropy_loss(args, node);
-    case OpKind::CROSS_ENTROPY_LOSS_BACK: return cross_entropy_loss_back(args, node);
-    case OpKind::OPT_STEP_ADAMW: return opt_step_adamw(args, node);
-    case OpKind::OPT_STEP_SGD: return opt_step_sgd(args, node);
-    default: return;
+    case OpKind::CROSS_ENTROPY_LOSS:
+      return cross_entropy_loss(args, node);
+    case OpKind::CROSS_ENTROPY_LOSS_BACK:
+      return cross_entropy_loss_back(args, node);
+    case OpKind::OPT_STEP_ADAMW:
+      return opt_step_adamw(args, node);
+    case OpKind::OPT_STEP_SGD:
+      return opt_step_sgd(args, node);
+    default:
+      return;
   }
 }
 

@@ -1,210 +1,194 @@
-// Portable per-type row kernels (see cpu_vec_dot.h). Each weight type has a block decoder
-// (a block of 32 or 256 elements -> f32, written as plain loops the compiler vectorizes); one
+// Portable per-type row kernels (see cpu_vec_dot.h): the scalar level's table and the readable
+// reference of every SIMD variant, plus the choice of table by level. Each weight type has a
+// block decoder (a block of 32 or 256 elements -> f32, plain loops the compiler vectorizes); one
 // template turns a decoder into the fused multi-column dot, the row conversion and the axpy.
+// Quantized types also have integer dots against int8-quantized columns (ActType q8 / q8k).
 // Accumulators are arrays of independent lanes, so the loops vectorize without fast-math.
 #include "cpu_vec_dot.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "loom/core/quants.h"
+#include "simd_ref.h"
 
 namespace loom::cpu {
 namespace {
 
-// ---- block decoders: block(p, buf) returns the block's kBlock values as f32 ------------------
-// Plain float types use 32-element chunks; elem() decodes one element for rows whose length is
-// not a multiple of 32. Quantized rows are always whole blocks.
+// ---- int8 columns: the reference quantizers and integer dots ---------------------------------
+// Every SIMD level quantizes exactly like these (same d, same rounding to nearest even), so the
+// prepared columns agree bit for bit; the dots differ only in the order of float additions.
 
-struct DecF32 {
-  static constexpr int kBlock = 32;
-  static constexpr size_t kBytes = kBlock * sizeof(float);
-  static const float* block(const uint8_t* p, float*) { return reinterpret_cast<const float*>(p); }
-  static float elem(const uint8_t* row, int64_t i) { return reinterpret_cast<const float*>(row)[i]; }
-};
-
-struct DecF16 {
-  static constexpr int kBlock = 32;
-  static constexpr size_t kBytes = kBlock * sizeof(fp16_t);
-  static const float* block(const uint8_t* p, float* __restrict y) {
-    const auto* h = reinterpret_cast<const fp16_t*>(p);
-    for (int j = 0; j < kBlock; ++j) y[j] = fp16_to_f32_fast(h[j]);
-    return y;
-  }
-  static float elem(const uint8_t* row, int64_t i) { return fp16_to_f32_fast(reinterpret_cast<const fp16_t*>(row)[i]); }
-};
-
-struct DecBF16 {
-  static constexpr int kBlock = 32;
-  static constexpr size_t kBytes = kBlock * sizeof(bf16_t);
-  static const float* block(const uint8_t* p, float* __restrict y) {
-    const auto* h = reinterpret_cast<const bf16_t*>(p);
-    for (int j = 0; j < kBlock; ++j) y[j] = std::bit_cast<float>((uint32_t)h[j] << 16);
-    return y;
-  }
-  static float elem(const uint8_t* row, int64_t i) { return bf16_to_f32(reinterpret_cast<const bf16_t*>(row)[i]); }
-};
-
-struct DecQ8_0 {
-  static constexpr int kBlock = kQK8_0;
-  static constexpr size_t kBytes = sizeof(BlockQ8_0);
-  static const float* block(const uint8_t* p, float* __restrict y) {
-    const auto& blk = *reinterpret_cast<const BlockQ8_0*>(p);
-    const float d = fp16_to_f32_fast(blk.d);
-    for (int j = 0; j < kBlock; ++j) y[j] = (float)blk.qs[j] * d;
-    return y;
-  }
-  static float elem(const uint8_t*, int64_t) { return 0.0f; }  // never called: whole blocks
-};
-
-struct DecQ4_0 {
-  static constexpr int kBlock = kQK4_0;
-  static constexpr size_t kBytes = sizeof(BlockQ4_0);
-  static const float* block(const uint8_t* p, float* __restrict y) {
-    const auto& blk = *reinterpret_cast<const BlockQ4_0*>(p);
-    const float d = fp16_to_f32_fast(blk.d);
-    for (int j = 0; j < kBlock / 2; ++j) y[j] = (float)((int)(blk.qs[j] & 15) - 8) * d;
-    for (int j = 0; j < kBlock / 2; ++j) y[j + kBlock / 2] = (float)((int)(blk.qs[j] >> 4) - 8) * d;
-    return y;
-  }
-  static float elem(const uint8_t*, int64_t) { return 0.0f; }
-};
-
-struct DecQ4_K {
-  static constexpr int kBlock = kQK_K;
-  static constexpr size_t kBytes = sizeof(BlockQ4_K);
-  static const float* block(const uint8_t* p, float* __restrict y) {
-    const auto& blk = *reinterpret_cast<const BlockQ4_K*>(p);
-    const float d = fp16_to_f32_fast(blk.d), dmin = fp16_to_f32_fast(blk.dmin);
-    for (int c = 0; c < 4; ++c) {  // 64 elements: low nibbles (sub-block 2c), high nibbles (2c + 1)
-      const ScaleMin lo = q4_k_scale_min(blk.scales, 2 * c), hi = q4_k_scale_min(blk.scales, 2 * c + 1);
-      const float d_lo = d * lo.sc, m_lo = dmin * lo.m, d_hi = d * hi.sc, m_hi = dmin * hi.m;
-      const uint8_t* qs = blk.qs + 32 * c;
-      float* yc = y + 64 * c;
-      for (int l = 0; l < 32; ++l) yc[l] = d_lo * (float)(qs[l] & 15) - m_lo;
-      for (int l = 0; l < 32; ++l) yc[32 + l] = d_hi * (float)(qs[l] >> 4) - m_hi;
+// x[0, K) -> K / 32 BlockQ8A
+void quantize_q8(const float* x, void* dst, int64_t K) {
+  auto* y = static_cast<BlockQ8A*>(dst);
+  for (int64_t i = 0; i < K / 32; ++i) {
+    const float* xb = x + 32 * i;
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int32_t sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      y[i].qs[j] = (int8_t)std::nearbyint(xb[j] * id);
+      sum += y[i].qs[j];
     }
-    return y;
+    y[i].d = d;
+    y[i].sum = sum;
   }
-  static float elem(const uint8_t*, int64_t) { return 0.0f; }
-};
+}
 
-struct DecQ6_K {
-  static constexpr int kBlock = kQK_K;
-  static constexpr size_t kBytes = sizeof(BlockQ6_K);
-  static const float* block(const uint8_t* p, float* __restrict y) {
-    const auto& blk = *reinterpret_cast<const BlockQ6_K*>(p);
-    const float d = fp16_to_f32_fast(blk.d);
-    for (int h = 0; h < 2; ++h) {  // halves of 128: four quarters share each qh byte
-      const uint8_t* ql = blk.ql + 64 * h;
-      const uint8_t* qh = blk.qh + 32 * h;
-      const int8_t* sc = blk.scales + 8 * h;
-      float* yh = y + 128 * h;
-      for (int half = 0; half < 2; ++half) {  // lanes 16*half .. 16*half+15 share a scale
-        const float s0 = d * sc[half], s1 = d * sc[half + 2], s2 = d * sc[half + 4], s3 = d * sc[half + 6];
-        for (int i = 0; i < 16; ++i) {
-          const int l = 16 * half + i;
-          yh[l] = s0 * (float)((int)((ql[l] & 15) | ((qh[l] & 3) << 4)) - 32);
-          yh[l + 32] = s1 * (float)((int)((ql[l + 32] & 15) | (((qh[l] >> 2) & 3) << 4)) - 32);
-          yh[l + 64] = s2 * (float)((int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-          yh[l + 96] = s3 * (float)((int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-        }
+// x[0, K) -> K / 256 BlockQ8KA
+void quantize_q8k(const float* x, void* dst, int64_t K) {
+  auto* y = static_cast<BlockQ8KA*>(dst);
+  for (int64_t i = 0; i < K / 256; ++i) {
+    const float* xb = x + 256 * i;
+    float amax = 0.0f;
+    for (int j = 0; j < 256; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    y[i].d = amax / 127.0f;
+    for (int g = 0; g < 16; ++g) {
+      int sum = 0;
+      for (int j = 16 * g; j < 16 * g + 16; ++j) {
+        y[i].qs[j] = (int8_t)std::nearbyint(xb[j] * id);
+        sum += y[i].qs[j];
       }
-    }
-    return y;
-  }
-  static float elem(const uint8_t*, int64_t) { return 0.0f; }
-};
-
-// ---- kernels built from a decoder ----------------------------------------------------------
-
-// a: one row of K elements; b[c]: K floats each -> out[c]
-template <class Dec, int NC>
-void dot_cols_n(int64_t K, const void* a, const float* const* b, float* out) {
-  constexpr int L = NC <= 2 ? 8 : 4;  // lanes per column: NC * L accumulators stay in registers
-  static_assert(Dec::kBlock % L == 0);
-  float acc[NC][L] = {};
-  alignas(64) float xbuf[Dec::kBlock];
-  const auto* pa = static_cast<const uint8_t*>(a);
-  const int64_t nblk = K / Dec::kBlock;
-  for (int64_t i = 0; i < nblk; ++i) {
-    const float* __restrict x = Dec::block(pa + i * Dec::kBytes, xbuf);
-    const int64_t off = i * Dec::kBlock;
-#pragma GCC unroll 8
-    for (int c = 0; c < NC; ++c) {
-      const float* __restrict bc = b[c] + off;
-      for (int j = 0; j < Dec::kBlock; j += L)
-        for (int l = 0; l < L; ++l) acc[c][l] += x[j + l] * bc[j + l];
+      y[i].bsums[g] = (int16_t)sum;
     }
   }
-  float tail[NC] = {};
-  for (int64_t k = nblk * Dec::kBlock; k < K; ++k) {  // plain float rows not a multiple of 32
-    const float xk = Dec::elem(pa, k);
-    for (int c = 0; c < NC; ++c) tail[c] += xk * b[c][k];
-  }
-  for (int c = 0; c < NC; ++c) {
-    float s = tail[c];
-    for (int l = 0; l < L; ++l) s += acc[c][l];
-    out[c] = s;
-  }
 }
 
-template <class Dec>
-void dot_cols(int64_t K, const void* a, const float* const* b, int nc, float* out) {
-  switch (nc) {
-    case 1: return dot_cols_n<Dec, 1>(K, a, b, out);
-    case 2: return dot_cols_n<Dec, 2>(K, a, b, out);
-    case 3: return dot_cols_n<Dec, 3>(K, a, b, out);
-    case 4: return dot_cols_n<Dec, 4>(K, a, b, out);
-    case 5: return dot_cols_n<Dec, 5>(K, a, b, out);
-    case 6: return dot_cols_n<Dec, 6>(K, a, b, out);
-    case 7: return dot_cols_n<Dec, 7>(K, a, b, out);
-    default: return dot_cols_n<Dec, 8>(K, a, b, out);
-  }
-}
-static_assert(kMaxDotCols == 8, "dot_cols dispatches 1..8 columns");
-
-template <class Dec>
-void to_f32(const void* src, float* dst, int64_t n) {
-  const auto* p = static_cast<const uint8_t*>(src);
-  const int64_t nblk = n / Dec::kBlock;
+// One weight row (nblk blocks) . one prepared column, per type: sum over blocks of scales times
+// integer dot products.
+float dot_q8_0(const BlockQ8_0* w, const BlockQ8A* x, int64_t nblk) {
+  float s = 0.0f;
   for (int64_t i = 0; i < nblk; ++i) {
-    float* y = dst + i * Dec::kBlock;
-    const float* x = Dec::block(p + i * Dec::kBytes, y);
-    if (x != y) std::memcpy(y, x, sizeof(float) * Dec::kBlock);
+    int32_t dot = 0;
+    for (int j = 0; j < 32; ++j) dot += (int32_t)w[i].qs[j] * x[i].qs[j];
+    s += fp16_to_f32_fast(w[i].d) * x[i].d * (float)dot;
   }
-  for (int64_t k = nblk * Dec::kBlock; k < n; ++k) dst[k] = Dec::elem(p, k);
+  return s;
 }
 
-template <class Dec>
-void axpy(int64_t n, float alpha, const void* xrow, float* __restrict y) {
-  alignas(64) float xbuf[Dec::kBlock];
-  const auto* p = static_cast<const uint8_t*>(xrow);
-  const int64_t nblk = n / Dec::kBlock;
+// w = (q - 8) d with q the nibbles: sum (q - 8) x = sum q x - 8 sum x
+float dot_q4_0(const BlockQ4_0* w, const BlockQ8A* x, int64_t nblk) {
+  float s = 0.0f;
   for (int64_t i = 0; i < nblk; ++i) {
-    const float* __restrict x = Dec::block(p + i * Dec::kBytes, xbuf);
-    float* __restrict yi = y + i * Dec::kBlock;
-    for (int j = 0; j < Dec::kBlock; ++j) yi[j] += alpha * x[j];
+    int32_t dot = 0;
+    for (int j = 0; j < 16; ++j)
+      dot += (int32_t)(w[i].qs[j] & 15) * x[i].qs[j] + (int32_t)(w[i].qs[j] >> 4) * x[i].qs[j + 16];
+    s += fp16_to_f32_fast(w[i].d) * x[i].d * (float)(dot - 8 * x[i].sum);
   }
-  for (int64_t k = nblk * Dec::kBlock; k < n; ++k) y[k] += alpha * Dec::elem(p, k);
+  return s;
+}
+
+// w = d sc_j q - dmin m_j per sub-block j of 32: d sum_j sc_j (q.x)_j - dmin sum_j m_j sum_j(x)
+float dot_q4_k(const BlockQ4_K* w, const BlockQ8KA* x, int64_t nblk) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < nblk; ++i) {
+    int32_t sum_qx = 0, sum_mx = 0;
+    for (int j = 0; j < 8; ++j) {  // sub-block j: nibbles (j & 1 ? high : low) of qs[32 (j / 2) + l]
+      const ScaleMin sm = q4_k_scale_min(w[i].scales, j);
+      const uint8_t* q = w[i].qs + 32 * (j / 2);
+      const int8_t* a = x[i].qs + 32 * j;
+      int32_t dot = 0;
+      for (int l = 0; l < 32; ++l) dot += (int32_t)((j & 1) ? q[l] >> 4 : q[l] & 15) * a[l];
+      sum_qx += sm.sc * dot;
+      sum_mx += sm.m * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+    }
+    s += x[i].d * (fp16_to_f32_fast(w[i].d) * (float)sum_qx - fp16_to_f32_fast(w[i].dmin) * (float)sum_mx);
+  }
+  return s;
+}
+
+// w = d sc_g (q - 32) per group g of 16: d sum_g sc_g ((q.x)_g - 32 sum_g(x))
+float dot_q6_k(const BlockQ6_K* w, const BlockQ8KA* x, int64_t nblk) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < nblk; ++i) {
+    int32_t sum = 0;
+    for (int e0 = 0; e0 < 256; e0 += 16) {  // one group of 16 elements shares a scale
+      int32_t dot = 0;
+      for (int e = e0; e < e0 + 16; ++e) {
+        const int h = e / 128, l = e % 32, k = (e % 128) / 32;
+        const uint8_t lo = w[i].ql[64 * h + l + 32 * (k & 1)];
+        const int q = ((k < 2 ? lo & 15 : lo >> 4) | (((w[i].qh[32 * h + l] >> (2 * k)) & 3) << 4));
+        dot += q * x[i].qs[e];
+      }
+      sum += w[i].scales[e0 / 16] * (dot - 32 * x[i].bsums[e0 / 16]);
+    }
+    s += fp16_to_f32_fast(w[i].d) * x[i].d * (float)sum;
+  }
+  return s;
+}
+
+template <class W, class X, float (*Dot)(const W*, const X*, int64_t)>
+void rows_dot_q(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, float* const* out) {
+  const int64_t nblk = K / (int64_t)(sizeof(X::qs));
+  for (int64_t r = 0; r < nr; ++r) {
+    const auto* w = reinterpret_cast<const W*>(static_cast<const uint8_t*>(a) + r * lda);
+    for (int c = 0; c < nc; ++c) out[c][r] = Dot(w, static_cast<const X*>(b[c]), nblk);
+  }
 }
 
 const WeightKernels kKernels[] = {
-    {DType::F32, 1, sizeof(float), dot_cols<DecF32>, to_f32<DecF32>, axpy<DecF32>},
-    {DType::F16, 1, sizeof(fp16_t), dot_cols<DecF16>, to_f32<DecF16>, axpy<DecF16>},
-    {DType::BF16, 1, sizeof(bf16_t), dot_cols<DecBF16>, to_f32<DecBF16>, axpy<DecBF16>},
-    {DType::Q8_0, kQK8_0, sizeof(BlockQ8_0), dot_cols<DecQ8_0>, to_f32<DecQ8_0>, nullptr},
-    {DType::Q4_0, kQK4_0, sizeof(BlockQ4_0), dot_cols<DecQ4_0>, to_f32<DecQ4_0>, nullptr},
-    {DType::Q4_K, kQK_K, sizeof(BlockQ4_K), dot_cols<DecQ4_K>, to_f32<DecQ4_K>, nullptr},
-    {DType::Q6_K, kQK_K, sizeof(BlockQ6_K), dot_cols<DecQ6_K>, to_f32<DecQ6_K>, nullptr},
+    {DType::F32, 1, sizeof(float), dot_cols<DecF32>, to_f32<DecF32>, axpy<DecF32>, ActType::f32, rows_dot_f32<DecF32>},
+    {DType::F16, 1, sizeof(fp16_t), dot_cols<DecF16>, to_f32<DecF16>, axpy<DecF16>, ActType::f32, rows_dot_f32<DecF16>},
+    {DType::BF16, 1, sizeof(bf16_t), dot_cols<DecBF16>, to_f32<DecBF16>, axpy<DecBF16>, ActType::f32,
+     rows_dot_f32<DecBF16>},
+    {DType::Q8_0, kQK8_0, sizeof(BlockQ8_0), dot_cols<DecQ8_0>, to_f32<DecQ8_0>, nullptr, ActType::q8,
+     rows_dot_q<BlockQ8_0, BlockQ8A, dot_q8_0>},
+    {DType::Q4_0, kQK4_0, sizeof(BlockQ4_0), dot_cols<DecQ4_0>, to_f32<DecQ4_0>, nullptr, ActType::q8,
+     rows_dot_q<BlockQ4_0, BlockQ8A, dot_q4_0>},
+    {DType::Q4_K, kQK_K, sizeof(BlockQ4_K), dot_cols<DecQ4_K>, to_f32<DecQ4_K>, nullptr, ActType::q8k,
+     rows_dot_q<BlockQ4_K, BlockQ8KA, dot_q4_k>},
+    {DType::Q6_K, kQK_K, sizeof(BlockQ6_K), dot_cols<DecQ6_K>, to_f32<DecQ6_K>, nullptr, ActType::q8k,
+     rows_dot_q<BlockQ6_K, BlockQ8KA, dot_q6_k>},
 };
 
 }  // namespace
 
-const WeightKernels* weight_kernels(DType type) {
+const WeightKernels* weight_kernels_scalar(DType type) {
   for (const WeightKernels& k : kKernels)
     if (k.type == type) return &k;
   return nullptr;
 }
+
+QuantizeActFn quantize_act_scalar(ActType act) {
+  switch (act) {
+    case ActType::q8:
+      return quantize_q8;
+    case ActType::q8k:
+      return quantize_q8k;
+    default:
+      return nullptr;
+  }
+}
+
+const WeightKernels* weight_kernels(DType type, Isa isa) {
+  if ((int)isa > (int)detected_isa()) isa = detected_isa();
+  switch (isa) {
+    case Isa::avx512:
+      return weight_kernels_avx512(type);
+    case Isa::avx2:
+      return weight_kernels_avx2(type);
+    default:
+      return weight_kernels_scalar(type);
+  }
+}
+const WeightKernels* weight_kernels(DType type) { return weight_kernels(type, active_isa()); }
+
+QuantizeActFn quantize_act(ActType act, Isa isa) {
+  if ((int)isa > (int)detected_isa()) isa = detected_isa();
+  switch (isa) {
+    case Isa::avx512:
+      return quantize_act_avx512(act);
+    case Isa::avx2:
+      return quantize_act_avx2(act);
+    default:
+      return quantize_act_scalar(act);
+  }
+}
+QuantizeActFn quantize_act(ActType act) { return quantize_act(act, active_isa()); }
 
 void scale_f32(int64_t n, float s, float* __restrict y) {
   for (int64_t i = 0; i < n; ++i) y[i] *= s;

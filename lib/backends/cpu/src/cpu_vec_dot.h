@@ -1,13 +1,15 @@
 // Per-weight-type row kernels of the CPU backend: fused "decode a row of type T and dot it with
-// up to kMaxDotCols f32 vectors", fast row conversion to f32, and an f32 accumulate-from-row
-// (axpy). The matmul and attention families dispatch on the weight type through
-// weight_kernels(); SIMD variants replace entries of that table later, the callers stay as they are.
+// up to kMaxDotCols columns of b", fast row conversion to f32, and an f32 accumulate-from-row
+// (axpy). Quantized weights dot against b columns quantized once per node to int8 blocks
+// (ActType q8 / q8k) with integer products, as ggml does. Each instruction-set level (Isa) has
+// its own table; weight_kernels() returns the active level's, so callers never name an ISA.
 #pragma once
 
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 
+#include "cpu_features.h"
 #include "loom/core/dtype.h"
 
 namespace loom::cpu {
@@ -15,25 +17,92 @@ namespace loom::cpu {
 // Columns of b one fused dot call handles (one decode of the row serves all of them).
 inline constexpr int kMaxDotCols = 8;
 
+// Runs f.template operator()<N>() with N = n clamped to [1, Max]: kernels unrolled on a small
+// count (columns of b, tile widths) are instantiated once per value and picked at run time.
+template <int Max, int N = 1, class F>
+inline void with_count(int n, F&& f) {
+  if constexpr (N >= Max) {
+    f.template operator()<Max>();
+  } else {
+    if (n <= N) return f.template operator()<N>();
+    with_count<Max, N + 1>(n, f);
+  }
+}
+
+// How the columns of b are prepared for a weight type's rows_dot.
+enum class ActType : uint8_t {
+  f32,  // plain f32 columns (F32, F16, BF16 weights)
+  q8,   // BlockQ8A per 32 values (Q8_0, Q4_0 weights)
+  q8k,  // BlockQ8KA per 256 values (Q4_K, Q6_K weights)
+};
+
+// 32 values of a b column: x[j] ~ d * qs[j], d = amax / 127; sum = sum of qs (offset terms).
+struct BlockQ8A {
+  float d;
+  int32_t sum;
+  int8_t qs[32];
+};
+static_assert(sizeof(BlockQ8A) == 40);
+
+// 256 values of a b column: x[j] ~ d * qs[j]; bsums[i] = sum of qs[16i, 16i + 16).
+struct BlockQ8KA {
+  float d;
+  int16_t bsums[16];
+  int8_t qs[256];
+};
+static_assert(sizeof(BlockQ8KA) == 292);
+
+// Bytes of one prepared column of K values (K a multiple of the block for q8 / q8k).
+inline size_t act_row_bytes(ActType act, int64_t K) {
+  switch (act) {
+    case ActType::q8:
+      return (size_t)(K / 32) * sizeof(BlockQ8A);
+    case ActType::q8k:
+      return (size_t)(K / 256) * sizeof(BlockQ8KA);
+    default:
+      return (size_t)K * sizeof(float);
+  }
+}
+
 // out[c] = sum_k a[k] * b[c][k] for c < nc (1 <= nc <= kMaxDotCols); a is one row of K elements
 // of the kernel's type, contiguous (K a multiple of the block size for quantized types).
 using RowDotFn = void (*)(int64_t K, const void* a, const float* const* b, int nc, float* out);
+// out[c][r] = sum_k a_r[k] * b_c[k] for rows r < nr (row r at a + r * lda bytes) and columns
+// c < nc <= kMaxDotCols, b_c prepared as the table's act (f32 floats or q8/q8k blocks).
+using RowsDotFn = void (*)(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
+                           float* const* out);
 // dst[0, n) = row src as f32 (contiguous; n a multiple of the block size).
 using RowToF32Fn = void (*)(const void* src, float* dst, int64_t n);
 // y[0, n) += alpha * x[0, n) with x a contiguous row of the kernel's type (plain floats only).
 using RowAxpyFn = void (*)(int64_t n, float alpha, const void* x, float* y);
+// K f32 values -> one prepared column (q8: K % 32 == 0, q8k: K % 256 == 0).
+using QuantizeActFn = void (*)(const float* x, void* dst, int64_t K);
 
 struct WeightKernels {
   DType type;
-  int64_t block;      // elements per block (1 for plain floats)
+  int64_t block;  // elements per block (1 for plain floats)
   size_t block_bytes;
-  RowDotFn dot;
+  RowDotFn dot;  // f32 columns, exact decode (attention K rows)
   RowToF32Fn to_f32;
-  RowAxpyFn axpy;     // nullptr for quantized types
+  RowAxpyFn axpy;  // nullptr for quantized types
+  ActType act;     // how matmul prepares b for rows_dot
+  RowsDotFn rows_dot;
 };
 
-// Kernels of a weight type, or nullptr when the type has none (I32).
+// Kernels of a weight type at the active level (or at `isa`), nullptr when the type has none (I32).
 const WeightKernels* weight_kernels(DType type);
+const WeightKernels* weight_kernels(DType type, Isa isa);
+// Column preparation for `act` at the active level (nullptr for f32: columns are used as they are).
+QuantizeActFn quantize_act(ActType act);
+QuantizeActFn quantize_act(ActType act, Isa isa);
+
+// Per-level tables (simd_*.cpp); the scalar one is the readable reference of the others.
+const WeightKernels* weight_kernels_scalar(DType type);
+const WeightKernels* weight_kernels_avx2(DType type);
+const WeightKernels* weight_kernels_avx512(DType type);
+QuantizeActFn quantize_act_scalar(ActType act);
+QuantizeActFn quantize_act_avx2(ActType act);
+QuantizeActFn quantize_act_avx512(ActType act);
 
 // Branch-free IEEE half -> f32, exact for every input (subnormals, inf, nan); vectorizes in
 // loops where the reference fp16_to_f32 (branches, ldexp) does not. Normal numbers: move the

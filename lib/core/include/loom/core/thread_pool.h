@@ -1,10 +1,13 @@
 // A fixed pool of worker threads for data-parallel kernels. run() executes fn(ith, nth) on
 // every thread (the caller is thread 0) and returns when all are done; inside fn, barrier()
-// lines threads up between dependent steps (one graph node after another) cheaply.
+// lines threads up between dependent steps (one graph node after another) cheaply, and claim()
+// shares the work of one step dynamically (a thread slowed down by a busy core takes less).
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -21,19 +24,30 @@ class ThreadPool {
   void run(const std::function<void(int ith, int nth)>& fn);
   // All threads of the current run() wait here until every one has arrived.
   void barrier();
+  // Work sharing within one phase (between two barriers): claims the next range [first, last)
+  // of [0, total) for the caller, about (total - claimed) / (2 nth) items and at least
+  // min_items, so threads that run faster take more; false when nothing is left. Every caller
+  // in a phase must pass the same total. The count restarts at 0 with each barrier() and run().
+  bool claim(int64_t total, int64_t min_items, int64_t& first, int64_t& last);
 
   static int default_threads();  // hardware threads, at least 1
 
  private:
   void worker(int ith);
+  // Records the CPU thread ith runs on; false when another thread of the pool was last seen on
+  // the same CPU (it cannot make progress while we spin, so waiting should yield at once).
+  bool note_cpu_and_check_spin(int ith);
   int n_threads_;
   std::vector<std::thread> workers_;
   const std::function<void(int, int)>* job_ = nullptr;
-  std::atomic<uint64_t> generation_{0};
+  // 32-bit words: atomic::wait on them is a futex wait (wrap-around is harmless).
+  std::atomic<uint32_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<int> barrier_count_{0};
-  std::atomic<uint64_t> barrier_phase_{0};
+  std::atomic<uint32_t> barrier_phase_{0};
+  alignas(64) std::atomic<int64_t> claimed_{0};  // items handed out in this phase
   std::atomic<bool> stop_{false};
+  std::unique_ptr<std::atomic<int>[]> cpu_;  // last CPU each thread was seen on (-1: unknown)
 };
 
 }  // namespace loom

@@ -1,0 +1,24 @@
+// Runtime CPU feature detection for the CPU backend: which instruction-set level the kernels
+// use (one binary for every x86-64 machine). The level is chosen once at load time from the CPU
+// (or LOOM_CPU_ISA=scalar|avx2|avx512, clamped to what the CPU has); tests force each level in turn.
+#pragma once
+
+namespace loom::cpu {
+
+// Kernel variants, from the portable reference up. Each level requires everything below it.
+enum class Isa {
+  scalar,  // portable C++ (the readable reference kernels)
+  avx2,    // AVX2 + FMA + F16C
+  avx512,  // AVX-512 F/BW/VL/VNNI (+ the avx2 set)
+};
+
+const char* isa_name(Isa isa);
+// Best level this CPU supports.
+Isa detected_isa();
+// Level the kernels use now: detected_isa(), lowered by LOOM_CPU_ISA or force_isa.
+Isa active_isa();
+// Use `isa` (clamped to detected_isa()) from now on; returns the level in effect. For tests and
+// benchmarks: call it between graph computations, never while one runs.
+Isa force_isa(Isa isa);
+
+}  // namespace loom::cpu

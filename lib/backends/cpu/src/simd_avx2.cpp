@@ -1,0 +1,158 @@
+// AVX2 level (AVX2 + FMA + F16C) of the per-type row kernels: f32, f16 and bf16 rows against up
+// to 8 f32 columns with 8-lane FMAs (scalar tails), fast row conversion and axpy. Quantized types
+// take their integer dots from simd_avx2_q.cpp and their f32 conversions from the reference
+// templates (simd_ref.h), compiled here for this level. Only reached when the CPU has AVX2.
+#include <immintrin.h>
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+
+#include "cpu_vec_dot.h"
+#include "loom/core/quants.h"
+#include "simd_isa.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#include "simd_ref.h"
+
+namespace loom::cpu {
+namespace {
+
+// 8 elements of a row of plain float type T from element k, as f32.
+template <DType T>
+inline __m256 load8(const void* row, int64_t k) {
+  if constexpr (T == DType::F32) {
+    return _mm256_loadu_ps(static_cast<const float*>(row) + k);
+  } else {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + k));
+    if constexpr (T == DType::F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+// One element (tails).
+template <DType T>
+inline float load1(const void* row, int64_t k) {
+  if constexpr (T == DType::F32) return static_cast<const float*>(row)[k];
+  if constexpr (T == DType::F16) return fp16_to_f32_fast(static_cast<const uint16_t*>(row)[k]);
+  return std::bit_cast<float>((uint32_t) static_cast<const uint16_t*>(row)[k] << 16);
+}
+
+inline float hsum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+
+// out[c] = a . b[c] for c < NC; a a row of K elements of type T, b[c] K floats.
+// NC * U accumulators of 8 lanes: U vectors of a per step keep 4+ FMAs in flight for 1-2 columns.
+template <DType T, int NC>
+inline void dot_row(int64_t K, const void* a, const float* const* b, float* out) {
+  constexpr int U = NC == 1 ? 4 : NC == 2 ? 2 : 1;
+  __m256 acc[NC][U];
+  for (int c = 0; c < NC; ++c)
+    for (int u = 0; u < U; ++u) acc[c][u] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 * U <= K; k += 8 * U) {
+#pragma GCC unroll 4
+    for (int u = 0; u < U; ++u) {
+      const __m256 x = load8<T>(a, k + 8 * u);
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) acc[c][u] = _mm256_fmadd_ps(x, _mm256_loadu_ps(b[c] + k + 8 * u), acc[c][u]);
+    }
+  }
+  for (; k + 8 <= K; k += 8) {
+    const __m256 x = load8<T>(a, k);
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) acc[c][0] = _mm256_fmadd_ps(x, _mm256_loadu_ps(b[c] + k), acc[c][0]);
+  }
+  for (int c = 0; c < NC; ++c) {
+    __m256 s = acc[c][0];
+    for (int u = 1; u < U; ++u) s = _mm256_add_ps(s, acc[c][u]);
+    float t = 0.0f;
+    for (int64_t j = k; j < K; ++j) t += load1<T>(a, j) * b[c][j];
+    out[c] = hsum(s) + t;
+  }
+}
+
+template <DType T>
+void dot_cols_fast(int64_t K, const void* a, const float* const* b, int nc, float* out) {
+  with_count<kMaxDotCols>(nc, [&]<int NC>() { dot_row<T, NC>(K, a, b, out); });
+}
+
+// rows r < nr (stride lda bytes) x NC f32 columns -> out[c][r]
+template <DType T, int NC>
+void rows_n(int64_t K, const uint8_t* a, size_t lda, int64_t nr, const float* const* b, float* const* out) {
+  float o[NC];
+  for (int64_t r = 0; r < nr; ++r) {
+    dot_row<T, NC>(K, a + r * lda, b, o);
+    for (int c = 0; c < NC; ++c) out[c][r] = o[c];
+  }
+}
+
+template <DType T>
+void rows_dot_fast(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, float* const* out) {
+  const auto* pa = static_cast<const uint8_t*>(a);
+  const auto* const* bf = reinterpret_cast<const float* const*>(b);
+  with_count<kMaxDotCols>(nc, [&]<int NC>() { rows_n<T, NC>(K, pa, lda, nr, bf, out); });
+}
+
+// dst[0, n) = row src as f32
+template <DType T>
+void to_f32_fast(const void* src, float* dst, int64_t n) {
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) _mm256_storeu_ps(dst + k, load8<T>(src, k));
+  for (; k < n; ++k) dst[k] = load1<T>(src, k);
+}
+
+// y[0, n) += alpha * x[0, n)
+template <DType T>
+void axpy_fast(int64_t n, float alpha, const void* x, float* y) {
+  const __m256 va = _mm256_set1_ps(alpha);
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) _mm256_storeu_ps(y + k, _mm256_fmadd_ps(va, load8<T>(x, k), _mm256_loadu_ps(y + k)));
+  for (; k < n; ++k) y[k] += alpha * load1<T>(x, k);
+}
+
+const WeightKernels kKernels[] = {
+    {DType::F32, 1, sizeof(float), dot_cols_fast<DType::F32>, to_f32_fast<DType::F32>, axpy_fast<DType::F32>,
+     ActType::f32, rows_dot_fast<DType::F32>},
+    {DType::F16, 1, sizeof(fp16_t), dot_cols_fast<DType::F16>, to_f32_fast<DType::F16>, axpy_fast<DType::F16>,
+     ActType::f32, rows_dot_fast<DType::F16>},
+    {DType::BF16, 1, sizeof(bf16_t), dot_cols_fast<DType::BF16>, to_f32_fast<DType::BF16>, axpy_fast<DType::BF16>,
+     ActType::f32, rows_dot_fast<DType::BF16>},
+    {DType::Q8_0, kQK8_0, sizeof(BlockQ8_0), dot_cols<DecQ8_0>, to_f32<DecQ8_0>, nullptr, ActType::q8,
+     rows_dot_q8_0_avx2},
+    {DType::Q4_0, kQK4_0, sizeof(BlockQ4_0), dot_cols<DecQ4_0>, to_f32<DecQ4_0>, nullptr, ActType::q8,
+     rows_dot_q4_0_avx2},
+    {DType::Q4_K, kQK_K, sizeof(BlockQ4_K), dot_cols<DecQ4_K>, to_f32<DecQ4_K>, nullptr, ActType::q8k,
+     rows_dot_q4_k_avx2},
+    {DType::Q6_K, kQK_K, sizeof(BlockQ6_K), dot_cols<DecQ6_K>, to_f32<DecQ6_K>, nullptr, ActType::q8k,
+     rows_dot_q6_k_avx2},
+};
+
+}  // namespace
+}  // namespace loom::cpu
+
+#pragma GCC pop_options
+
+namespace loom::cpu {
+
+const WeightKernels* weight_kernels_avx2(DType type) {
+  for (const WeightKernels& k : kKernels)
+    if (k.type == type) return &k;
+  return nullptr;
+}
+
+QuantizeActFn quantize_act_avx2(ActType act) {
+  switch (act) {
+    case ActType::q8:
+      return quantize_q8_avx2;
+    case ActType::q8k:
+      return quantize_q8k_avx2;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace loom::cpu

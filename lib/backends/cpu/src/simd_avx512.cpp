@@ -1,0 +1,172 @@
+// AVX-512 level (F/BW/VL/VNNI on top of AVX2/FMA/F16C) of the per-type row kernels: f32, f16
+// and bf16 rows against up to 8 f32 columns with 16-lane FMAs (masked tails instead of scalar
+// loops), fast row conversion and axpy. Quantized types take their integer dots from
+// simd_avx512_q.cpp and their f32 conversions from the reference templates (simd_ref.h),
+// compiled here for this level. Only reached when detected_isa() says the CPU has AVX-512.
+
+// GCC 12's AVX-512 intrinsics headers trip -Wuninitialized on their own _mm512_undefined_*
+// helpers once inlined; the warning is about the header, not this file.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "cpu_vec_dot.h"
+#include "loom/core/quants.h"
+#include "simd_isa.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+#include "simd_ref.h"
+
+namespace loom::cpu {
+namespace {
+
+// 16 elements of a row of plain float type T from element k, as f32; the masked form reads
+// only the lanes of m (zeros elsewhere), so tails never touch memory past the row.
+template <DType T>
+inline __m512 load16(const void* row, int64_t k) {
+  if constexpr (T == DType::F32) {
+    return _mm512_loadu_ps(static_cast<const float*>(row) + k);
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(row) + k));
+    if constexpr (T == DType::F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+template <DType T>
+inline __m512 load16(const void* row, int64_t k, __mmask16 m) {
+  if constexpr (T == DType::F32) {
+    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(row) + k);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(row) + k);
+    if constexpr (T == DType::F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+inline __mmask16 tail_mask(int64_t n) { return (__mmask16)((1u << n) - 1); }
+
+// out[c] = a . b[c] for c < NC; a a row of K elements of type T, b[c] K floats.
+// NC * U accumulators of 16 lanes: U vectors of a per step keep 4+ FMAs in flight for 1-2 columns.
+template <DType T, int NC>
+inline void dot_row(int64_t K, const void* a, const float* const* b, float* out) {
+  constexpr int U = NC == 1 ? 4 : NC == 2 ? 2 : 1;
+  __m512 acc[NC][U];
+  for (int c = 0; c < NC; ++c)
+    for (int u = 0; u < U; ++u) acc[c][u] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 * U <= K; k += 16 * U) {
+#pragma GCC unroll 4
+    for (int u = 0; u < U; ++u) {
+      const __m512 x = load16<T>(a, k + 16 * u);
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) acc[c][u] = _mm512_fmadd_ps(x, _mm512_loadu_ps(b[c] + k + 16 * u), acc[c][u]);
+    }
+  }
+  for (; k + 16 <= K; k += 16) {
+    const __m512 x = load16<T>(a, k);
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) acc[c][0] = _mm512_fmadd_ps(x, _mm512_loadu_ps(b[c] + k), acc[c][0]);
+  }
+  if (k < K) {
+    const __mmask16 m = tail_mask(K - k);
+    const __m512 x = load16<T>(a, k, m);
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) acc[c][0] = _mm512_fmadd_ps(x, _mm512_maskz_loadu_ps(m, b[c] + k), acc[c][0]);
+  }
+  for (int c = 0; c < NC; ++c) {
+    __m512 s = acc[c][0];
+    for (int u = 1; u < U; ++u) s = _mm512_add_ps(s, acc[c][u]);
+    out[c] = _mm512_reduce_add_ps(s);
+  }
+}
+
+template <DType T>
+void dot_cols_fast(int64_t K, const void* a, const float* const* b, int nc, float* out) {
+  with_count<kMaxDotCols>(nc, [&]<int NC>() { dot_row<T, NC>(K, a, b, out); });
+}
+
+// rows r < nr (stride lda bytes) x NC f32 columns -> out[c][r]
+template <DType T, int NC>
+void rows_n(int64_t K, const uint8_t* a, size_t lda, int64_t nr, const float* const* b, float* const* out) {
+  float o[NC];
+  for (int64_t r = 0; r < nr; ++r) {
+    dot_row<T, NC>(K, a + r * lda, b, o);
+    for (int c = 0; c < NC; ++c) out[c][r] = o[c];
+  }
+}
+
+template <DType T>
+void rows_dot_fast(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, float* const* out) {
+  const auto* pa = static_cast<const uint8_t*>(a);
+  const auto* const* bf = reinterpret_cast<const float* const*>(b);
+  with_count<kMaxDotCols>(nc, [&]<int NC>() { rows_n<T, NC>(K, pa, lda, nr, bf, out); });
+}
+
+// dst[0, n) = row src as f32
+template <DType T>
+void to_f32_fast(const void* src, float* dst, int64_t n) {
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) _mm512_storeu_ps(dst + k, load16<T>(src, k));
+  if (k < n) _mm512_mask_storeu_ps(dst + k, tail_mask(n - k), load16<T>(src, k, tail_mask(n - k)));
+}
+
+// y[0, n) += alpha * x[0, n)
+template <DType T>
+void axpy_fast(int64_t n, float alpha, const void* x, float* y) {
+  const __m512 va = _mm512_set1_ps(alpha);
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) _mm512_storeu_ps(y + k, _mm512_fmadd_ps(va, load16<T>(x, k), _mm512_loadu_ps(y + k)));
+  if (k < n) {
+    const __mmask16 m = tail_mask(n - k);
+    _mm512_mask_storeu_ps(y + k, m, _mm512_fmadd_ps(va, load16<T>(x, k, m), _mm512_maskz_loadu_ps(m, y + k)));
+  }
+}
+
+const WeightKernels kKernels[] = {
+    {DType::F32, 1, sizeof(float), dot_cols_fast<DType::F32>, to_f32_fast<DType::F32>, axpy_fast<DType::F32>,
+     ActType::f32, rows_dot_fast<DType::F32>},
+    {DType::F16, 1, sizeof(fp16_t), dot_cols_fast<DType::F16>, to_f32_fast<DType::F16>, axpy_fast<DType::F16>,
+     ActType::f32, rows_dot_fast<DType::F16>},
+    {DType::BF16, 1, sizeof(bf16_t), dot_cols_fast<DType::BF16>, to_f32_fast<DType::BF16>, axpy_fast<DType::BF16>,
+     ActType::f32, rows_dot_fast<DType::BF16>},
+    {DType::Q8_0, kQK8_0, sizeof(BlockQ8_0), dot_cols<DecQ8_0>, to_f32<DecQ8_0>, nullptr, ActType::q8,
+     rows_dot_q8_0_avx512},
+    {DType::Q4_0, kQK4_0, sizeof(BlockQ4_0), dot_cols<DecQ4_0>, to_f32<DecQ4_0>, nullptr, ActType::q8,
+     rows_dot_q4_0_avx512},
+    {DType::Q4_K, kQK_K, sizeof(BlockQ4_K), dot_cols<DecQ4_K>, to_f32<DecQ4_K>, nullptr, ActType::q8k,
+     rows_dot_q4_k_avx512},
+    {DType::Q6_K, kQK_K, sizeof(BlockQ6_K), dot_cols<DecQ6_K>, to_f32<DecQ6_K>, nullptr, ActType::q8k,
+     rows_dot_q6_k_avx512},
+};
+
+}  // namespace
+}  // namespace loom::cpu
+
+#pragma GCC pop_options
+
+namespace loom::cpu {
+
+const WeightKernels* weight_kernels_avx512(DType type) {
+  for (const WeightKernels& k : kKernels)
+    if (k.type == type) return &k;
+  return nullptr;
+}
+
+QuantizeActFn quantize_act_avx512(ActType act) {
+  switch (act) {
+    case ActType::q8:
+      return quantize_q8_avx512;
+    case ActType::q8k:
+      return quantize_q8k_avx512;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace loom::cpu
+
+#pragma GCC diagnostic pop

@@ -1,0 +1,221 @@
+// Driver of the blocked matrix products (see simd_gemm.h): panel packing (decode a block of
+// weight rows once, interleave 16 rows per group so a tile loads one vector per group and k;
+// lay the columns of b out k-major so a tile broadcasts from one stream), the loops around the
+// register tiles, and the readable scalar tiles the SIMD ones must match. f32:
+//   for each panel of mc rows:            (the thread's work unit)
+//     for each block of K (256):          pack rows x block -> panel (stays in L2)
+//       for each group of nr columns:     pack columns x block -> bpack (stays in L1)
+//         for each tile of mr rows:       tile(panel rows, bpack) -> dst (+= after the first block)
+// q8 (no K blocking; a panel holds whole rows): for each panel: pack; for each group; for each tile.
+#include "simd_gemm.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "loom/core/quants.h"
+
+namespace loom::cpu {
+namespace {
+
+constexpr int64_t kF32PanelRows = 512;        // 512 KB panels: half of a Zen 4 L2
+constexpr size_t kQ8PanelBytes = 256 * 1024;  // target size of one q8 panel (L2)
+constexpr int kMaxTileCols = 16;
+
+template <class T>
+T* align64(void* p) {
+  return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(p) + 63) / 64 * 64);
+}
+
+// rows [m0, m0 + mrows) x elements [k0, k0 + kc) of a -> f32 panel (rows past mrows zero).
+// tmp: 16 * kc floats for decoded rows.
+void pack_f32(const GemmKernels& gk, const GemmJob& job, int64_t m0, int64_t mrows, int64_t k0, int64_t kc,
+              float* panel, float* tmp) {
+  const WeightKernels& wk = *job.wk;
+  static const float kZeros[kPanelRows] = {};
+  const int64_t ngroups = (mrows + kPanelRows - 1) / kPanelRows;
+  const float* rows[kPanelRows];
+  for (int64_t g = 0; g < ngroups; ++g) {
+    const int live = (int)std::min<int64_t>(kPanelRows, mrows - g * kPanelRows);
+    for (int l = 0; l < kPanelRows; ++l) {
+      if (l >= live) {  // zero rows: a stride-0 run of zeros
+        rows[l] = nullptr;
+        continue;
+      }
+      const char* row = job.a + (m0 + g * kPanelRows + l) * job.lda;
+      if (wk.type == DType::F32) {
+        rows[l] = reinterpret_cast<const float*>(row) + k0;
+      } else {
+        wk.to_f32(row + (size_t)(k0 / wk.block) * wk.block_bytes, tmp + l * kc, kc);
+        rows[l] = tmp + l * kc;
+      }
+    }
+    float* pg = panel + g * kc * kPanelRows;
+    gk.transpose16(rows, live, kc, pg, kPanelRows);
+    if (live < kPanelRows)
+      for (int64_t k = 0; k < kc; ++k)
+        std::memcpy(pg + k * kPanelRows + live, kZeros, sizeof(float) * (kPanelRows - live));
+  }
+}
+
+// rows [m0, m0 + mrows) of Q8_0 / Q4_0 weights -> q8 panel: per 16-row group and block, the
+// row scales, then each row's 32 values as unsigned bytes (Q8_0: q + 128, Q4_0: the nibble).
+void pack_q8(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
+  const int64_t nblk = job.K / 32;
+  const int64_t ngroups = (mrows + kPanelRows - 1) / kPanelRows;
+  const bool q4 = job.wk->type == DType::Q4_0;
+  for (int64_t g = 0; g < ngroups; ++g)
+    for (int l = 0; l < kPanelRows; ++l) {
+      const int64_t i = g * kPanelRows + l;
+      const char* row = i < mrows ? job.a + (m0 + i) * job.lda : nullptr;
+      for (int64_t blk = 0; blk < nblk; ++blk) {
+        uint8_t* pb = panel + (size_t)(g * nblk + blk) * kQ8GroupBlockBytes;
+        auto* dw = reinterpret_cast<float*>(pb);
+        uint8_t* u = pb + 16 * sizeof(float);
+        uint8_t v[32] = {};
+        dw[l] = 0.0f;
+        if (row && q4) {
+          const auto& w = reinterpret_cast<const BlockQ4_0*>(row)[blk];
+          dw[l] = fp16_to_f32_fast(w.d);
+          for (int e = 0; e < 16; ++e) {
+            v[e] = w.qs[e] & 15;
+            v[e + 16] = w.qs[e] >> 4;
+          }
+        } else if (row) {
+          const auto& w = reinterpret_cast<const BlockQ8_0*>(row)[blk];
+          dw[l] = fp16_to_f32_fast(w.d);
+          for (int e = 0; e < 32; ++e) v[e] = (uint8_t)(w.qs[e] ^ 0x80);
+        }
+        for (int q = 0; q < 8; ++q) std::memcpy(u + (q * kPanelRows + l) * 4, v + 4 * q, 4);
+      }
+    }
+}
+
+}  // namespace
+
+// ---- readable reference tiles ------------------------------------------------------------------
+
+void gemm_f32_tile_ref(int64_t kc, const float* p, const float* b, int ldb, int nc, float* const* c, int mr,
+                       bool accumulate) {
+  for (int j = 0; j < nc; ++j)
+    for (int i = 0; i < mr; ++i) {
+      const float* pi = p + (i / kPanelRows) * kc * kPanelRows + i % kPanelRows;
+      float s = accumulate ? c[j][i] : 0.0f;
+      for (int64_t k = 0; k < kc; ++k) s += pi[k * kPanelRows] * b[k * ldb + j];
+      c[j][i] = s;
+    }
+}
+
+void gemm_q8_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
+                      int shift) {
+  for (int j = 0; j < nc; ++j)
+    for (int i = 0; i < mr; ++i) {
+      float s = 0.0f;
+      for (int64_t blk = 0; blk < nblk; ++blk) {
+        const uint8_t* pb = p + (size_t)((i / kPanelRows) * nblk + blk) * kQ8GroupBlockBytes;
+        const float dw = reinterpret_cast<const float*>(pb)[i % kPanelRows];
+        const uint8_t* u = pb + 16 * sizeof(float);
+        const BlockQ8A& x = b[j][blk];
+        int32_t dot = -x.sum * (1 << shift);
+        for (int e = 0; e < 32; ++e) dot += (int32_t)u[((e / 4) * kPanelRows + i % kPanelRows) * 4 + e % 4] * x.qs[e];
+        s += dw * x.d * (float)dot;
+      }
+      c[j][i] = s;
+    }
+}
+
+void transpose16_ref(const float* const* src, int nsrc, int64_t n, float* dst, int ldd) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int s = 0; s < nsrc; ++s) dst[i * ldd + s] = src[s][i];
+}
+
+// ---- level selection --------------------------------------------------------------------------
+
+const GemmKernels* gemm_kernels(Isa isa) {
+  if ((int)isa > (int)detected_isa()) isa = detected_isa();
+  switch (isa) {
+    case Isa::avx512:
+      return gemm_kernels_avx512();
+    case Isa::avx2:
+      return gemm_kernels_avx2();
+    default:
+      return nullptr;
+  }
+}
+
+bool gemm_q8_supported(const GemmKernels* gk, DType type) {
+  return gk && gk->q8_tile && (type == DType::Q8_0 || type == DType::Q4_0);
+}
+
+int64_t gemm_panel_rows(bool q8, int64_t K) {
+  if (!q8) return kF32PanelRows;
+  const size_t group_bytes = (size_t)(K / 32) * kQ8GroupBlockBytes;
+  const int64_t groups = std::clamp<int64_t>((int64_t)(kQ8PanelBytes / std::max<size_t>(group_bytes, 1)), 2, 16);
+  return groups / 2 * 2 * kPanelRows;  // whole 32-row tiles
+}
+
+namespace {
+// Rows of one panel for a job of `rows` rows: the L2-sized panel, or the job rounded to tiles.
+int64_t panel_rows_for(bool q8, int64_t K, int64_t rows) {
+  return std::min(gemm_panel_rows(q8, K), (rows + 31) / 32 * 32);
+}
+}  // namespace
+
+size_t gemm_scratch_bytes(bool q8, int64_t K, int64_t max_rows) {
+  const int64_t mc = panel_rows_for(q8, K, max_rows);
+  if (q8) return (size_t)(mc / kPanelRows) * (size_t)(K / 32) * kQ8GroupBlockBytes + 64;
+  return sizeof(float) * (size_t)((mc + kMaxTileCols + kPanelRows) * kGemmKc) + 3 * 64;
+}
+
+// ---- drivers ----------------------------------------------------------------------------------
+
+void gemm_f32(const GemmKernels& gk, const GemmJob& job, void* scratch) {
+  const int64_t mc = panel_rows_for(false, job.K, job.r1 - job.r0);
+  const int nr = std::min(gk.f32_nr, kMaxTileCols);
+  float* panel = align64<float>(scratch);
+  float* bpack = align64<float>(panel + mc * kGemmKc);
+  float* tmp = align64<float>(bpack + kMaxTileCols * kGemmKc);  // kPanelRows decoded rows
+  float* cp[kMaxTileCols];
+  for (int64_t m0 = job.r0; m0 < job.r1; m0 += mc) {
+    const int64_t mrows = std::min(mc, job.r1 - m0);
+    for (int64_t k0 = 0; k0 < job.K; k0 += kGemmKc) {
+      const int64_t kc = std::min(kGemmKc, job.K - k0);
+      pack_f32(gk, job, m0, mrows, k0, kc, panel, tmp);
+      for (int64_t j0 = 0; j0 < job.n; j0 += nr) {
+        const int nc = (int)std::min<int64_t>(nr, job.n - j0);
+        const float* cols[kMaxTileCols];  // columns -> [k][nr]
+        for (int j = 0; j < nc; ++j) cols[j] = static_cast<const float*>(job.b[j0 + j]) + k0;
+        gk.transpose16(cols, nc, kc, bpack, nr);
+        for (int64_t i0 = 0; i0 < mrows; i0 += gk.f32_mr) {
+          for (int j = 0; j < nc; ++j) cp[j] = job.d[j0 + j] + m0 + i0;
+          gk.f32_tile(kc, panel + (i0 / kPanelRows) * kc * kPanelRows, bpack, nr, nc, cp,
+                      (int)std::min<int64_t>(gk.f32_mr, mrows - i0), k0 > 0);
+        }
+      }
+    }
+  }
+}
+
+void gemm_q8(const GemmKernels& gk, const GemmJob& job, void* scratch) {
+  const int64_t nblk = job.K / 32;
+  const int64_t mc = panel_rows_for(true, job.K, job.r1 - job.r0);
+  const int shift = job.wk->type == DType::Q4_0 ? 3 : 7;  // offsets 8 and 128 of the unsigned bytes
+  auto* panel = align64<uint8_t>(scratch);
+  const int nr = std::min(gk.q8_nr, kMaxTileCols);
+  const BlockQ8A* bp[kMaxTileCols];
+  float* cp[kMaxTileCols];
+  for (int64_t m0 = job.r0; m0 < job.r1; m0 += mc) {
+    const int64_t mrows = std::min(mc, job.r1 - m0);
+    pack_q8(job, m0, mrows, panel);
+    for (int64_t j0 = 0; j0 < job.n; j0 += nr) {
+      const int nc = (int)std::min<int64_t>(nr, job.n - j0);
+      for (int j = 0; j < nc; ++j) bp[j] = static_cast<const BlockQ8A*>(job.b[j0 + j]);
+      for (int64_t i0 = 0; i0 < mrows; i0 += gk.q8_mr) {
+        for (int j = 0; j < nc; ++j) cp[j] = job.d[j0 + j] + m0 + i0;
+        gk.q8_tile(nblk, panel + (size_t)(i0 / kPanelRows * nblk) * kQ8GroupBlockBytes, bp, nc, cp,
+                   (int)std::min<int64_t>(gk.q8_mr, mrows - i0), shift);
+      }
+    }
+  }
+}
+
+}  // namespace loom::cpu

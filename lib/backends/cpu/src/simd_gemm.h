@@ -1,0 +1,83 @@
+// Blocked matrix products of the CPU backend for prompt-sized batches (many columns of b):
+// rows of a are decoded once per block into a packed panel the register tiles stream through,
+// and each tile keeps mr x nr results in registers across a block of K. Two flavours:
+//   f32 - any weight type decoded to f32 (weights x f32 columns, FMA tiles);
+//   q8  - Q8_0 / Q4_0 weights repacked as unsigned bytes, times int8 columns (BlockQ8A) with
+//         integer dot-product tiles (AVX-512 VNNI).
+// The per-level tiles live in simd_gemm_<level>.cpp; readable scalar tiles (the references the
+// tests compare them with) and the driver live in simd_gemm.cpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cpu_features.h"
+#include "cpu_vec_dot.h"
+
+namespace loom::cpu {
+
+// Rows per interleaved group of a packed panel.
+inline constexpr int kPanelRows = 16;
+// Elements of K per f32 panel block (a multiple of every block size).
+inline constexpr int64_t kGemmKc = 256;
+// Bytes of one q8 panel group block: 16 f32 row scales, then 8 quads x 16 rows x 4 bytes.
+inline constexpr size_t kQ8GroupBlockBytes = 16 * sizeof(float) + 32 * 16;
+
+// f32 tile: for rows i < mr and columns j < nc,
+//   c[j][i] = (accumulate ? c[j][i] : 0) + sum_{k < kc} P(i, k) * b[k * ldb + j]
+// with P(i, k) = p[(i / 16) * kc * 16 + k * 16 + i % 16] (groups of 16 rows, k-major) and b a
+// packed block of columns, k-major (ldb >= nc).
+using GemmF32TileFn = void (*)(int64_t kc, const float* p, const float* b, int ldb, int nc, float* const* c, int mr,
+                               bool accumulate);
+// q8 tile over nblk blocks of 32: for rows i < mr and columns j < nc,
+//   c[j][i] = sum_blk dw(i, blk) * x.d * (sum_{e < 32} u(i, blk, e) * x.qs[e] - (x.sum << shift)),  x = b[j][blk]
+// with the panel p as groups of 16 rows, each nblk blocks of kQ8GroupBlockBytes: dw[16] floats,
+// then byte (q * 16 + i % 16) * 4 + t holding u for element e = 4q + t.
+using GemmQ8TileFn = void (*)(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
+                              int shift);
+
+// Transpose of nsrc <= 16 runs of n floats: dst[i * ldd + s] = src[s][i] for i < n, s < nsrc
+// (packs both panels: 16 weight rows -> k-major groups, and nr columns of b -> k-major blocks).
+using Transpose16Fn = void (*)(const float* const* src, int nsrc, int64_t n, float* dst, int ldd);
+
+struct GemmKernels {
+  int f32_mr, f32_nr;  // f32 tile: rows (a multiple of 16) and columns
+  GemmF32TileFn f32_tile;
+  int q8_mr, q8_nr;
+  GemmQ8TileFn q8_tile;  // nullptr where the level has no int8 tile
+  Transpose16Fn transpose16;
+};
+
+// Tiles of a level (nullptr for scalar: the dot kernels serve every width there).
+const GemmKernels* gemm_kernels(Isa isa);
+const GemmKernels* gemm_kernels_avx2();
+const GemmKernels* gemm_kernels_avx512();
+// The readable references of the tiles (any mr <= 32, nc <= 16).
+void gemm_f32_tile_ref(int64_t kc, const float* p, const float* b, int ldb, int nc, float* const* c, int mr,
+                       bool accumulate);
+void gemm_q8_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
+                      int shift);
+void transpose16_ref(const float* const* src, int nsrc, int64_t n, float* dst, int ldd);
+
+// One weight matrix times a set of columns: dst rows [r0, r1) of every column.
+struct GemmJob {
+  const WeightKernels* wk;  // a's type
+  const char* a;            // row r at a + r * lda (unit stride within a row)
+  size_t lda;
+  int64_t K;
+  int64_t r0, r1;
+  int64_t n;             // columns
+  const void* const* b;  // column j: K floats (f32) or K / 32 BlockQ8A (q8)
+  float* const* d;       // column j of dst: element r at d[j][r]
+};
+
+// Whether the q8 flavour serves weights of `type` with these tiles.
+bool gemm_q8_supported(const GemmKernels* gk, DType type);
+// Rows of a per panel (the work unit of the driver) for K.
+int64_t gemm_panel_rows(bool q8, int64_t K);
+// Per-thread scratch of the driver for K and jobs of up to max_rows rows.
+size_t gemm_scratch_bytes(bool q8, int64_t K, int64_t max_rows);
+void gemm_f32(const GemmKernels& gk, const GemmJob& job, void* scratch);
+void gemm_q8(const GemmKernels& gk, const GemmJob& job, void* scratch);
+
+}  // namespace loom::cpu

@@ -1,0 +1,31 @@
+// Entry points shared between the per-level kernel files of the CPU backend (simd_<level>*.cpp):
+// the integer dots of the quantized weight types against int8 columns, and the column
+// quantizers, one set per instruction-set level. Only the level tables in simd_<level>.cpp
+// reference them; everything else goes through weight_kernels() / quantize_act().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cpu_vec_dot.h"
+
+namespace loom::cpu {
+
+#define LOOM_ROWS_DOT_Q(level)                                                                               \
+  void rows_dot_q8_0_##level(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, \
+                             float* const* out);                                                             \
+  void rows_dot_q4_0_##level(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, \
+                             float* const* out);                                                             \
+  void rows_dot_q4_k_##level(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, \
+                             float* const* out);                                                             \
+  void rows_dot_q6_k_##level(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, \
+                             float* const* out);                                                             \
+  void quantize_q8_##level(const float* x, void* dst, int64_t K);                                            \
+  void quantize_q8k_##level(const float* x, void* dst, int64_t K);
+
+LOOM_ROWS_DOT_Q(avx2)
+LOOM_ROWS_DOT_Q(avx512)
+
+#undef LOOM_ROWS_DOT_Q
+
+}  // namespace loom::cpu

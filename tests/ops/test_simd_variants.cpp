@@ -1,0 +1,559 @@
+// Every SIMD variant of the CPU kernels against the readable scalar reference: each level this
+// CPU has (scalar, avx2, avx512) is forced in turn. Kernel level: int8 column quantization bit
+// for bit, row conversions bit for bit, fused dots / rows_dot / axpy / GEMM tiles within float
+// rounding of the reference (bounded by sum |a_k b_k|), exp within 2 ulp of std::exp with the
+// same inf / 0 / NaN. Op level: MUL_MAT / MUL_MAT_ID through every path (dot, gemm f32, gemm
+// int8, strided), SILU / SWIGLU / SOFT_MAX and tiled FLASH_ATTN_EXT against double-precision
+// loops, with odd shapes. Levels the CPU lacks are skipped.
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "../../lib/backends/cpu/src/cpu_features.h"
+#include "../../lib/backends/cpu/src/cpu_vec_dot.h"
+#include "../../lib/backends/cpu/src/simd_gemm.h"
+#include "../../lib/backends/cpu/src/simd_math.h"
+#include "loom/core/thread_pool.h"
+#include "op_harness.h"
+
+namespace loom::test {
+namespace {
+
+using cpu::Isa;
+
+const Isa kLevels[] = {Isa::scalar, Isa::avx2, Isa::avx512};
+const DType kWeightTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K};
+
+std::string level_name(const testing::TestParamInfo<Isa>& i) { return cpu::isa_name(i.param); }
+
+// Forces a level for the test's lifetime (skips when the CPU lacks it).
+class LevelTest : public testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if ((int)GetParam() > (int)cpu::detected_isa()) GTEST_SKIP() << "CPU lacks " << cpu::isa_name(GetParam());
+    saved_ = cpu::active_isa();
+    ASSERT_EQ(cpu::force_isa(GetParam()), GetParam());
+  }
+  void TearDown() override { cpu::force_isa(saved_); }
+  Isa saved_ = Isa::scalar;
+};
+
+std::vector<float> normal(std::mt19937& rng, size_t n, float sigma = 1.0f) {
+  std::normal_distribution<float> d(0.0f, sigma);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// Rows of weights of a type made from f32 values (K a multiple of the block).
+std::vector<uint8_t> make_rows(DType t, const std::vector<float>& v, int64_t K, int64_t rows) {
+  const DTypeInfo& info = dtype_info(t);
+  const size_t rb = (size_t)(K / info.block_size) * info.type_size;
+  std::vector<uint8_t> out(rb * (size_t)rows);
+  for (int64_t r = 0; r < rows; ++r) info.from_float(v.data() + r * K, out.data() + rb * (size_t)r, K);
+  return out;
+}
+
+// ---- kernel level ------------------------------------------------------------------------------
+
+using KernelTest = LevelTest;
+
+TEST_P(KernelTest, ColumnQuantizationIsBitExact) {
+  std::mt19937 rng(3);
+  for (cpu::ActType act : {cpu::ActType::q8, cpu::ActType::q8k})
+    for (int64_t K : {256L, 512L, 2816L}) {
+      std::vector<float> x = normal(rng, (size_t)K, 2.0f);
+      std::fill(x.begin(), x.begin() + 32, 0.0f);  // an all-zero block: d = 0, no NaN
+      x[40] = 1e-30f;                              // a tiny one
+      const size_t bytes = cpu::act_row_bytes(act, K);
+      std::vector<uint8_t> want(bytes), got(bytes);
+      cpu::quantize_act(act, Isa::scalar)(x.data(), want.data(), K);
+      cpu::quantize_act(act, GetParam())(x.data(), got.data(), K);
+      EXPECT_EQ(want, got) << "act " << (int)act << " K " << K;
+    }
+}
+
+TEST_P(KernelTest, RowConversionIsBitExact) {
+  std::mt19937 rng(4);
+  for (DType t : kWeightTypes)
+    for (int64_t n : {1L, 15L, 16L, 17L, 67L, 256L, 768L}) {
+      const int64_t bs = dtype_info(t).block_size;
+      const int64_t K = bs == 1 ? n : bs * ((n + bs - 1) / bs);
+      const auto rows = make_rows(t, normal(rng, (size_t)K), K, 1);
+      std::vector<float> want((size_t)K), got((size_t)K, -1.0f);
+      cpu::weight_kernels(t, Isa::scalar)->to_f32(rows.data(), want.data(), K);
+      cpu::weight_kernels(t, GetParam())->to_f32(rows.data(), got.data(), K);
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4)) << dtype_name(t) << " n " << K;
+    }
+}
+
+// rows_dot of every type for nr rows x nc columns against the scalar kernel (which the op tests
+// pin to double references), within a few float roundings of sum |a_k x_k|.
+TEST_P(KernelTest, RowsDotMatchesScalarEveryTypeAndWidth) {
+  std::mt19937 rng(5);
+  for (DType t : kWeightTypes) {
+    const int64_t bs = dtype_info(t).block_size;
+    const int64_t Ks[] = {bs == 1 ? 67 : bs, bs == 1 ? 16 : 3 * bs, bs == 1 ? 1 : 5 * bs, bs == 1 ? 300 : 11 * bs};
+    for (int64_t K : Ks)
+      for (int nc = 1; nc <= cpu::kMaxDotCols; ++nc) {
+        const int64_t nr = 5;
+        const std::vector<float> wv = normal(rng, (size_t)(K * nr));
+        const auto rows = make_rows(t, wv, K, nr);
+        const size_t lda = rows.size() / nr;
+        const std::vector<float> xv = normal(rng, (size_t)(K * nc));
+        std::vector<float> want((size_t)(nr * nc)), got((size_t)(nr * nc), NAN);
+        auto run = [&](Isa isa, std::vector<float>& out) {
+          const cpu::WeightKernels* wk = cpu::weight_kernels(t, isa);
+          std::vector<std::vector<uint8_t>> act((size_t)nc);
+          const void* bp[cpu::kMaxDotCols];
+          float* op[cpu::kMaxDotCols];
+          for (int c = 0; c < nc; ++c) {
+            op[c] = out.data() + c * nr;
+            if (wk->act == cpu::ActType::f32) {
+              bp[c] = xv.data() + c * K;
+              continue;
+            }
+            act[(size_t)c].resize(cpu::act_row_bytes(wk->act, K));
+            cpu::quantize_act(wk->act, isa)(xv.data() + c * K, act[(size_t)c].data(), K);
+            bp[c] = act[(size_t)c].data();
+          }
+          wk->rows_dot(K, rows.data(), lda, nr, bp, nc, op);
+        };
+        run(Isa::scalar, want);
+        run(GetParam(), got);
+        // magnitude of the sum for the tolerance
+        std::vector<float> deq((size_t)(K * nr));
+        for (int64_t r = 0; r < nr; ++r) dtype_info(t).to_float(rows.data() + lda * r, deq.data() + r * K, K);
+        for (int c = 0; c < nc; ++c)
+          for (int64_t r = 0; r < nr; ++r) {
+            double mag = 0;
+            for (int64_t k = 0; k < K; ++k)
+              mag += std::fabs((double)deq[(size_t)(r * K + k)] * xv[(size_t)(c * K + k)]);
+            EXPECT_NEAR(got[(size_t)(c * nr + r)], want[(size_t)(c * nr + r)], 2e-6 * mag + 1e-30)
+                << dtype_name(t) << " K " << K << " nc " << nc << " r " << r << " c " << c;
+          }
+      }
+  }
+}
+
+TEST_P(KernelTest, FloatDotAndAxpyMatchScalar) {
+  std::mt19937 rng(6);
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t n : {1L, 7L, 16L, 33L, 64L, 65L, 1000L}) {
+      const auto row = make_rows(t, normal(rng, (size_t)n), n, 1);
+      std::vector<float> xs = normal(rng, (size_t)(n * 8));
+      const float* bp[8];
+      for (int c = 0; c < 8; ++c) bp[c] = xs.data() + c * n;
+      for (int nc = 1; nc <= 8; ++nc) {
+        float want[8], got[8];
+        cpu::weight_kernels(t, Isa::scalar)->dot(n, row.data(), bp, nc, want);
+        cpu::weight_kernels(t, GetParam())->dot(n, row.data(), bp, nc, got);
+        for (int c = 0; c < nc; ++c) EXPECT_NEAR(got[c], want[c], 1e-5 * std::sqrt((double)n)) << dtype_name(t) << n;
+      }
+      std::vector<float> y0 = normal(rng, (size_t)n), y1 = y0;
+      cpu::weight_kernels(t, Isa::scalar)->axpy(n, 0.75f, row.data(), y0.data());
+      cpu::weight_kernels(t, GetParam())->axpy(n, 0.75f, row.data(), y1.data());
+      for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y1[(size_t)i], y0[(size_t)i], 1e-6) << dtype_name(t) << " axpy " << i;
+    }
+}
+
+// The register tiles against the readable reference tiles on packed panels, all partial shapes.
+TEST_P(KernelTest, GemmTilesMatchReferenceTiles) {
+  const cpu::GemmKernels* gk = cpu::gemm_kernels(GetParam());
+  if (!gk) GTEST_SKIP() << "no tiles at this level";
+  std::mt19937 rng(7);
+  for (int64_t kc : {1L, 5L, 64L, 256L})
+    for (int mr = 1; mr <= gk->f32_mr; mr += mr < 17 ? 4 : 7)
+      for (int nc = 1; nc <= gk->f32_nr; ++nc) {
+        const int groups = (mr + 15) / 16;
+        const std::vector<float> p = normal(rng, (size_t)(groups * 16 * kc));
+        const int ldb = gk->f32_nr;  // packed columns, k-major
+        const std::vector<float> b = normal(rng, (size_t)(ldb * kc));
+        std::vector<float> c0 = normal(rng, (size_t)(nc * 64)), c1 = c0;
+        float *cp0[16], *cp1[16];
+        for (int j = 0; j < nc; ++j) {
+          cp0[j] = c0.data() + j * 64;
+          cp1[j] = c1.data() + j * 64;
+        }
+        for (bool acc : {false, true}) {
+          cpu::gemm_f32_tile_ref(kc, p.data(), b.data(), ldb, nc, cp0, mr, acc);
+          gk->f32_tile(kc, p.data(), b.data(), ldb, nc, cp1, mr, acc);
+          for (int j = 0; j < nc; ++j)
+            for (int i = 0; i < 64; ++i)  // rows past mr untouched
+              EXPECT_NEAR(c1[(size_t)(j * 64 + i)], c0[(size_t)(j * 64 + i)], 2e-5 * std::sqrt((double)kc + 1))
+                  << "f32 kc " << kc << " mr " << mr << " nc " << nc << " i " << i;
+        }
+      }
+  if (!gk->q8_tile) return;
+  for (int64_t nblk : {1L, 3L, 8L})
+    for (int mr = 1; mr <= gk->q8_mr; mr += mr < 17 ? 4 : 7)
+      for (int nc = 1; nc <= gk->q8_nr; ++nc) {
+        const int groups = (mr + 15) / 16;
+        std::vector<uint8_t> p((size_t)(groups * nblk) * cpu::kQ8GroupBlockBytes);
+        std::uniform_int_distribution<int> byte(0, 255);
+        for (uint8_t& v : p) v = (uint8_t)byte(rng);
+        for (int64_t gb = 0; gb < groups * nblk; ++gb) {  // sane row scales
+          auto* dw = reinterpret_cast<float*>(p.data() + gb * cpu::kQ8GroupBlockBytes);
+          for (int l = 0; l < 16; ++l) dw[l] = 0.01f * (float)(l + 1);
+        }
+        std::vector<std::vector<cpu::BlockQ8A>> cols((size_t)nc, std::vector<cpu::BlockQ8A>((size_t)nblk));
+        const cpu::BlockQ8A* bp[16];
+        for (int j = 0; j < nc; ++j) {
+          const std::vector<float> x = normal(rng, (size_t)(32 * nblk));
+          cpu::quantize_act(cpu::ActType::q8, Isa::scalar)(x.data(), cols[(size_t)j].data(), 32 * nblk);
+          bp[j] = cols[(size_t)j].data();
+        }
+        for (int shift : {3, 7}) {
+          std::vector<float> c0((size_t)(nc * 64), 7.0f), c1 = c0;
+          float *cp0[16], *cp1[16];
+          for (int j = 0; j < nc; ++j) {
+            cp0[j] = c0.data() + j * 64;
+            cp1[j] = c1.data() + j * 64;
+          }
+          cpu::gemm_q8_tile_ref(nblk, p.data(), bp, nc, cp0, mr, shift);
+          gk->q8_tile(nblk, p.data(), bp, nc, cp1, mr, shift);
+          for (size_t i = 0; i < c0.size(); ++i)
+            EXPECT_NEAR(c1[i], c0[i], 1e-5 * std::fabs(c0[i]) + 1e-4)
+                << "q8 nblk " << nblk << " mr " << mr << " nc " << nc;
+        }
+      }
+}
+
+TEST_P(KernelTest, PanelTransposeMatchesReference) {
+  const cpu::GemmKernels* gk = cpu::gemm_kernels(GetParam());
+  if (!gk) GTEST_SKIP() << "no tiles at this level";
+  std::mt19937 rng(8);
+  for (int nsrc : {1, 5, 12, 16})
+    for (int64_t n : {1L, 7L, 16L, 33L, 256L})
+      for (int ldd : {12, 16}) {
+        if (nsrc > ldd) continue;
+        const std::vector<float> v = normal(rng, (size_t)(16 * n));
+        const float* src[16];
+        for (int s = 0; s < 16; ++s) src[s] = v.data() + s * n;
+        std::vector<float> want((size_t)(n * ldd + 16), -7.0f), got = want;
+        cpu::transpose16_ref(src, nsrc, n, want.data(), ldd);
+        gk->transpose16(src, nsrc, n, got.data(), ldd);
+        EXPECT_EQ(want, got) << "nsrc " << nsrc << " n " << n << " ldd " << ldd;
+      }
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, KernelTest, testing::ValuesIn(kLevels), level_name);
+
+// ---- op level: matrix products through every path ----------------------------------------------
+
+// dst[m, n, i2, i3] = sum_k a[k, m, i2 / (b2 / a2), i3 / (b3 / a3)] * b[k, n, i2, i3]
+std::vector<double> ref_mul_mat(const std::vector<float>& a, const int64_t* ane, const std::vector<float>& b,
+                                const int64_t* bne) {
+  const int64_t K = ane[0], M = ane[1], N = bne[1];
+  const int64_t dne[4] = {M, N, bne[2], bne[3]};
+  std::vector<double> out((size_t)(M * N * bne[2] * bne[3]));
+  for (int64_t i3 = 0; i3 < bne[3]; ++i3)
+    for (int64_t i2 = 0; i2 < bne[2]; ++i2)
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t m = 0; m < M; ++m) {
+          double s = 0;
+          for (int64_t k = 0; k < K; ++k)
+            s += (double)a[idx(ane, k, m, i2 / (bne[2] / ane[2]), i3 / (bne[3] / ane[3]))] *
+                 (double)b[idx(bne, k, n, i2, i3)];
+          out[idx(dne, m, n, i2, i3)] = s;
+        }
+  return out;
+}
+
+// f32 products (plain float weights, or any weights on the f32 gemm path) are exact to float
+// rounding; int8 columns carry the activation quantization (REFERENCE.md's matmul limit).
+double limit_for(DType t) { return dtype_info(t).block_size == 1 ? 1e-9 : 5e-4; }
+
+using MatmulLevelTest = LevelTest;
+
+TEST_P(MatmulLevelTest, EveryTypeEveryPathOddShapes) {
+  struct Shape {
+    int64_t K, M, N, b2;
+  };
+  // N = 1, 3, 8: dot path; 16, 29, 40: gemm (partial tiles in both directions); M odd, not a
+  // multiple of 16 or of the tile; K odd for plain floats, an odd block count for quants.
+  const Shape shapes[] = {{67, 13, 1, 1},  {300, 37, 3, 1},  {96, 50, 8, 1},
+                          {67, 45, 16, 1}, {300, 70, 29, 2}, {40, 33, 40, 1}};
+  for (DType t : kWeightTypes)
+    for (const Shape& s : shapes)
+      for (int th : {1, 2}) {
+        const int64_t bs = dtype_info(t).block_size;
+        const int64_t K = bs == 1 ? s.K : bs * (bs == 32 ? 3 : 1) * ((s.K + bs - 1) / bs);
+        OpRunner r;
+        Tensor* a = r.input(t, {K, s.M}, "a");
+        Tensor* b = r.input(DType::F32, {K, s.N, s.b2}, "b");
+        Tensor* out = ops::mul_mat(r.ctx, a, b);
+        ASSERT_TRUE(cpu::supports(out));
+        r.alloc();
+        r.fill_normal(a);
+        r.fill_normal(b);
+        r.compute(out, th);
+        const double e = nmse(r.get_f32(out), ref_mul_mat(r.get_f32(a), a->ne, r.get_f32(b), b->ne));
+        EXPECT_LE(e, limit_for(t)) << dtype_name(t) << " K " << K << " M " << s.M << " N " << s.N << " threads " << th;
+      }
+}
+
+// b not F32 rows (converted first), a transposed float view (the strided path), broadcast.
+TEST_P(MatmulLevelTest, ConvertedBStridedABroadcast) {
+  for (DType bt : {DType::F16, DType::BF16})
+    for (int64_t N : {1L, 20L}) {
+      OpRunner r;
+      Tensor* a = r.input(DType::Q8_0, {64, 21, 2}, "a");
+      Tensor* b = r.input(bt, {64, N, 4}, "b");
+      Tensor* out = ops::mul_mat(r.ctx, a, b);
+      r.alloc();
+      r.fill_normal(a);
+      r.fill_normal(b);
+      r.compute(out, 2);
+      EXPECT_LE(nmse(r.get_f32(out), ref_mul_mat(r.get_f32(a), a->ne, r.get_f32(b), b->ne)), 5e-4)
+          << dtype_name(bt) << " N " << N;
+    }
+  for (DType t : {DType::F32, DType::F16})
+    for (int64_t N : {1L, 5L, 24L}) {
+      OpRunner r;
+      Tensor* base = r.input(t, {19, 37}, "a_base");
+      Tensor* a = ops::transpose(r.ctx, base);  // {37, 19}
+      Tensor* b = r.input(DType::F32, {37, N}, "b");
+      Tensor* out = ops::mul_mat(r.ctx, a, b);
+      r.alloc();
+      r.fill_normal(base);
+      r.fill_normal(b);
+      r.compute(out, 2);
+      EXPECT_LE(nmse(r.get_f32(out), ref_mul_mat(r.get_f32(a), a->ne, r.get_f32(b), b->ne)), 1e-9)
+          << dtype_name(t) << " N " << N;
+    }
+}
+
+// Experts: crowded (gemm) and sparse (dot) experts in one node.
+TEST_P(MatmulLevelTest, ExpertsMixCrowdedAndSparse) {
+  for (DType t : kWeightTypes) {
+    OpRunner r;
+    const int64_t bs = dtype_info(t).block_size;
+    const int64_t K = bs == 1 ? 45 : bs * 2, M = 35, E = 4, n_used = 2, T = 24;
+    Tensor* as = r.input(t, {K, M, E}, "experts");
+    Tensor* b = r.input(DType::F32, {K, n_used, T}, "b");
+    Tensor* ids = r.input(DType::I32, {n_used, T}, "ids");
+    Tensor* out = ops::mul_mat_id(r.ctx, as, b, ids);
+    r.alloc();
+    r.fill_normal(as);
+    r.fill_normal(b);
+    std::vector<int32_t> idv;  // expert 0 in every token (crowded), the others rare
+    for (int64_t tk = 0; tk < T; ++tk) {
+      idv.push_back(0);
+      idv.push_back(1 + (int32_t)(tk % 7 == 0 ? 1 : tk % 7 == 3 ? 2 : 0));
+    }
+    r.set_i32(ids, idv);
+    r.compute(out, 2);
+    const auto av = r.get_f32(as), bv = r.get_f32(b);
+    std::vector<double> want((size_t)(M * n_used * T));
+    for (int64_t tk = 0; tk < T; ++tk)
+      for (int64_t i = 0; i < n_used; ++i)
+        for (int64_t m = 0; m < M; ++m) {
+          double s = 0;
+          const int64_t e = idv[(size_t)(tk * n_used + i)];
+          for (int64_t k = 0; k < K; ++k)
+            s += (double)av[(size_t)((e * M + m) * K + k)] * bv[(size_t)((tk * n_used + i) * K + k)];
+          want[(size_t)((tk * n_used + i) * M + m)] = s;
+        }
+    EXPECT_LE(nmse(r.get_f32(out), want), limit_for(t)) << dtype_name(t);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, MatmulLevelTest, testing::ValuesIn(kLevels), level_name);
+
+// ---- vectorized exp and the ops built on it -----------------------------------------------------
+
+using MathLevelTest = LevelTest;
+
+// Units in the last place between two floats of the same sign (huge if signs differ).
+int64_t ulp_distance(float a, float b) {
+  if (a == b) return 0;
+  if (std::signbit(a) != std::signbit(b)) return INT64_MAX;
+  return std::llabs((int64_t)std::bit_cast<int32_t>(a) - (int64_t)std::bit_cast<int32_t>(b));
+}
+
+TEST_P(MathLevelTest, ExpWithinTwoUlpAndEdgeCasesLikeStdExp) {
+  const cpu::VecMath& vm = cpu::vec_math(GetParam());
+  std::vector<float> x;
+  for (float v = -110.0f; v <= 95.0f; v += 0.0137f) x.push_back(v);
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 88.72f, 88.7228f, 88.73f, -87.33f, -103.97f, -103.28f, -150.0f, 1000.0f,
+                  -1000.0f, INFINITY, -INFINITY})
+    x.push_back(v);
+  std::vector<float> y(x.size());
+  vm.exp_shift_sum(x.data(), 0.0f, y.data(), (int64_t)x.size());
+  int64_t worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float want = std::exp(x[i]);
+    if (std::fpclassify(want) == FP_SUBNORMAL || want == 0.0f) {  // gradual underflow: absolute error
+      EXPECT_NEAR(y[i], want, 3e-45f) << "x = " << x[i];
+      continue;
+    }
+    if (std::isinf(want)) {
+      EXPECT_EQ(y[i], want) << "x = " << x[i];
+      continue;
+    }
+    worst = std::max(worst, ulp_distance(y[i], want));
+    EXPECT_LE(ulp_distance(y[i], want), 2) << "x = " << x[i] << " got " << y[i] << " want " << want;
+  }
+  float nan_in = NAN, nan_out = 0.0f;
+  vm.exp_shift_sum(&nan_in, 0.0f, &nan_out, 1);
+  EXPECT_TRUE(std::isnan(nan_out));
+  // the sum it returns, and a shift
+  std::vector<float> z(37);
+  for (size_t i = 0; i < z.size(); ++i) z[i] = 0.1f * (float)i;
+  std::vector<float> e(z.size());
+  const float sum = vm.exp_shift_sum(z.data(), 2.0f, e.data(), (int64_t)z.size());
+  double want_sum = 0;
+  for (float v : z) want_sum += std::exp((double)v - 2.0);
+  EXPECT_NEAR(sum, want_sum, 1e-5 * want_sum);
+  EXPECT_EQ(vm.max(z.data(), (int64_t)z.size()), z.back());
+  EXPECT_EQ(vm.max(z.data(), 0), -INFINITY);
+}
+
+TEST_P(MathLevelTest, SiluSwigluSoftmaxOps) {
+  for (int64_t n : {1L, 15L, 16L, 1000L}) {
+    OpRunner r;
+    Tensor* a = r.input(DType::F32, {n, 3}, "a");
+    Tensor* b = r.input(DType::F32, {n, 3}, "b");
+    Tensor* s = ops::silu(r.ctx, a);
+    Tensor* g = ops::swiglu(r.ctx, a, b);
+    Tensor* sm = ops::soft_max(r.ctx, a, nullptr, 0.7f);
+    r.alloc();
+    r.fill_normal(a, 4.0f);
+    r.fill_normal(b);
+    r.compute(s, 2);
+    r.compute(g, 2);
+    r.compute(sm, 2);
+    const auto av = r.get_f32(a), bv = r.get_f32(b);
+    std::vector<double> ws(av.size()), wg(av.size()), wsm(av.size());
+    for (size_t i = 0; i < av.size(); ++i) {
+      ws[i] = av[i] / (1.0 + std::exp(-(double)av[i]));
+      wg[i] = ws[i] * bv[i];
+    }
+    for (int64_t row = 0; row < 3; ++row) {
+      double mx = -INFINITY, sum = 0;
+      for (int64_t i = 0; i < n; ++i) mx = std::max(mx, 0.7 * av[(size_t)(row * n + i)]);
+      for (int64_t i = 0; i < n; ++i) sum += std::exp(0.7 * av[(size_t)(row * n + i)] - mx);
+      for (int64_t i = 0; i < n; ++i) wsm[(size_t)(row * n + i)] = std::exp(0.7 * av[(size_t)(row * n + i)] - mx) / sum;
+    }
+    EXPECT_LE(nmse(r.get_f32(s), ws), 1e-12) << n;
+    EXPECT_LE(nmse(r.get_f32(g), wg), 1e-12) << n;
+    EXPECT_LE(nmse(r.get_f32(sm), wsm), 1e-12) << n;
+  }
+  OpRunner r;  // saturation: no NaN, exact limits
+  Tensor* a = r.input(DType::F32, {4});
+  Tensor* s = ops::silu(r.ctx, a);
+  r.alloc();
+  r.set_f32(a, {-200.0f, 200.0f, -90.0f, 90.0f});
+  r.compute(s, 1);
+  const auto sv = r.get_f32(s);
+  EXPECT_EQ(sv[0], 0.0f);
+  EXPECT_EQ(sv[1], 200.0f);
+  EXPECT_EQ(sv[3], 90.0f);
+}
+
+// q {D, n_q, h, b}, k/v {D | Dv, n_kv, h_kv, b}, mask {n_kv, n_q} -> {Dv, h, n_q, b}
+std::vector<double> ref_flash(const std::vector<float>& q, const int64_t* qne, const std::vector<float>& k,
+                              const int64_t* kne, const std::vector<float>& v, const int64_t* vne,
+                              const std::vector<float>* mask, int64_t mask_ne0, float scale, float softcap) {
+  const int64_t D = qne[0], n_q = qne[1], H = qne[2], B = qne[3], n_kv = kne[1], Dv = vne[0];
+  const int64_t one[4] = {Dv, H, n_q, B};
+  std::vector<double> out((size_t)(Dv * H * n_q * B), 0.0), s((size_t)n_kv);
+  for (int64_t ib = 0; ib < B; ++ib)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t iq = 0; iq < n_q; ++iq) {
+        const int64_t hk = h / (H / kne[2]);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < n_kv; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += (double)q[idx(qne, d, iq, h, ib)] * k[idx(kne, d, j, hk, ib)];
+          dot *= scale;
+          if (softcap != 0) dot = softcap * std::tanh(dot / softcap);
+          if (mask) dot += (double)(*mask)[(size_t)(iq * mask_ne0 + j)];
+          s[(size_t)j] = dot;
+          mx = std::max(mx, dot);
+        }
+        if (mx == -INFINITY) continue;
+        double sum = 0;
+        for (int64_t j = 0; j < n_kv; ++j) sum += std::exp(s[(size_t)j] - mx);
+        for (int64_t j = 0; j < n_kv; ++j)
+          for (int64_t d = 0; d < Dv; ++d)
+            out[idx(one, d, h, iq, ib)] += std::exp(s[(size_t)j] - mx) / sum * v[idx(vne, d, j, hk, ib)];
+      }
+  return out;
+}
+
+// Shapes around the tiles: keys past one 64-key tile, head sizes not a multiple of 16, GQA
+// groups of 1, 4 and 8 (rows per unit 32 and beyond), causal masks whose early tiles are
+// skipped, a row that sees nothing, softcap.
+TEST_P(MathLevelTest, FlashAttentionTiledOddShapes) {
+  struct Case {
+    int64_t D, Dv, n_q, n_kv, h, h_kv;
+    bool causal;
+    float softcap;
+  };
+  const Case cases[] = {{64, 64, 1, 130, 8, 2, false, 0.0f},
+                        {40, 24, 37, 150, 4, 1, true, 0.0f},
+                        {80, 80, 70, 200, 8, 1, true, 0.0f},
+                        {16, 16, 5, 9, 3, 3, true, 30.0f}};
+  for (const Case& c : cases)
+    for (DType kv : {DType::F16, DType::F32}) {
+      OpRunner r;
+      Tensor* q = r.input(DType::F32, {c.D, c.n_q, c.h, 1}, "q");
+      Tensor* k = r.input(kv, {c.D, c.n_kv, c.h_kv, 1}, "k");
+      Tensor* v = r.input(kv, {c.Dv, c.n_kv, c.h_kv, 1}, "v");
+      Tensor* mask = r.input(DType::F32, {c.n_kv, c.n_q}, "mask");
+      Tensor* out = ops::flash_attn_ext(r.ctx, q, k, v, mask, 1.0f / std::sqrt((float)c.D), 0.0f, c.softcap);
+      r.alloc();
+      r.fill_normal(q);
+      r.fill_normal(k);
+      r.fill_normal(v);
+      std::vector<float> mv((size_t)(c.n_kv * c.n_q), 0.0f);
+      for (int64_t iq = 0; iq < c.n_q; ++iq)
+        for (int64_t j = 0; j < c.n_kv; ++j) {
+          const bool hidden = c.causal ? j > c.n_kv - c.n_q + iq : (j % 7 == 3);
+          mv[(size_t)(iq * c.n_kv + j)] = hidden || (c.n_q > 2 && iq == 1) ? -INFINITY : 0.0f;  // row 1 sees nothing
+        }
+      r.set_f32(mask, mv);
+      r.compute(out, 2);
+      const auto got = r.get_f32(out);
+      const auto want = ref_flash(r.get_f32(q), q->ne, r.get_f32(k), k->ne, r.get_f32(v), v->ne, &mv, c.n_kv,
+                                  1.0f / std::sqrt((float)c.D), c.softcap);
+      EXPECT_LE(nmse(got, want), 1e-9) << "D " << c.D << " n_q " << c.n_q << " n_kv " << c.n_kv << " "
+                                       << dtype_name(kv);
+      for (float g : got) ASSERT_FALSE(std::isnan(g));
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, MathLevelTest, testing::ValuesIn(kLevels), level_name);
+
+// ---- work sharing of the thread pool the kernels rely on ---------------------------------------
+
+// claim() hands out every item of a phase exactly once, in ranges, whatever the interleaving,
+// and starts over after each barrier (phases use different totals here).
+TEST(ThreadPoolClaim, EveryItemOnceAndRestartsAfterBarrier) {
+  for (int nth : {1, 2, 3, 5}) {
+    ThreadPool pool(nth);
+    const int64_t totals[] = {1000, 7, 1, 0, 333};
+    std::vector<std::vector<std::atomic<int>>> hits;
+    for (int64_t t : totals) hits.emplace_back((size_t)t);
+    pool.run([&](int, int) {
+      for (size_t phase = 0; phase < std::size(totals); ++phase) {
+        int64_t first, last;
+        while (pool.claim(totals[phase], 2, first, last)) {
+          EXPECT_LT(first, last);
+          for (int64_t i = first; i < last; ++i) hits[phase][(size_t)i].fetch_add(1);
+        }
+        pool.barrier();
+      }
+    });
+    for (size_t phase = 0; phase < std::size(totals); ++phase)
+      for (const auto& h : hits[phase]) ASSERT_EQ(h.load(), 1) << "threads " << nth << " phase " << phase;
+  }
+}
+
+}  // namespace
+}  // namespace loom::test
