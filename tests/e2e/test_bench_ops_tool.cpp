@@ -5,41 +5,21 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <string>
 
 #include "loom/graph/op.h"
+#include "tool_runner.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int rc = -1;
-  std::string out;
-  std::string err;
-};
+using Result = loom::test::ToolResult;
 
-Result run(const std::string& args) {
-  const fs::path dir = fs::temp_directory_path() / ("loom-e2e-bench-ops-" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  const std::string err_path = (dir / "stderr.txt").string();
-  const std::string cmd = std::string(LOOM_BIN_DIR) + "/loom-bench-ops " + args + " 2>" + err_path;
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream e(err_path);
-  r.err.assign(std::istreambuf_iterator<char>(e), {});
-  return r;
-}
+Result run(const std::string& args) { return loom::test::run_tool("loom-bench-ops " + args); }
 
 std::string last_line(const std::string& s) {
   const size_t end = s.find_last_not_of('\n');

@@ -25,21 +25,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct ToolRun {
-  int rc = -1;
-  std::string out, err;
-};
-
+using ToolRun = loom::test::ToolResult;
 using loom::test::quote;
 using loom::test::slurp;
 
 class TrainTool : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("loom-e2e-train-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = loom::test::scratch_dir("loom-e2e-train");
     bin_ = std::string(LOOM_BIN_DIR);
     if (!fs::exists(bin_ + "/loom-train")) GTEST_SKIP() << bin_ << "/loom-train is not built";
     std::string text;
@@ -53,21 +46,10 @@ class TrainTool : public ::testing::Test {
     }
     std::ofstream(file("text.txt")) << text;
   }
-  void TearDown() override {
-    std::error_code ec;
-    fs::permissions(dir_, fs::perms::owner_all, ec);
-    fs::remove_all(dir_, ec);
-  }
+  void TearDown() override { loom::test::remove_scratch(dir_); }
 
   ToolRun run(const std::string& tool, const std::string& args) {
-    const std::string out = file("stdout.txt"), err = file("stderr.txt");
-    const std::string cmd = quote(bin_ + "/loom-" + tool) + " " + args + " >" + quote(out) + " 2>" + quote(err);
-    const int status = std::system(cmd.c_str());
-    ToolRun r;
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
+    return loom::test::run_command(quote(bin_ + "/loom-" + tool) + " " + args, dir_);
   }
   std::string file(const std::string& name) const { return (dir_ / name).string(); }
   // A small from-scratch run; extra flags appended.

@@ -244,25 +244,6 @@ INSTANTIATE_TEST_SUITE_P(Levels, KernelTest, testing::ValuesIn(kLevels), level_n
 
 // ---- op level: matrix products through every path ----------------------------------------------
 
-// dst[m, n, i2, i3] = sum_k a[k, m, i2 / (b2 / a2), i3 / (b3 / a3)] * b[k, n, i2, i3]
-std::vector<double> ref_mul_mat(const std::vector<float>& a, const int64_t* ane, const std::vector<float>& b,
-                                const int64_t* bne) {
-  const int64_t K = ane[0], M = ane[1], N = bne[1];
-  const int64_t dne[4] = {M, N, bne[2], bne[3]};
-  std::vector<double> out((size_t)(M * N * bne[2] * bne[3]));
-  for (int64_t i3 = 0; i3 < bne[3]; ++i3)
-    for (int64_t i2 = 0; i2 < bne[2]; ++i2)
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t m = 0; m < M; ++m) {
-          double s = 0;
-          for (int64_t k = 0; k < K; ++k)
-            s += (double)a[idx(ane, k, m, i2 / (bne[2] / ane[2]), i3 / (bne[3] / ane[3]))] *
-                 (double)b[idx(bne, k, n, i2, i3)];
-          out[idx(dne, m, n, i2, i3)] = s;
-        }
-  return out;
-}
-
 // f32 products (plain float weights, or any weights on the f32 gemm path) are exact to float
 // rounding; int8 columns carry the activation quantization (REFERENCE.md's matmul limit).
 double limit_for(DType t) { return dtype_info(t).block_size == 1 ? 1e-9 : 5e-4; }

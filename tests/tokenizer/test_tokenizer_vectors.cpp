@@ -73,7 +73,10 @@ const loom::Tokenizer& tokenizer_for(const std::string& name) {
 
 std::string show(const std::vector<int32_t>& ids) {
   std::string s;
-  for (int32_t id : ids) s += " " + std::to_string(id);
+  for (int32_t id : ids) {  // appended piecewise: "" + to_string() trips GCC 12's -Wrestrict false positive
+    s += ' ';
+    s += std::to_string(id);
+  }
   return s;
 }
 

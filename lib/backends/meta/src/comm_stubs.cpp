@@ -1,4 +1,5 @@
-// What a build without MPI or NCCL answers: a clear "not compiled in" (MLX's no-gpu stubs).
+// The communicators a build leaves out: without MPI or NCCL their entry points fail with a clear
+// "not compiled in" (unsupported) error instead of being missing at link time.
 #include <cstdlib>
 
 #include "loom/core/error.h"
