@@ -1,9 +1,12 @@
 // libFuzzer entry point: arbitrary bytes (invalid UTF-8 included) through the gpt-2 (BPE) and
 // llama-spm (SPM) tokenizers, loaded once from shared/data/vocab (or $LOOM_VOCAB_DIR), with and
 // without special-token parsing, then back through detokenize. Any crash or bad id is a bug.
+// Without shared/ (a clone on its own) it fuzzes the BPE vocabulary of the bundled default
+// model, which loom-train learned, and says so.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -15,6 +18,9 @@
 #ifndef LOOM_SHARED_DIR
 #define LOOM_SHARED_DIR "../shared"
 #endif
+#ifndef LOOM_SOURCE_DIR
+#define LOOM_SOURCE_DIR "."
+#endif
 
 namespace {
 
@@ -23,8 +29,14 @@ struct Vocabs {
   Vocabs() {
     const char* env = std::getenv("LOOM_VOCAB_DIR");
     const std::string dir = env ? env : LOOM_SHARED_DIR "/data/vocab";
-    for (const char* name : {"gpt-2", "llama-spm"}) {
-      const std::string path = dir + "/ggml-vocab-" + name + ".gguf";
+    std::vector<std::string> paths;
+    for (const char* name : {"gpt-2", "llama-spm"}) paths.push_back(dir + "/ggml-vocab-" + name + ".gguf");
+    if (!env && !std::filesystem::exists(paths[0]) && !std::filesystem::exists(paths[1])) {
+      paths = {LOOM_SOURCE_DIR "/models/loom-default.gguf"};
+      std::fprintf(stderr, "tokenizer_fuzz: no %s (set LOOM_VOCAB_DIR); fuzzing the BPE vocabulary of %s\n",
+                   dir.c_str(), paths[0].c_str());
+    }
+    for (const std::string& path : paths) {
       try {
         auto file = loom::gguf::File::open(path);
         tokenizers.push_back(loom::Tokenizer::from_gguf(*file));
