@@ -121,5 +121,28 @@ TEST(MultiDeviceReserve, ModelTooBigForDeviceIsOutOfMemoryNamingIt) {
   std::filesystem::remove(path);
 }
 
+// CPU weights: loaded into a CPU buffer by default (outside the file mapping), used in place
+// with mmap = true; both give the same logits and device_bytes counts what each holds.
+TEST(CpuWeights, LoadedByDefaultMappedWithMmap) {
+  const std::string path = make_model(Arch::llama, "mmap");
+  auto inside_file = [](const Model& m, const Tensor* t) {
+    const uint8_t* first = m.file().tensor_data(m.file().tensors().front());
+    const uint8_t* p = static_cast<const uint8_t*>(t->data);
+    return p >= first && p < first + m.file().data_size();
+  };
+  auto loaded = Model::load(path);
+  ModelLoadOptions lo;
+  lo.placement.mmap = true;
+  auto mapped = Model::load(path, lo);
+  for (const Tensor* t : loaded->weight_tensors()) EXPECT_FALSE(inside_file(*loaded, t)) << t->name;
+  for (const Tensor* t : mapped->weight_tensors()) EXPECT_TRUE(inside_file(*mapped, t)) << t->name;
+  EXPECT_EQ(mapped->device_bytes().back(), mapped->file().tensor_bytes_total());
+  EXPECT_GE(loaded->device_bytes().back(), loaded->file().tensor_bytes_total());
+  std::vector<int32_t> a, b;
+  EXPECT_EQ(run(*loaded, 1, a), run(*mapped, 1, b));
+  EXPECT_EQ(a, b);
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 }  // namespace loom

@@ -88,12 +88,12 @@ void Model::place(const PlacementParams& params) {
   for (Tensor& t : weights_.tensors()) per_device[(size_t)device_of(&t)].push_back(&t);
   const size_t cpu = n_dev - 1;
   for (size_t d = 0; d < n_dev; ++d) {
-    if (d == cpu) {  // mapped from the file
+    if (d == cpu && p.mmap) {  // used where the file maps them
       for (Tensor* t : per_device[d]) device_bytes_[d] += t->nbytes();
       continue;
     }
     const BufferType& bt = placement_.devices[d]->buffer_type();
-    std::vector<const void*> src;  // the mapped bytes, uploaded below
+    std::vector<const void*> src;  // the mapped bytes, copied below
     for (Tensor* t : per_device[d]) {
       src.push_back(t->data);
       t->data = nullptr;  // alloc_tensors places tensors without memory
@@ -101,9 +101,9 @@ void Model::place(const PlacementParams& params) {
     device_bytes_[d] = alloc::tensors_size(per_device[d], bt);
     if (!has_data_ || per_device[d].empty()) continue;
     Status st = alloc::alloc_tensors(per_device[d], bt, buffers_);
-    LOOM_CHECK(st.is_ok(), out_of_memory, "{}: cannot place {} of weights on {}: {}", file_->path(),
+    LOOM_CHECK(st.is_ok(), out_of_memory, "{}: cannot place {} of weights on {}: {}{}", file_->path(),
                fmt::format("{:.2f} MiB", (double)device_bytes_[d] / (1 << 20)), placement_.devices[d]->name(),
-               st.message());
+               st.message(), d == cpu ? " (--mmap uses them in place in the file mapping)" : "");
     for (size_t i = 0; i < per_device[d].size(); ++i) {
       Tensor* t = per_device[d][i];
       t->buffer->set(t, src[i], 0, t->nbytes());

@@ -24,6 +24,9 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("--device", o.devices, "devices to use, comma separated (-dev)");
   app.add_option("--override-tensor", o.overrides, "REGEX=DEVICE,... weight placement (-ot)");
   app.add_flag("--cpu-moe", o.cpu_moe, "keep all MoE expert weights on the CPU (-cmoe)");
+  app.add_flag("--mmap,!--no-mmap", o.mmap,
+               "use the CPU's weights in place in the file mapping (less RAM, slower decode); default: "
+               "load them into huge-page-backed memory");
   app.add_option("--flash-attn", o.flash_attn, "on, off or auto (-fa)");
   app.add_option("--cache-type-k", o.cache_type_k, "K cache type: f16, f32, bf16, q8_0 (-ctk)");
   app.add_option("--cache-type-v", o.cache_type_v, "V cache type: f16, f32, bf16, q8_0 (-ctv)");
@@ -159,6 +162,7 @@ PlacementParams placement_params(const CommonOptions& o, const RunDevices& devic
   p.main_gpu = o.main_gpu;
   p.overrides = o.overrides;
   p.cpu_moe = o.cpu_moe;
+  p.mmap = o.mmap;
   return p;
 }
 

@@ -22,6 +22,9 @@ struct PlacementParams {
   int main_gpu = 0;                  // split mode none: the one device used
   std::vector<std::string> overrides;  // "REGEX=DEVICE[,REGEX=DEVICE...]" (-ot)
   bool cpu_moe = false;                // -cmoe: every expert tensor on the CPU
+  // --mmap: the CPU's weights stay in the file mapping (page cache, 4 KiB pages) instead of a
+  // loaded copy in huge-page-backed memory, which decode streams ~10% faster.
+  bool mmap = false;
   // split mode tensor: the member devices, in rank order (empty: every selected device but the
   // CPU, or the CPU alone); tensor_split then has one proportion per member.
   std::vector<Device*> tp_members;

@@ -28,6 +28,7 @@ struct CommonOptions {
   std::string devices;
   std::vector<std::string> overrides;
   bool cpu_moe = false;
+  bool mmap = false;  // CPU weights used in place in the file mapping (--mmap)
   std::string flash_attn = "auto";
   std::string cache_type_k = "f16";
   std::string cache_type_v = "f16";
