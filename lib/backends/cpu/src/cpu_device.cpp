@@ -143,7 +143,10 @@ void compute_nodes(const Graph& graph, std::span<Tensor* const> nodes, ThreadPoo
         groups.push_back(&g);
         wsize = std::max(wsize, work_size_fused(g, nth));
       }
-  std::vector<uint8_t> work(wsize + 64);
+  // Kernels write their scratch before reading it: one buffer per calling thread, grown, never
+  // cleared (a fresh zeroed one per graph cost a memset of up to the packed b of a prompt).
+  thread_local std::vector<uint8_t> work;
+  if (work.size() < wsize + 64) work.resize(wsize + 64);
   void* wdata = work.data();
   pool.run([&](int ith, int n_threads) {
     KernelArgs args{ith, n_threads, wdata, wsize, n_threads > 1 ? &pool : nullptr};

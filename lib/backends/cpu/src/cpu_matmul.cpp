@@ -71,8 +71,18 @@ bool path_reads_f32(Path path, ActType act) {
   return path == Path::strided || path == Path::gemm_f32 || (path == Path::dot && act == ActType::f32);
 }
 
+// Rows of a per work unit of a path (a multiple of 16 for gemm), shrunk while the units of
+// `matrices` matrices are too few to keep nth threads busy.
+int64_t unit_rows(Path path, int64_t M, int64_t matrices, int64_t K, int nth) {
+  const bool gemm = path == Path::gemm_f32 || path == Path::gemm_q8;
+  int64_t rb = gemm ? gemm_panel_rows(path == Path::gemm_q8, K) : kRowBlock;
+  const int64_t min_rb = gemm ? 32 : 1;
+  while (rb > min_rb && matrices * ceil_div(M, rb) < (gemm ? 2 : 4) * (int64_t)nth) rb /= 2;
+  return std::max(rb, min_rb);
+}
+
 // Scratch layout shared by work_size and compute (offsets from the 64-aligned scratch base):
-// [shared f32 copy of b][shared int8 columns][ids][per-thread slices], a slice being
+// [shared f32 copy of b][shared int8 columns][shared packed b][ids][per-thread slices], a slice being
 // [private f32 copy][private int8 columns][pointer arrays][path work].
 struct MatmulPlan {
   const WeightKernels* wk = nullptr;
@@ -82,7 +92,8 @@ struct MatmulPlan {
   bool convert_b = false;  // b is not f32 rows: an f32 copy is made
   bool need_act = false;   // int8 columns are made
   bool private_b = false;  // per thread, no barrier
-  size_t f32_off = 0, act_off = 0, ids_off = 0, slices_off = 0, slice_stride = 0;
+  bool pack_b = false;     // gemm_f32 over one matrix: b packed once for all threads (else per panel)
+  size_t f32_off = 0, act_off = 0, bpack_off = 0, ids_off = 0, slices_off = 0, slice_stride = 0;
   size_t s_f32 = 0, s_act = 0, s_ptrs = 0, s_work = 0;  // offsets within a slice
   size_t total = 0;
 };
@@ -113,6 +124,12 @@ MatmulPlan plan_mul_mat(const Tensor* node, int nth) {
   p.private_b = !is_id && b->nelements() <= kPrivateBElems;
   const size_t f32_bytes = p.convert_b ? align64(sizeof(float) * (size_t)b->nelements()) : 0;
   const size_t act_bytes = need_act ? align64(act_row_bytes(p.act, K) * (size_t)b->nrows()) : 0;
+  // Packing b once pays when several panels would each pack it: one matrix whose rows (not
+  // columns) are split between the threads, b shared anyway.
+  const int64_t M = a->ne[1], batches = b->ne[2] * b->ne[3];
+  p.pack_b = !is_id && p.path == Path::gemm_f32 && !p.private_b && batches == 1 &&
+             (p.convert_b || b->nb[1] % sizeof(float) == 0) && ceil_div(M, unit_rows(p.path, M, 1, K, nth)) >= nth;
+  const size_t bpack_bytes = p.pack_b ? align64(gemm_f32_packed_bytes(*p.gk, K, b->ne[1])) : 0;
 
   size_t off = 0;
   if (!p.private_b) {
@@ -120,6 +137,8 @@ MatmulPlan plan_mul_mat(const Tensor* node, int nth) {
     off += f32_bytes;
     p.act_off = off;
     off += act_bytes;
+    p.bpack_off = off;
+    off += bpack_bytes;
   }
   if (is_id) {  // per expert: count, start, next; then (i, t) pairs
     p.ids_off = off;
@@ -218,7 +237,7 @@ struct Matrix {
 // column j's element 0.
 template <class BCol, class DCol>
 void matrix_rows(const MatmulPlan& p, char* slice, Path path, const Matrix& m, int64_t r0, int64_t r1, int64_t ncols,
-                 BCol bcol, DCol dcol) {
+                 BCol bcol, DCol dcol, const float* bpack = nullptr) {
   const bool f32 = path_reads_f32(path, p.act);
   if (path == Path::gemm_f32 || path == Path::gemm_q8) {
     auto** bp = reinterpret_cast<const void**>(slice + p.s_ptrs);
@@ -227,7 +246,7 @@ void matrix_rows(const MatmulPlan& p, char* slice, Path path, const Matrix& m, i
       bp[j] = bcol(j, f32);
       dp[j] = dcol(j);
     }
-    const GemmJob job{p.wk, m.a, m.nb1, m.K, r0, r1, ncols, bp, dp};
+    const GemmJob job{p.wk, m.a, m.nb1, m.K, r0, r1, ncols, bp, dp, bpack};
     if (path == Path::gemm_q8) return gemm_q8(*p.gk, job, slice + p.s_work);
     return gemm_f32(*p.gk, job, slice + p.s_work);
   }
@@ -253,16 +272,6 @@ void matrix_rows(const MatmulPlan& p, char* slice, Path path, const Matrix& m, i
   }
 }
 
-// Rows of a per work unit of a path (a multiple of 16 for gemm), shrunk while the units of
-// `matrices` matrices are too few to keep nth threads busy.
-int64_t unit_rows(Path path, int64_t M, int64_t matrices, int64_t K, int nth) {
-  const bool gemm = path == Path::gemm_f32 || path == Path::gemm_q8;
-  int64_t rb = gemm ? gemm_panel_rows(path == Path::gemm_q8, K) : kRowBlock;
-  const int64_t min_rb = gemm ? 32 : 1;
-  while (rb > min_rb && matrices * ceil_div(M, rb) < (gemm ? 2 : 4) * (int64_t)nth) rb /= 2;
-  return std::max(rb, min_rb);
-}
-
 // ---- MUL_MAT ---------------------------------------------------------------------------------
 
 // a {K, M, a2, a3} any weight type, b {K, N, b2, b3} F32/F16/BF16 -> dst {M, N, b2, b3} F32
@@ -273,6 +282,16 @@ void mul_mat(const KernelArgs& args, Tensor* dst) {
   const BCols v = prepare(p, args, b, true);
   char* slice = scratch_base(args) + p.slices_off + p.slice_stride * (size_t)args.ith;
   const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1], b2 = b->ne[2], b3 = b->ne[3];
+  float* bpack = nullptr;
+  if (p.pack_b) {  // this thread's share of the (K block, column group) items, then a barrier
+    bpack = reinterpret_cast<float*>(scratch_base(args) + p.bpack_off);
+    const float* cols = v.f(0, 0, 0);
+    const size_t stride = (size_t)(v.f(std::min<int64_t>(1, N - 1), 0, 0) - cols);
+    int64_t i0, i1;
+    split_rows(gemm_f32_pack_items(*p.gk, K, N), args.ith, args.nth, i0, i1);
+    gemm_f32_pack_b(*p.gk, K, N, cols, stride, bpack, i0, i1);
+    args.barrier();
+  }
 
   const int64_t batches = b2 * b3;
   const int64_t rb = unit_rows(p.path, M, batches, K, args.nth);
@@ -296,7 +315,7 @@ void mul_mat(const KernelArgs& args, Tensor* dst) {
         [&](int64_t j, bool f32) -> const void* {
           return f32 ? (const void*)v.f(j0 + j, i2, i3) : v.q(j0 + j, i2, i3);
         },
-        [&](int64_t j) { return reinterpret_cast<float*>(db + (j0 + j) * dst->nb[1]); });
+        [&](int64_t j) { return reinterpret_cast<float*>(db + (j0 + j) * dst->nb[1]); }, bpack);
   });
 }
 

@@ -169,7 +169,7 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
         if (!visible) continue;
       }
       // S = (scale q) K^T for this tile: rows r, keys j
-      const GemmJob job{kk, kbase + j0 * k->nb[1], k->nb[1], f.D, 0, kt, R, qptr, sptr};
+      const GemmJob job{kk, kbase + j0 * k->nb[1], k->nb[1], f.D, 0, kt, R, qptr, sptr, nullptr};
       gemm_f32(gk, job, slice + L.gemm);
       // softcap, mask, online softmax: S becomes P
       for (int64_t r = 0; r < R; ++r) {

@@ -4,7 +4,8 @@
 // register tiles, and the readable scalar tiles the SIMD ones must match. f32:
 //   for each panel of mc rows:            (the thread's work unit)
 //     for each block of K (256):          pack rows x block -> panel (stays in L2)
-//       for each group of nr columns:     pack columns x block -> bpack (stays in L1)
+//       for each group of nr columns:     pack columns x block -> bpack (stays in L1), unless
+//                                          the caller packed all of b once (gemm_f32_pack_b)
 //         for each tile of mr rows:       tile(panel rows, bpack) -> dst (+= after the first block)
 // q8 (no K blocking; a panel holds whole rows): for each panel: pack; for each group; for each tile.
 #include "simd_gemm.h"
@@ -168,9 +169,38 @@ size_t gemm_scratch_bytes(bool q8, int64_t K, int64_t max_rows) {
 
 // ---- drivers ----------------------------------------------------------------------------------
 
+namespace {
+int f32_cols(const GemmKernels& gk) { return std::min(gk.f32_nr, kMaxTileCols); }
+int64_t col_groups(const GemmKernels& gk, int64_t n) { return (n + f32_cols(gk) - 1) / f32_cols(gk); }
+int64_t k_blocks(int64_t K) { return (K + kGemmKc - 1) / kGemmKc; }
+// The packed block of K block kb and column group g (kGemmKc x nr floats each).
+size_t packed_block(const GemmKernels& gk, int64_t n, int64_t kb, int64_t g) {
+  return (size_t)(kb * col_groups(gk, n) + g) * (size_t)(kGemmKc * f32_cols(gk));
+}
+}  // namespace
+
+int64_t gemm_f32_pack_items(const GemmKernels& gk, int64_t K, int64_t n) { return k_blocks(K) * col_groups(gk, n); }
+
+size_t gemm_f32_packed_bytes(const GemmKernels& gk, int64_t K, int64_t n) {
+  return sizeof(float) * packed_block(gk, n, k_blocks(K), 0);
+}
+
+void gemm_f32_pack_b(const GemmKernels& gk, int64_t K, int64_t n, const float* cols, size_t col_stride, float* out,
+                     int64_t item0, int64_t item1) {
+  const int nr = f32_cols(gk);
+  const int64_t groups = col_groups(gk, n);
+  for (int64_t it = item0; it < item1; ++it) {
+    const int64_t kb = it / groups, g = it % groups, k0 = kb * kGemmKc;
+    const int nc = (int)std::min<int64_t>(nr, n - g * nr);
+    const float* src[kMaxTileCols];
+    for (int j = 0; j < nc; ++j) src[j] = cols + (size_t)(g * nr + j) * col_stride + k0;
+    gk.transpose16(src, nc, std::min(kGemmKc, K - k0), out + packed_block(gk, n, kb, g), nr);
+  }
+}
+
 void gemm_f32(const GemmKernels& gk, const GemmJob& job, void* scratch) {
   const int64_t mc = panel_rows_for(false, job.K, job.r1 - job.r0);
-  const int nr = std::min(gk.f32_nr, kMaxTileCols);
+  const int nr = f32_cols(gk);
   float* panel = align64<float>(scratch);
   float* bpack = align64<float>(panel + mc * kGemmKc);
   float* tmp = align64<float>(bpack + kMaxTileCols * kGemmKc);  // kPanelRows decoded rows
@@ -182,12 +212,17 @@ void gemm_f32(const GemmKernels& gk, const GemmJob& job, void* scratch) {
       pack_f32(gk, job, m0, mrows, k0, kc, panel, tmp);
       for (int64_t j0 = 0; j0 < job.n; j0 += nr) {
         const int nc = (int)std::min<int64_t>(nr, job.n - j0);
-        const float* cols[kMaxTileCols];  // columns -> [k][nr]
-        for (int j = 0; j < nc; ++j) cols[j] = static_cast<const float*>(job.b[j0 + j]) + k0;
-        gk.transpose16(cols, nc, kc, bpack, nr);
+        const float* bp = bpack;
+        if (job.bpack) {
+          bp = job.bpack + packed_block(gk, job.n, k0 / kGemmKc, j0 / nr);
+        } else {
+          const float* cols[kMaxTileCols];  // columns -> [k][nr]
+          for (int j = 0; j < nc; ++j) cols[j] = static_cast<const float*>(job.b[j0 + j]) + k0;
+          gk.transpose16(cols, nc, kc, bpack, nr);
+        }
         for (int64_t i0 = 0; i0 < mrows; i0 += gk.f32_mr) {
           for (int j = 0; j < nc; ++j) cp[j] = job.d[j0 + j] + m0 + i0;
-          gk.f32_tile(kc, panel + (i0 / kPanelRows) * kc * kPanelRows, bpack, nr, nc, cp,
+          gk.f32_tile(kc, panel + (i0 / kPanelRows) * kc * kPanelRows, bp, nr, nc, cp,
                       (int)std::min<int64_t>(gk.f32_mr, mrows - i0), k0 > 0);
         }
       }

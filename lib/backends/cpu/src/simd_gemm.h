@@ -69,6 +69,9 @@ struct GemmJob {
   int64_t n;             // columns
   const void* const* b;  // column j: K floats (f32) or K / 32 BlockQ8A (q8)
   float* const* d;       // column j of dst: element r at d[j][r]
+  // f32 only: b already packed by gemm_f32_pack_b (shared by every job over the same columns),
+  // or nullptr: the driver packs each block of columns itself, once per panel.
+  const float* bpack;
 };
 
 // Whether the q8 flavour serves weights of `type` with these tiles.
@@ -78,6 +81,13 @@ int64_t gemm_panel_rows(bool q8, int64_t K);
 // Per-thread scratch of the driver for K and jobs of up to max_rows rows.
 size_t gemm_scratch_bytes(bool q8, int64_t K, int64_t max_rows);
 void gemm_f32(const GemmKernels& gk, const GemmJob& job, void* scratch);
+// Packed b for gemm_f32: per block of kGemmKc of K, per group of f32_nr columns, the k-major
+// [kc][f32_nr] block gemm_f32 would transpose. Items are (K block, column group) pairs, so
+// threads can share the packing; column j is cols + j * col_stride floats.
+int64_t gemm_f32_pack_items(const GemmKernels& gk, int64_t K, int64_t n);
+size_t gemm_f32_packed_bytes(const GemmKernels& gk, int64_t K, int64_t n);
+void gemm_f32_pack_b(const GemmKernels& gk, int64_t K, int64_t n, const float* cols, size_t col_stride, float* out,
+                     int64_t item0, int64_t item1);
 void gemm_q8(const GemmKernels& gk, const GemmJob& job, void* scratch);
 
 }  // namespace loom::cpu
