@@ -134,6 +134,8 @@ TEST(CpuWeights, LoadedByDefaultMappedWithMmap) {
   ModelLoadOptions lo;
   lo.placement.mmap = true;
   auto mapped = Model::load(path, lo);
+  EXPECT_FALSE(loaded->cpu_weights_mapped());
+  EXPECT_TRUE(mapped->cpu_weights_mapped());
   for (const Tensor* t : loaded->weight_tensors()) EXPECT_FALSE(inside_file(*loaded, t)) << t->name;
   for (const Tensor* t : mapped->weight_tensors()) EXPECT_TRUE(inside_file(*mapped, t)) << t->name;
   EXPECT_EQ(mapped->device_bytes().back(), mapped->file().tensor_bytes_total());

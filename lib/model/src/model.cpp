@@ -87,8 +87,13 @@ void Model::place(const PlacementParams& params) {
   std::vector<std::vector<Tensor*>> per_device(n_dev);
   for (Tensor& t : weights_.tensors()) per_device[(size_t)device_of(&t)].push_back(&t);
   const size_t cpu = n_dev - 1;
+  // A copy that would not fit the RAM available now stays in the mapping instead (the kernel
+  // pages it), rather than overcommitting into the OOM killer.
+  size_t cpu_bytes = 0;
+  for (Tensor* t : per_device[cpu]) cpu_bytes += t->nbytes();
+  cpu_mapped_ = p.mmap || (has_data_ && cpu_bytes > placement_.devices[cpu]->memory().free);
   for (size_t d = 0; d < n_dev; ++d) {
-    if (d == cpu && p.mmap) {  // used where the file maps them
+    if (d == cpu && cpu_mapped_) {  // used where the file maps them
       for (Tensor* t : per_device[d]) device_bytes_[d] += t->nbytes();
       continue;
     }

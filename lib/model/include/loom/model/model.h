@@ -111,8 +111,11 @@ class Model {
   const WeightPlacement& placement() const { return placement_; }
   const std::vector<Device*>& devices() const { return placement_.devices; }
   int device_of(const Tensor* weight) const;
-  // Bytes of weights each device holds (index as devices()); the CPU's are mapped, not copied.
+  // Bytes of weights each device holds (index as devices()).
   const std::vector<size_t>& device_bytes() const { return device_bytes_; }
+  // Whether the CPU's weights are used in place in the file mapping (--mmap, or a copy would not
+  // fit the available RAM) rather than copied into a huge-page-backed CPU buffer.
+  bool cpu_weights_mapped() const { return cpu_mapped_; }
   bool has_data() const { return has_data_; }
   // Split mode tensor: one shard per member held by this process (all members in-process; one
   // under MPI), in rank order. Empty in the other split modes.
@@ -133,6 +136,7 @@ class Model {
   size_t n_params_ = 0;
   size_t n_bytes_ = 0;
   bool has_data_ = false;
+  bool cpu_mapped_ = false;
   WeightPlacement placement_;
   std::vector<size_t> device_bytes_;
   std::vector<std::unique_ptr<Buffer>> buffers_;  // weights copied to non-CPU devices
