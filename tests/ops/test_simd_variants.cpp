@@ -160,6 +160,25 @@ TEST_P(KernelTest, FloatDotAndAxpyMatchScalar) {
     }
 }
 
+// rows_axpy (attention's O += P V) against the scalar level: every row count, tails of n.
+TEST_P(KernelTest, RowsAxpyMatchesScalar) {
+  std::mt19937 rng(7);
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t n : {1L, 7L, 16L, 33L, 64L, 130L})
+      for (int64_t m : {1L, 5L, 64L}) {
+        const auto x = make_rows(t, normal(rng, (size_t)(n * m)), n, m);
+        const size_t ldx = x.size() / (size_t)m;
+        const std::vector<float> p = normal(rng, (size_t)(8 * m));
+        for (int nr = 1; nr <= 8; ++nr) {
+          std::vector<float> y0 = normal(rng, (size_t)(nr * n)), y1 = y0;
+          cpu::weight_kernels(t, Isa::scalar)->rows_axpy(n, m, x.data(), ldx, p.data(), (size_t)m, nr, y0.data(), n);
+          cpu::weight_kernels(t, GetParam())->rows_axpy(n, m, x.data(), ldx, p.data(), (size_t)m, nr, y1.data(), n);
+          for (size_t i = 0; i < y0.size(); ++i)
+            ASSERT_NEAR(y1[i], y0[i], 1e-5 * std::sqrt((double)m)) << dtype_name(t) << " n" << n << " m" << m << " nr" << nr;
+        }
+      }
+}
+
 // The register tiles against the readable reference tiles on packed panels, all partial shapes.
 TEST_P(KernelTest, GemmTilesMatchReferenceTiles) {
   const cpu::GemmKernels* gk = cpu::gemm_kernels(GetParam());

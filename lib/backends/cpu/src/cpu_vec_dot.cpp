@@ -131,18 +131,20 @@ void rows_dot_q(int64_t K, const void* a, size_t lda, int64_t nr, const void* co
 }
 
 const WeightKernels kKernels[] = {
-    {DType::F32, 1, sizeof(float), dot_cols<DecF32>, to_f32<DecF32>, axpy<DecF32>, ActType::f32, rows_dot_f32<DecF32>},
-    {DType::F16, 1, sizeof(fp16_t), dot_cols<DecF16>, to_f32<DecF16>, axpy<DecF16>, ActType::f32, rows_dot_f32<DecF16>},
+    {DType::F32, 1, sizeof(float), dot_cols<DecF32>, to_f32<DecF32>, axpy<DecF32>, ActType::f32, rows_dot_f32<DecF32>,
+     rows_axpy<DecF32>},
+    {DType::F16, 1, sizeof(fp16_t), dot_cols<DecF16>, to_f32<DecF16>, axpy<DecF16>, ActType::f32, rows_dot_f32<DecF16>,
+     rows_axpy<DecF16>},
     {DType::BF16, 1, sizeof(bf16_t), dot_cols<DecBF16>, to_f32<DecBF16>, axpy<DecBF16>, ActType::f32,
-     rows_dot_f32<DecBF16>},
+     rows_dot_f32<DecBF16>, rows_axpy<DecBF16>},
     {DType::Q8_0, kQK8_0, sizeof(BlockQ8_0), dot_cols<DecQ8_0>, to_f32<DecQ8_0>, nullptr, ActType::q8,
-     rows_dot_q<BlockQ8_0, BlockQ8A, dot_q8_0>},
+     rows_dot_q<BlockQ8_0, BlockQ8A, dot_q8_0>, nullptr},
     {DType::Q4_0, kQK4_0, sizeof(BlockQ4_0), dot_cols<DecQ4_0>, to_f32<DecQ4_0>, nullptr, ActType::q8,
-     rows_dot_q<BlockQ4_0, BlockQ8A, dot_q4_0>},
+     rows_dot_q<BlockQ4_0, BlockQ8A, dot_q4_0>, nullptr},
     {DType::Q4_K, kQK_K, sizeof(BlockQ4_K), dot_cols<DecQ4_K>, to_f32<DecQ4_K>, nullptr, ActType::q8k,
-     rows_dot_q<BlockQ4_K, BlockQ8KA, dot_q4_k>},
+     rows_dot_q<BlockQ4_K, BlockQ8KA, dot_q4_k>, nullptr},
     {DType::Q6_K, kQK_K, sizeof(BlockQ6_K), dot_cols<DecQ6_K>, to_f32<DecQ6_K>, nullptr, ActType::q8k,
-     rows_dot_q<BlockQ6_K, BlockQ8KA, dot_q6_k>},
+     rows_dot_q<BlockQ6_K, BlockQ8KA, dot_q6_k>, nullptr},
 };
 
 }  // namespace

@@ -75,6 +75,11 @@ using RowsDotFn = void (*)(int64_t K, const void* a, size_t lda, int64_t nr, con
 using RowToF32Fn = void (*)(const void* src, float* dst, int64_t n);
 // y[0, n) += alpha * x[0, n) with x a contiguous row of the kernel's type (plain floats only).
 using RowAxpyFn = void (*)(int64_t n, float alpha, const void* x, float* y);
+// y_r[0, n) += sum_{j < m} p[r * ldp + j] * x_j[0, n) for r < nr <= kMaxDotCols, x_j the row at
+// x + j * ldx bytes, y_r at y + r * ldy floats (plain floats only): attention's O += P V with
+// each V row read once for every query row.
+using RowsAxpyFn = void (*)(int64_t n, int64_t m, const void* x, size_t ldx, const float* p, size_t ldp, int nr,
+                            float* y, size_t ldy);
 // K f32 values -> one prepared column (q8: K % 32 == 0, q8k: K % 256 == 0).
 using QuantizeActFn = void (*)(const float* x, void* dst, int64_t K);
 
@@ -87,6 +92,7 @@ struct WeightKernels {
   RowAxpyFn axpy;  // nullptr for quantized types
   ActType act;     // how matmul prepares b for rows_dot
   RowsDotFn rows_dot;
+  RowsAxpyFn rows_axpy;  // nullptr for quantized types
 };
 
 // Kernels of a weight type at the active level (or at `isa`), nullptr when the type has none (I32).

@@ -126,21 +126,64 @@ void axpy_fast(int64_t n, float alpha, const void* x, float* y) {
   }
 }
 
+// y_r += sum_j p[r][j] x_j (see RowsAxpyFn): U x 16 lanes of every y_r stay in registers while
+// the m rows x stream past (U = 2 for up to 4 rows: a whole 64-byte line of f16/bf16 x per visit
+// and 8 independent FMA chains), so each x row is converted once for all nr rows.
+template <DType T, int NR>
+void rows_axpy_n(int64_t n, int64_t m, const uint8_t* x, size_t ldx, const float* p, size_t ldp, float* y, size_t ldy) {
+  constexpr int U = NR <= 4 ? 2 : 1;
+  int64_t k = 0;
+  for (; k + 16 * U <= n; k += 16 * U) {
+    __m512 acc[NR][U];
+    for (int r = 0; r < NR; ++r)
+      for (int u = 0; u < U; ++u) acc[r][u] = _mm512_loadu_ps(y + r * ldy + k + 16 * u);
+    for (int64_t j = 0; j < m; ++j) {
+      __m512 v[U];
+      for (int u = 0; u < U; ++u) v[u] = load16<T>(x + j * ldx, k + 16 * u);
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; ++r) {
+        const __m512 pr = _mm512_set1_ps(p[r * ldp + j]);
+        for (int u = 0; u < U; ++u) acc[r][u] = _mm512_fmadd_ps(pr, v[u], acc[r][u]);
+      }
+    }
+    for (int r = 0; r < NR; ++r)
+      for (int u = 0; u < U; ++u) _mm512_storeu_ps(y + r * ldy + k + 16 * u, acc[r][u]);
+  }
+  for (; k < n; k += 16) {
+    const __mmask16 msk = n - k >= 16 ? (__mmask16)0xffff : tail_mask(n - k);
+    __m512 acc[NR];
+    for (int r = 0; r < NR; ++r) acc[r] = _mm512_maskz_loadu_ps(msk, y + r * ldy + k);
+    for (int64_t j = 0; j < m; ++j) {
+      const __m512 v = load16<T>(x + j * ldx, k, msk);
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(p[r * ldp + j]), v, acc[r]);
+    }
+    for (int r = 0; r < NR; ++r) _mm512_mask_storeu_ps(y + r * ldy + k, msk, acc[r]);
+  }
+}
+template <DType T>
+void rows_axpy_fast(int64_t n, int64_t m, const void* x, size_t ldx, const float* p, size_t ldp, int nr, float* y,
+                    size_t ldy) {
+  with_count<kMaxDotCols>(nr, [&]<int NR>() {
+    rows_axpy_n<T, NR>(n, m, static_cast<const uint8_t*>(x), ldx, p, ldp, y, ldy);
+  });
+}
+
 const WeightKernels kKernels[] = {
     {DType::F32, 1, sizeof(float), dot_cols_fast<DType::F32>, to_f32_fast<DType::F32>, axpy_fast<DType::F32>,
-     ActType::f32, rows_dot_fast<DType::F32>},
+     ActType::f32, rows_dot_fast<DType::F32>, rows_axpy_fast<DType::F32>},
     {DType::F16, 1, sizeof(fp16_t), dot_cols_fast<DType::F16>, to_f32_fast<DType::F16>, axpy_fast<DType::F16>,
-     ActType::f32, rows_dot_fast<DType::F16>},
+     ActType::f32, rows_dot_fast<DType::F16>, rows_axpy_fast<DType::F16>},
     {DType::BF16, 1, sizeof(bf16_t), dot_cols_fast<DType::BF16>, to_f32_fast<DType::BF16>, axpy_fast<DType::BF16>,
-     ActType::f32, rows_dot_fast<DType::BF16>},
+     ActType::f32, rows_dot_fast<DType::BF16>, rows_axpy_fast<DType::BF16>},
     {DType::Q8_0, kQK8_0, sizeof(BlockQ8_0), dot_cols<DecQ8_0>, to_f32<DecQ8_0>, nullptr, ActType::q8,
-     rows_dot_q8_0_avx512},
+     rows_dot_q8_0_avx512, nullptr},
     {DType::Q4_0, kQK4_0, sizeof(BlockQ4_0), dot_cols<DecQ4_0>, to_f32<DecQ4_0>, nullptr, ActType::q8,
-     rows_dot_q4_0_avx512},
+     rows_dot_q4_0_avx512, nullptr},
     {DType::Q4_K, kQK_K, sizeof(BlockQ4_K), dot_cols<DecQ4_K>, to_f32<DecQ4_K>, nullptr, ActType::q8k,
-     rows_dot_q4_k_avx512},
+     rows_dot_q4_k_avx512, nullptr},
     {DType::Q6_K, kQK_K, sizeof(BlockQ6_K), dot_cols<DecQ6_K>, to_f32<DecQ6_K>, nullptr, ActType::q8k,
-     rows_dot_q6_k_avx512},
+     rows_dot_q6_k_avx512, nullptr},
 };
 
 }  // namespace

@@ -8,8 +8,8 @@
 // and finally out = O / l (zeros for a row that saw no visible key). Tiles every row of the
 // unit masks out entirely (causal prompts) are skipped before their K/V rows are read.
 // Decode (a unit of at most kMaxDotCols rows, plain float K and V) streams K and V instead of
-// packing them: S by the row-dot kernels of K's type (the decode GEMV), O += P V by axpy from
-// each V row; the K/V cache is read once, in place, as a memory-bound pass should.
+// packing them: S by the row-dot kernels of K's type (the decode GEMV), O += P V by rows_axpy
+// from the V rows; the K/V cache is read once, in place, as a memory-bound pass should.
 #include "simd_flash.h"
 
 #include <algorithm>
@@ -124,7 +124,7 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
   const WeightKernels* mk = mask ? weight_kernels(mask->type) : nullptr;
   const int64_t dv_groups = (f.Dv + kPanelRows - 1) / kPanelRows;
   const int nr = std::min(gk.f32_nr, 16);
-  const bool stream = f.R <= kMaxDotCols && kk->act == ActType::f32 && kk->rows_dot && vk->axpy;
+  const bool stream = f.R <= kMaxDotCols && kk->act == ActType::f32 && kk->rows_dot && vk->rows_axpy;
 
   const int64_t n_pb = (f.n_q + f.qb - 1) / f.qb;
   const int64_t n_kvh = k->ne[2];
@@ -196,12 +196,8 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
         if (alpha != 1.0f) scale_f32(f.Dv, alpha, O + r * f.Dv);
         M[r] = m_new;
       }
-      if (stream) {  // O += P V, one V row at a time (read once, then from L1 for the other rows)
-        for (int64_t j = 0; j < kt; ++j) {
-          const char* vj = vbase + (j0 + j) * v->nb[1];
-          for (int64_t r = 0; r < R; ++r)
-            if (S[r * kKeyTile + j] != 0.0f) vk->axpy(f.Dv, S[r * kKeyTile + j], vj, O + r * f.Dv);
-        }
+      if (stream) {  // O += P V straight from the V rows
+        vk->rows_axpy(f.Dv, kt, vbase + j0 * v->nb[1], v->nb[1], S, kKeyTile, (int)R, O, f.Dv);
         continue;
       }
       // V rows -> [dims / 16][key][16] (zero past Dv)

@@ -201,6 +201,14 @@ void axpy(int64_t n, float alpha, const void* xrow, float* __restrict y) {
   for (int64_t k = nblk * Dec::kBlock; k < n; ++k) y[k] += alpha * Dec::elem(p, k);
 }
 
+template <class Dec>
+void rows_axpy(int64_t n, int64_t m, const void* x, size_t ldx, const float* p, size_t ldp, int nr, float* y,
+               size_t ldy) {
+  const auto* rows = static_cast<const uint8_t*>(x);
+  for (int64_t j = 0; j < m; ++j)
+    for (int r = 0; r < nr; ++r) axpy<Dec>(n, p[(size_t)r * ldp + j], rows + j * ldx, y + r * ldy);
+}
+
 // rows r < nr of a (stride lda) x f32 columns: out[c][r]
 template <class Dec>
 void rows_dot_f32(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, float* const* out) {
