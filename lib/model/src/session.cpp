@@ -82,10 +82,13 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
   if (im.plan_only) add_leaf_devices(im.policy, model, im.kv, layer_device);
   if (!im.plan_only) im.exec = std::make_unique<sched::Executor>(im.devices);
 
-  // Worst cases: a full ubatch attending to the whole context with every logit, and one token.
+  // Worst cases: a full ubatch attending to the whole context with every logit and with the last
+  // one only (steps pad n_kv up to kKvPad, so both meet the whole context; their layouts
+  // differ), and one token.
   im.compute_bytes.assign(im.devices.size(), 0);
   const int64_t ub = std::min(params_.n_ubatch, params_.n_ctx);
   for (const ForwardShape& shape : {ForwardShape{ub, params_.n_ctx, ub, params_.flash_attn},
+                                    ForwardShape{ub, params_.n_ctx, 1, params_.flash_attn},
                                     ForwardShape{1, params_.n_ctx, 1, params_.flash_attn}}) {
     Context ctx;
     ForwardInputs in = build_forward(ctx, model_, im.kv, shape);
@@ -144,6 +147,7 @@ void Session::decode(std::span<const int32_t> tokens, bool all_logits) {
     const int64_t T = std::min(params_.n_ubatch, n - start);
     const bool last = start + T == n;
     ForwardShape shape{T, n_past_ + T, all_logits ? T : 1, params_.flash_attn};
+    if (!im.tp) shape.n_kv = std::min(params_.n_ctx, (shape.n_kv + kKvPad - 1) / kKvPad * kKvPad);
     if (im.tp) {
       im.tp->decode(tokens.subspan((size_t)start, (size_t)T), n_past_, shape.n_outputs, all_logits,
                     all_logits || last, logits_);
@@ -151,12 +155,22 @@ void Session::decode(std::span<const int32_t> tokens, bool all_logits) {
       if (all_logits || last) n_outputs_ += shape.n_outputs;
       continue;
     }
-    Context ctx;
-    ForwardInputs in = build_forward(ctx, model_, im.kv, shape);
-    Graph g;
-    build_graph(g, in);
-    sched::ExecutionPlan plan = sched::plan(g, im.devices, im.policy);
-    im.exec->alloc(g, plan).throw_if_error();
+    // Pipeline copies rotate input buffers per compute: those runs build every step, as before.
+    const bool same = params_.n_copies == 1 && im.last_step && im.last_step->shape.n_tokens == shape.n_tokens &&
+                      im.last_step->shape.n_kv == shape.n_kv && im.last_step->shape.n_outputs == shape.n_outputs &&
+                      im.last_step->shape.flash_attn == shape.flash_attn;
+    if (!same) {
+      im.last_step.reset();
+      Impl::Step st{shape, std::make_unique<Context>(), {}, std::make_unique<Graph>(), nullptr};
+      st.in = build_forward(*st.ctx, model_, im.kv, shape);
+      build_graph(*st.graph, st.in);
+      st.plan = std::make_unique<sched::ExecutionPlan>(sched::plan(*st.graph, im.devices, im.policy));
+      im.last_step = std::move(st);
+    }
+    const ForwardInputs& in = im.last_step->in;
+    const Graph& g = *im.last_step->graph;
+    const sched::ExecutionPlan& plan = *im.last_step->plan;
+    if (!same || im.exec->bound_plan() != plan.uid) im.exec->alloc(g, plan).throw_if_error();
 
     auto* tok = static_cast<int32_t*>(in.tokens->data);
     auto* pos = static_cast<int32_t*>(in.positions->data);

@@ -40,6 +40,7 @@ class Executor {
   size_t buffer_size(int device) const;           // bytes of device's compute buffer (0: none)
   int n_reallocs() const { return n_reallocs_; }  // buffers grown after the first allocation
   uint64_t n_computes() const { return n_computes_; }
+  uint64_t bound_plan() const { return bound_plan_; }  // uid of the plan whose memory is bound (0: none)
 
  private:
   Status ensure_buffer(int d, const ExecutionPlan& plan, bool is_reserve);
