@@ -2,8 +2,9 @@
 """Issue-8 CPU speed measurements (docs/PERFORMANCE.md, "CPU kernels").
 
 Each round runs, back to back: the machine limits, F32 GEMM 1024^3, tg128 of the ~300M llama
-in F16/Q8_0/Q4_0 and pp512 in Q8_0/Q4_0 -- so every ratio is taken against limits measured
-seconds before, then the median over rounds is reported (the shared machine drifts a lot).
+in F16/Q8_0/Q4_0, pp512 in Q8_0/Q4_0, the limits again -- every ratio is taken against the mean
+of the limits measured right before and after, then the median over rounds is reported (the
+shared machine drifts a lot).
 
 usage: scripts/cpu-speed-rounds.py [--bin build/bin] [--rounds 8] [--threads 2] [--models DIR]
 The models (loom-gguf new --arch llama --preset small --type T) are made in DIR if missing.
@@ -71,6 +72,13 @@ def main():
             j = json.loads(run([f"{B}/loom-bench", "-m", paths[t], "-t", T, "-p", str(P), "-n", "0", "-r", "2", "-o",
                                 "json"]))
             row["pp_" + t] = statistics.median(j[0]["samples_ts"])
+        # the limits again after the round; ratios use the mean of before and after (the shared
+        # host's bandwidth drifts between ~26 and ~50 GB/s within minutes)
+        after = json.loads(run([f"{B}/loom-bench-ops", "--limits", "--json", "-t", T]))
+        row["bw_after"] = after["read_gbps"]
+        row["fma"] = (row["fma"] + after["fp32_gflops"]) / 2
+        row["int8"] = (row["int8"] + after["int8_gops"]) / 2
+        row["bw"] = (row["bw"] + after["read_gbps"]) / 2
         row["gemm/fma"] = row["gemm"] / row["fma"]
         for t in ("f16", "q8_0", "q4_0"):
             row["gbs_" + t] = row["tg_" + t] * read_bytes[t] / 1e9
