@@ -121,8 +121,8 @@ TEST(MultiDeviceReserve, ModelTooBigForDeviceIsOutOfMemoryNamingIt) {
   std::filesystem::remove(path);
 }
 
-// CPU weights: loaded into a CPU buffer by default (outside the file mapping), used in place
-// with mmap = true; both give the same logits and device_bytes counts what each holds.
+// CPU weights: loaded into a CPU buffer by default (outside the file mapping, with progress
+// reports), used in place with mmap = true; both give the same logits.
 TEST(CpuWeights, LoadedByDefaultMappedWithMmap) {
   const std::string path = make_model(Arch::llama, "mmap");
   auto inside_file = [](const Model& m, const Tensor* t) {
@@ -130,10 +130,20 @@ TEST(CpuWeights, LoadedByDefaultMappedWithMmap) {
     const uint8_t* p = static_cast<const uint8_t*>(t->data);
     return p >= first && p < first + m.file().data_size();
   };
-  auto loaded = Model::load(path);
+  std::vector<std::pair<size_t, size_t>> calls;
+  ModelLoadOptions copy;
+  copy.progress = [&](size_t done, size_t total) { calls.emplace_back(done, total); };
+  auto loaded = Model::load(path, copy);
+  ASSERT_FALSE(calls.empty());
+  for (size_t i = 1; i < calls.size(); ++i) EXPECT_GT(calls[i].first, calls[i - 1].first);
+  EXPECT_EQ(calls.back().first, calls.back().second);
+  EXPECT_EQ(calls.back().second, loaded->file().tensor_bytes_total());
+  calls.clear();
   ModelLoadOptions lo;
   lo.placement.mmap = true;
+  lo.progress = copy.progress;
   auto mapped = Model::load(path, lo);
+  EXPECT_TRUE(calls.empty());  // nothing copied, nothing reported
   EXPECT_FALSE(loaded->cpu_weights_mapped());
   EXPECT_TRUE(mapped->cpu_weights_mapped());
   for (const Tensor* t : loaded->weight_tensors()) EXPECT_FALSE(inside_file(*loaded, t)) << t->name;

@@ -62,11 +62,11 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
   m->has_data_ = data_present && opt.need_data;
   if (!m->has_data_)
     for (Tensor& t : m->weights_.tensors()) t.data = nullptr;  // planning: never touch the mapping
-  m->place(opt.placement);
+  m->place(opt.placement, opt.progress);
   return m;
 }
 
-void Model::place(const PlacementParams& params) {
+void Model::place(const PlacementParams& params, const std::function<void(size_t, size_t)>& progress) {
   PlacementParams p = params;
   if (p.devices.empty()) {
     auto cpu = std::make_shared<cpu::CpuDevice>();
@@ -92,6 +92,11 @@ void Model::place(const PlacementParams& params) {
   size_t cpu_bytes = 0;
   for (Tensor* t : per_device[cpu]) cpu_bytes += t->nbytes();
   cpu_mapped_ = p.mmap || (has_data_ && cpu_bytes > placement_.devices[cpu]->memory().free);
+  size_t copy_total = 0, copied = 0;
+  if (has_data_)
+    for (size_t d = 0; d < n_dev; ++d)
+      if (d != cpu || !cpu_mapped_)
+        for (Tensor* t : per_device[d]) copy_total += t->nbytes();
   for (size_t d = 0; d < n_dev; ++d) {
     if (d == cpu && cpu_mapped_) {  // used where the file maps them
       for (Tensor* t : per_device[d]) device_bytes_[d] += t->nbytes();
@@ -112,6 +117,8 @@ void Model::place(const PlacementParams& params) {
     for (size_t i = 0; i < per_device[d].size(); ++i) {
       Tensor* t = per_device[d][i];
       t->buffer->set(t, src[i], 0, t->nbytes());
+      copied += t->nbytes();
+      if (progress) progress(copied, copy_total);
     }
   }
 }

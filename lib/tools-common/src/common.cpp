@@ -3,6 +3,9 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include "loom/core/error.h"
 #include "loom/core/thread_pool.h"
@@ -171,6 +174,18 @@ std::unique_ptr<Model> load_model(const CommonOptions& o, const RunDevices& devi
   ModelLoadOptions lo;
   lo.need_data = need_data;
   lo.placement = placement_params(o, devices);
+  // A progress line while big weights are copied (a terminal only: logs and pipes stay clean).
+  int shown = -1;
+  if (isatty(STDERR_FILENO))
+    lo.progress = [&shown](size_t done, size_t total) {
+      if (total < (size_t(256) << 20)) return;
+      const int pct = (int)(100 * done / total);
+      if (pct == shown) return;
+      shown = pct;
+      fmt::print(stderr, "\rloading weights: {:3d}% ({:.2f} / {:.2f} GiB){}", pct, (double)done / (1 << 30),
+                 (double)total / (1 << 30), done == total ? "\n" : "");
+      std::fflush(stderr);
+    };
   return Model::load(o.model, lo);
 }
 

@@ -3,6 +3,7 @@
 // header-only files load for planning (no data is touched).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -85,6 +86,9 @@ struct TpShard {
 struct ModelLoadOptions {
   bool need_data = true;  // false: planning only (header-only files accepted, nothing allocated)
   PlacementParams placement;  // devices empty: the CPU alone
+  // Called after each weight tensor copied into device or CPU memory: bytes done of total (for a
+  // progress line; big models take seconds to load). Not called when nothing is copied.
+  std::function<void(size_t done, size_t total)> progress;
 };
 
 class Model {
@@ -127,7 +131,7 @@ class Model {
 
  private:
   Model() = default;
-  void place(const PlacementParams& p);
+  void place(const PlacementParams& p, const std::function<void(size_t, size_t)>& progress = {});
   void place_tensor_parallel(const PlacementParams& p);  // tp_shard.cpp
   HParams hp_;
   std::unique_ptr<gguf::File> file_;
