@@ -13,7 +13,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
 #include "cpu_vec_dot.h"
 #include "loom/core/quants.h"
@@ -93,29 +92,6 @@ void dot_cols_fast(int64_t K, const void* a, const float* const* b, int nc, floa
 // rows r < nr (stride lda bytes) x NC f32 columns -> out[c][r]
 template <DType T, int NC>
 void rows_n(int64_t K, const uint8_t* a, size_t lda, int64_t nr, const float* const* b, float* const* out) {
-  // One column, whole 64-element steps (decode): written out plainly with an int index. On Zen 4
-  // this shape of loop streamed F16 rows 20-30% faster than dot_row's (same instructions, other
-  // order and row overhead; 15-19 vs 22-26 GB/s on one core, tg128 F16 30-33 vs 36-38 t/s).
-  if constexpr (NC == 1) {
-    if (K % 64 == 0 && K <= (int64_t)1 << 30) {
-      using E = std::conditional_t<T == DType::F32, float, uint16_t>;
-      const float* b0 = b[0];
-      float* o0 = out[0];
-      const int n = (int)K;
-      for (int64_t r = 0; r < nr; ++r) {
-        const E* ar = reinterpret_cast<const E*>(a + r * lda);
-        __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
-        for (int k = 0; k < n; k += 64) {
-          c0 = _mm512_fmadd_ps(load16<T>(ar, k), _mm512_loadu_ps(b0 + k), c0);
-          c1 = _mm512_fmadd_ps(load16<T>(ar, k + 16), _mm512_loadu_ps(b0 + k + 16), c1);
-          c2 = _mm512_fmadd_ps(load16<T>(ar, k + 32), _mm512_loadu_ps(b0 + k + 32), c2);
-          c3 = _mm512_fmadd_ps(load16<T>(ar, k + 48), _mm512_loadu_ps(b0 + k + 48), c3);
-        }
-        o0[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)));
-      }
-      return;
-    }
-  }
   float o[NC];
   for (int64_t r = 0; r < nr; ++r) {
     dot_row<T, NC>(K, a + r * lda, b, o);
@@ -123,8 +99,14 @@ void rows_n(int64_t K, const uint8_t* a, size_t lda, int64_t nr, const float* co
   }
 }
 
+// One column (decode) streams through the AVX2 level's 256-bit kernel: on Zen 4, which runs
+// 512-bit operations as two 256-bit halves, it reads weight rows faster than 512-bit code
+// (tg128 of the 300M llama, 2 threads, same minutes: F16 57-58 vs 51-52 t/s, BF16 76 vs 61-63,
+// F32 45-46 vs 34-35); from two columns on the 512-bit kernels do more per load.
 template <DType T>
 void rows_dot_fast(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, float* const* out) {
+  static const RowsDotFn ymm = weight_kernels_avx2(T)->rows_dot;
+  if (nc == 1) return ymm(K, a, lda, nr, b, nc, out);
   const auto* pa = static_cast<const uint8_t*>(a);
   const auto* const* bf = reinterpret_cast<const float* const*>(b);
   with_count<kMaxDotCols>(nc, [&]<int NC>() { rows_n<T, NC>(K, pa, lda, nr, bf, out); });
