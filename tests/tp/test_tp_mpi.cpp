@@ -2,15 +2,13 @@
 // shard per rank, rank 0 prints) gives the text of one process. Skips, saying why, when
 // mpirun is not installed or the build has no MPI.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "../e2e/tool_runner.h"
 #include "loom/meta/comm.h"
 #include "loom/model/model_file.h"
 #include "loom/model/session.h"
@@ -19,26 +17,13 @@
 namespace loom {
 namespace {
 
-struct Out {
-  int rc = -1;
-  std::string out, err;
-};
+using Out = test::ToolResult;
 
+// A shell command line with stdout and stderr captured (tool_runner.h, in a scratch folder).
 Out sh(const std::string& cmd) {
-  const std::string err_path =
-      (std::filesystem::temp_directory_path() / ("loom-tp-mpi-" + std::to_string(getpid()) + ".err")).string();
-  Out r;
-  FILE* p = popen((cmd + " 2>" + err_path).c_str(), "r");
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  {
-    std::ifstream e(err_path);
-    r.err.assign(std::istreambuf_iterator<char>(e), {});
-  }
-  std::filesystem::remove(err_path);
+  const std::filesystem::path dir = test::scratch_dir("loom-tp-mpi");
+  Out r = test::run_command(cmd, dir);
+  test::remove_scratch(dir);
   return r;
 }
 

@@ -15,6 +15,17 @@
 #include "simd_flash.h"
 
 namespace loom::cpu {
+
+// ALiBi slope of head h of n_head (1 when max_bias == 0): heads below the largest power of two
+// n2 <= n_head get m0^(h+1), the rest m1^(2(h - n2) + 1), m0 = 2^(-max_bias/n2), m1 = 2^(-max_bias/2/n2).
+float alibi_slope(float max_bias, int64_t n_head, int64_t h) {
+  if (max_bias <= 0.0f) return 1.0f;
+  const int64_t n2 = (int64_t)1 << (int)std::floor(std::log2((double)n_head));
+  const float m0 = std::pow(2.0f, -max_bias / (float)n2);
+  const float m1 = std::pow(2.0f, -max_bias / 2.0f / (float)n2);
+  return h < n2 ? std::pow(m0, (float)(h + 1)) : std::pow(m1, (float)(2 * (h - n2) + 1));
+}
+
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -35,15 +46,6 @@ float mask_value(DType type, const char* row, int64_t i) {
                             : reinterpret_cast<const float*>(row)[i];
 }
 
-// ALiBi slope of head h of n_head (1 when max_bias == 0): heads below the largest power of two
-// n2 <= n_head get m0^(h+1), the rest m1^(2(h - n2) + 1), m0 = 2^(-max_bias/n2), m1 = 2^(-max_bias/2/n2).
-float alibi_slope(float max_bias, int64_t n_head, int64_t h) {
-  if (max_bias <= 0.0f) return 1.0f;
-  const int64_t n2 = (int64_t)1 << (int)std::floor(std::log2((double)n_head));
-  const float m0 = std::pow(2.0f, -max_bias / (float)n2);
-  const float m1 = std::pow(2.0f, -max_bias / 2.0f / (float)n2);
-  return h < n2 ? std::pow(m0, (float)(h + 1)) : std::pow(m1, (float)(2 * (h - n2) + 1));
-}
 
 // ---- ROPE / ROPE_BACK ------------------------------------------------------------------------
 

@@ -285,11 +285,10 @@ void mul_mat(const KernelArgs& args, Tensor* dst) {
   float* bpack = nullptr;
   if (p.pack_b) {  // this thread's share of the (K block, column group) items, then a barrier
     bpack = reinterpret_cast<float*>(scratch_base(args) + p.bpack_off);
-    const float* cols = v.f(0, 0, 0);
-    const size_t stride = (size_t)(v.f(std::min<int64_t>(1, N - 1), 0, 0) - cols);
+    const size_t stride = (p.convert_b ? v.f32_row : b->nb[1]) / sizeof(float);  // floats between columns
     int64_t i0, i1;
     split_rows(gemm_f32_pack_items(*p.gk, K, N), args.ith, args.nth, i0, i1);
-    gemm_f32_pack_b(*p.gk, K, N, cols, stride, bpack, i0, i1);
+    gemm_f32_pack_b(*p.gk, K, N, v.f(0, 0, 0), stride, bpack, i0, i1);
     args.barrier();
   }
 

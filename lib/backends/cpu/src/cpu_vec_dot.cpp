@@ -149,22 +149,9 @@ const WeightKernels kKernels[] = {
 
 }  // namespace
 
-const WeightKernels* weight_kernels_scalar(DType type) {
-  for (const WeightKernels& k : kKernels)
-    if (k.type == type) return &k;
-  return nullptr;
-}
+const WeightKernels* weight_kernels_scalar(DType type) { return find_kernels(kKernels, type); }
 
-QuantizeActFn quantize_act_scalar(ActType act) {
-  switch (act) {
-    case ActType::q8:
-      return quantize_q8;
-    case ActType::q8k:
-      return quantize_q8k;
-    default:
-      return nullptr;
-  }
-}
+QuantizeActFn quantize_act_scalar(ActType act) { return pick_quantizer(act, quantize_q8, quantize_q8k); }
 
 const WeightKernels* weight_kernels(DType type, Isa isa) {
   if ((int)isa > (int)detected_isa()) isa = detected_isa();

@@ -110,6 +110,18 @@ QuantizeActFn quantize_act_scalar(ActType act);
 QuantizeActFn quantize_act_avx2(ActType act);
 QuantizeActFn quantize_act_avx512(ActType act);
 
+// The entry of a level's table for `type` (nullptr when the level has none).
+template <size_t N>
+const WeightKernels* find_kernels(const WeightKernels (&table)[N], DType type) {
+  for (const WeightKernels& k : table)
+    if (k.type == type) return &k;
+  return nullptr;
+}
+// A level's column quantizers: q8 (32-value blocks) and q8k (256-value blocks); nullptr for f32.
+inline QuantizeActFn pick_quantizer(ActType act, QuantizeActFn q8, QuantizeActFn q8k) {
+  return act == ActType::q8 ? q8 : act == ActType::q8k ? q8k : nullptr;
+}
+
 // Branch-free IEEE half -> f32, exact for every input (subnormals, inf, nan); vectorizes in
 // loops where the reference fp16_to_f32 (branches, ldexp) does not. Normal numbers: move the
 // exponent and mantissa into f32 position with the exponent biased by 224 (so half inf/nan

@@ -199,22 +199,9 @@ const WeightKernels kKernels[] = {
 
 namespace loom::cpu {
 
-const WeightKernels* weight_kernels_avx512(DType type) {
-  for (const WeightKernels& k : kKernels)
-    if (k.type == type) return &k;
-  return nullptr;
-}
+const WeightKernels* weight_kernels_avx512(DType type) { return find_kernels(kKernels, type); }
 
-QuantizeActFn quantize_act_avx512(ActType act) {
-  switch (act) {
-    case ActType::q8:
-      return quantize_q8_avx512;
-    case ActType::q8k:
-      return quantize_q8k_avx512;
-    default:
-      return nullptr;
-  }
-}
+QuantizeActFn quantize_act_avx512(ActType act) { return pick_quantizer(act, quantize_q8_avx512, quantize_q8k_avx512); }
 
 }  // namespace loom::cpu
 

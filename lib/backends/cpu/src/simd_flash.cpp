@@ -75,14 +75,6 @@ Layout layout_of(const Shape& f) {
   return L;
 }
 
-float alibi_slope(float max_bias, int64_t n_head, int64_t h) {
-  if (max_bias <= 0.0f) return 1.0f;
-  const int64_t n2 = (int64_t)1 << (int)std::floor(std::log2((double)n_head));
-  const float m0 = std::pow(2.0f, -max_bias / (float)n2);
-  const float m1 = std::pow(2.0f, -max_bias / 2.0f / (float)n2);
-  return h < n2 ? std::pow(m0, (float)(h + 1)) : std::pow(m1, (float)(2 * (h - n2) + 1));
-}
-
 }  // namespace
 
 bool flash_tiled_supported(const Tensor* node) {
