@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "loom/graph/ops.h"
+#include "loom/model/layer_blocks.h"
 
 namespace loom {
 
@@ -25,8 +26,6 @@ void name_unnamed(Context& c, size_t first, const std::string& prefix) {
     t->name = fmt::format("{}.{}-{}", prefix, op, i - first);
   }
 }
-
-Tensor* norm_mul(Context& c, Tensor* x, Tensor* w, float eps) { return mul(c, rms_norm(c, x, eps), w); }
 
 Tensor* attention(Context& c, const ForwardModel& fm, Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* mask,
                   const ForwardShape& s) {
@@ -116,11 +115,7 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
   in.mask = c.new_tensor(DType::F32, {s.n_kv, T}, "inp_mask");
   for (Tensor* t : {in.tokens, in.positions, in.kv_slots, in.mask}) t->flags |= kFlagInput;
 
-  RopeParams rope_p;
-  rope_p.n_dims = (int32_t)hd;
-  rope_p.mode = arch_rope_neox(hp.arch) ? kRopeNeox : kRopeNormal;
-  rope_p.n_ctx_orig = (int32_t)hp.n_ctx_train;
-  rope_p.freq_base = hp.rope_theta;
+  const RopeParams rope_p = rope_params(hp);
 
   Tensor* x = get_rows(c, model.tok_embd, in.tokens);  // {n_embd, T}
   x->name = "inp_embd";
@@ -132,21 +127,10 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
     if (model.n_head_kv == 0) {  // a member without heads adds nothing to the sum
       cur = scale(c, cur, 0.0f);
     } else {
-      Tensor* q = mul_mat(c, l.wq, cur);
-      Tensor* k = mul_mat(c, l.wk, cur);
-      Tensor* v = mul_mat(c, l.wv, cur);
-      if (l.bq) q = add(c, q, l.bq);
-      if (l.bk) k = add(c, k, l.bk);
-      if (l.bv) v = add(c, v, l.bv);
-      q = reshape(c, q, {hd, model.n_head, T});
-      k = reshape(c, k, {hd, model.n_head_kv, T});
-      if (l.q_norm) q = norm_mul(c, q, l.q_norm, hp.rms_eps);
-      if (l.k_norm) k = norm_mul(c, k, l.k_norm, hp.rms_eps);
-      q = rope(c, q, in.positions, nullptr, rope_p);
-      k = rope(c, k, in.positions, nullptr, rope_p);
-      Tensor* k_stored = set_rows(c, kv.k[(size_t)il], reshape(c, k, {hd * model.n_head_kv, T}), in.kv_slots);
-      Tensor* v_stored = set_rows(c, kv.v[(size_t)il], v, in.kv_slots);
-      cur = attention(c, model, q, k_stored, v_stored, in.mask, s);
+      const QkvHeads h = project_qkv(c, hp, l, cur, model.n_head, model.n_head_kv, in.positions, rope_p);
+      Tensor* k_stored = set_rows(c, kv.k[(size_t)il], reshape(c, h.k, {hd * model.n_head_kv, T}), in.kv_slots);
+      Tensor* v_stored = set_rows(c, kv.v[(size_t)il], h.v, in.kv_slots);
+      cur = attention(c, model, h.q, k_stored, v_stored, in.mask, s);
       cur = mul_mat(c, l.wo, cur);
     }
     cur->name = fmt::format("blk.{}.attn_out", il);
@@ -166,7 +150,7 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
     } else if (l.ffn_gate_inp) {
       cur = moe_ffn(c, hp, l, cur, t_out, in);
     } else {
-      cur = mul_mat(c, l.ffn_down, swiglu(c, mul_mat(c, l.ffn_gate, cur), mul_mat(c, l.ffn_up, cur)));
+      cur = dense_ffn(c, l, cur);
     }
     if (model.tensor_parallel) cur = all_reduce(c, cur, in, fmt::format("blk.{}.ffn_all_reduce", il));
     ffn_in->name = fmt::format("blk.{}.ffn_inp", il);

@@ -11,14 +11,13 @@
 #include <limits>
 
 #include "loom/graph/ops.h"
+#include "loom/model/layer_blocks.h"
 
 namespace loom::train {
 
 namespace {
 
 using namespace ops;
-
-Tensor* norm_mul(Context& c, Tensor* x, Tensor* w, float eps) { return mul(c, rms_norm(c, x, eps), w); }
 
 // q {hd, n_head, T}, k {hd, n_head_kv, T}, v {n_embd_kv, T} -> {hd * n_head, T}, attention only
 // inside each window of n_ctx tokens (the window is dim 3 of every product).
@@ -58,7 +57,7 @@ Tensor* moe_ffn(Context& c, const HParams& hp, const LayerWeights& l, Tensor* x,
 
 ForwardGraph build_train_forward(Context& c, const ModelWeights& m, const BatchShape& s) {
   const HParams& hp = m.hp;
-  const int64_t T = s.n_tokens(), hd = hp.head_dim;
+  const int64_t T = s.n_tokens();
   ForwardGraph fg;
   fg.tokens = c.new_tensor(DType::I32, {T}, "inp_tokens");
   fg.positions = c.new_tensor(DType::I32, {T}, "inp_pos");
@@ -67,11 +66,7 @@ ForwardGraph build_train_forward(Context& c, const ModelWeights& m, const BatchS
   fg.target_ids = c.new_tensor(DType::I32, {T}, "inp_target_ids");
   for (Tensor* t : {fg.tokens, fg.positions, fg.mask, fg.targets, fg.target_ids}) t->flags |= kFlagInput;
 
-  RopeParams rope_p;
-  rope_p.n_dims = (int32_t)hd;
-  rope_p.mode = arch_rope_neox(hp.arch) ? kRopeNeox : kRopeNormal;
-  rope_p.n_ctx_orig = (int32_t)hp.n_ctx_train;
-  rope_p.freq_base = hp.rope_theta;
+  const RopeParams rope_p = rope_params(hp);
 
   Tensor* x = get_rows(c, m.tok_embd, fg.tokens);  // {n_embd, T}
   x->name = "inp_embd";
@@ -79,19 +74,8 @@ ForwardGraph build_train_forward(Context& c, const ModelWeights& m, const BatchS
     const LayerWeights& l = m.layers[(size_t)il];
     Tensor* cur = norm_mul(c, x, l.attn_norm, hp.rms_eps);
     cur->name = fmt::format("blk.{}.attn_norm-out", il);
-    Tensor* q = mul_mat(c, l.wq, cur);
-    Tensor* k = mul_mat(c, l.wk, cur);
-    Tensor* v = mul_mat(c, l.wv, cur);
-    if (l.bq) q = add(c, q, l.bq);
-    if (l.bk) k = add(c, k, l.bk);
-    if (l.bv) v = add(c, v, l.bv);
-    q = reshape(c, q, {hd, hp.n_head, T});
-    k = reshape(c, k, {hd, hp.n_head_kv, T});
-    if (l.q_norm) q = norm_mul(c, q, l.q_norm, hp.rms_eps);
-    if (l.k_norm) k = norm_mul(c, k, l.k_norm, hp.rms_eps);
-    q = rope(c, q, fg.positions, nullptr, rope_p);
-    k = rope(c, k, fg.positions, nullptr, rope_p);
-    cur = attention(c, hp, q, k, v, fg.mask, s);
+    const QkvHeads h = project_qkv(c, hp, l, cur, hp.n_head, hp.n_head_kv, fg.positions, rope_p);
+    cur = attention(c, hp, h.q, h.k, h.v, fg.mask, s);
     cur = mul_mat(c, l.wo, cur);
     cur->name = fmt::format("blk.{}.attn_out", il);
     Tensor* ffn_in = add(c, cur, x);
@@ -100,7 +84,7 @@ ForwardGraph build_train_forward(Context& c, const ModelWeights& m, const BatchS
     if (l.ffn_gate_inp) {
       cur = moe_ffn(c, hp, l, cur, T);
     } else {
-      cur = mul_mat(c, l.ffn_down, swiglu(c, mul_mat(c, l.ffn_gate, cur), mul_mat(c, l.ffn_up, cur)));
+      cur = dense_ffn(c, l, cur);
     }
     x = add(c, cur, ffn_in);
     x->name = fmt::format("blk.{}.out", il);
