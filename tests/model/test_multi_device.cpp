@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
@@ -15,8 +17,9 @@
 namespace loom {
 namespace {
 
-std::string make_model(Arch arch, const std::string& tag) {
+std::string make_model(Arch arch, const std::string& tag, DType type = DType::F32) {
   NewModelOptions o;
+  o.type = type;
   o.hparams = preset_hparams(arch, "tiny");
   o.seed = 11;
   o.output = (std::filesystem::temp_directory_path() / ("loom-md-" + std::to_string(getpid()) + "-" + tag + ".gguf")).string();
@@ -154,6 +157,54 @@ TEST(CpuWeights, LoadedByDefaultMappedWithMmap) {
   EXPECT_EQ(run(*loaded, 1, a), run(*mapped, 1, b));
   EXPECT_EQ(a, b);
   std::filesystem::remove(path);
+}
+
+// Q8_0 / Q4_0 matrices repacked for the CPU kernels (the default where the CPU level has them)
+// give the logits of the file's layout (--no-repack) to float rounding, through both the decode
+// rows (one column) and the int8 GEMM (a 40-token prompt); token embeddings are never repacked.
+TEST(CpuWeights, RepackedMatricesGiveTheFileLayoutsLogits) {
+  for (DType type : {DType::Q8_0, DType::Q4_0}) {
+    SCOPED_TRACE(dtype_name(type));
+    const std::string path = make_model(Arch::llama, std::string("repack-") + dtype_name(type), type);
+    ModelLoadOptions plain;
+    plain.placement.repack = false;
+    auto repacked = Model::load(path);
+    auto file_layout = Model::load(path, plain);
+    int n_repacked = 0;
+    for (const Tensor* t : repacked->weight_tensors()) n_repacked += t->has_flag(kFlagRepacked);
+    for (const Tensor* t : file_layout->weight_tensors()) EXPECT_FALSE(t->has_flag(kFlagRepacked)) << t->name;
+    EXPECT_FALSE(repacked->tok_embd->has_flag(kFlagRepacked));
+    if (n_repacked == 0) GTEST_SKIP() << "this CPU level has no repacked kernels (needs AVX-512 VNNI)";
+    EXPECT_EQ(n_repacked, 7 * (int)repacked->layers.size() + (repacked->output != repacked->tok_embd ? 1 : 0));
+    auto logits = [](Model& m, std::vector<int32_t>& tokens) {
+      SessionParams sp;
+      sp.n_ctx = 96;
+      sp.n_ubatch = 64;
+      sp.n_threads = 2;
+      Session s(m, sp);
+      std::vector<int32_t> prompt;
+      for (int i = 0; i < 40; ++i) prompt.push_back((7 * i + 3) % 200);
+      s.decode(prompt);
+      std::vector<std::vector<float>> out;
+      for (int i = 0; i < 6; ++i) {
+        std::span<const float> l = s.logits(0);
+        out.emplace_back(l.begin(), l.end());
+        const int32_t best = (int32_t)(std::max_element(l.begin(), l.end()) - l.begin());
+        tokens.push_back(best);
+        s.decode(std::span<const int32_t>(&best, 1));
+      }
+      return out;
+    };
+    std::vector<int32_t> ta, tb;
+    const auto a = logits(*repacked, ta), b = logits(*file_layout, tb);
+    EXPECT_EQ(ta, tb);
+    for (size_t i = 0; i < a.size(); ++i) {
+      float scale = 0;
+      for (float v : b[i]) scale = std::max(scale, std::abs(v));
+      for (size_t j = 0; j < a[i].size(); ++j) ASSERT_NEAR(a[i][j], b[i][j], 1e-4f * scale + 1e-5f) << i << " " << j;
+    }
+    std::filesystem::remove(path);
+  }
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "../../lib/backends/cpu/src/cpu_features.h"
+#include "../../lib/backends/cpu/src/cpu_repack.h"
 #include "../../lib/backends/cpu/src/cpu_vec_dot.h"
 #include "../../lib/backends/cpu/src/simd_gemm.h"
 #include "../../lib/backends/cpu/src/simd_math.h"
@@ -137,6 +138,42 @@ TEST_P(KernelTest, RowsDotMatchesScalarEveryTypeAndWidth) {
           }
       }
   }
+}
+
+// Repacked Q8_0 / Q4_0 rows (cpu_repack.h): the layout round-trips, and each level's rows_dot_r8
+// gives the scalar GGUF-row kernel's results.
+TEST_P(KernelTest, RepackedRowsDotMatchesScalar) {
+  std::mt19937 rng(15);
+  for (DType t : {DType::Q8_0, DType::Q4_0})
+    for (int64_t K : {32L, 96L, 352L})
+      for (int64_t nr : {8L, 24L}) {
+        const auto rows = make_rows(t, normal(rng, (size_t)(K * nr)), K, nr);
+        const size_t lda = rows.size() / (size_t)nr;
+        std::vector<uint8_t> packed(rows.size()), back(rows.size());
+        cpu::repack_rows(t, rows.data(), packed.data(), nr, K);
+        cpu::unpack_rows(t, packed.data(), back.data(), nr, K);
+        ASSERT_EQ(back, rows) << dtype_name(t);
+        ASSERT_NE(packed, rows);
+        const cpu::RowsDotFn r8 = cpu::weight_kernels(t, GetParam())->rows_dot_r8;
+        if (!r8) continue;
+        for (int nc = 1; nc <= cpu::kMaxDotCols; ++nc) {
+          const std::vector<float> xv = normal(rng, (size_t)(K * nc));
+          std::vector<std::vector<uint8_t>> act((size_t)nc, std::vector<uint8_t>(cpu::act_row_bytes(cpu::ActType::q8, K)));
+          std::vector<float> want((size_t)(nr * nc)), got((size_t)(nr * nc), NAN);
+          const void* bp[cpu::kMaxDotCols];
+          float *wp[cpu::kMaxDotCols], *gp[cpu::kMaxDotCols];
+          for (int c = 0; c < nc; ++c) {
+            cpu::quantize_act(cpu::ActType::q8, Isa::scalar)(xv.data() + c * K, act[(size_t)c].data(), K);
+            bp[c] = act[(size_t)c].data();
+            wp[c] = want.data() + c * nr;
+            gp[c] = got.data() + c * nr;
+          }
+          cpu::weight_kernels(t, Isa::scalar)->rows_dot(K, rows.data(), lda, nr, bp, nc, wp);
+          r8(K, packed.data(), lda, nr, bp, nc, gp);
+          for (size_t i = 0; i < want.size(); ++i)
+            EXPECT_NEAR(got[i], want[i], 1e-5 * std::fabs(want[i]) + 1e-4) << dtype_name(t) << " K " << K << " nc " << nc;
+        }
+      }
 }
 
 TEST_P(KernelTest, FloatDotAndAxpyMatchScalar) {
@@ -293,6 +330,32 @@ TEST_P(MatmulLevelTest, EveryTypeEveryPathOddShapes) {
         r.compute(out, th);
         const double e = nmse(r.get_f32(out), ref_mul_mat(r.get_f32(a), a->ne, r.get_f32(b), b->ne));
         EXPECT_LE(e, limit_for(t)) << dtype_name(t) << " K " << K << " M " << s.M << " N " << s.N << " threads " << th;
+      }
+}
+
+// Q8_0 / Q4_0 weights repacked as the model loader places them (where the level has the kernels):
+// the dot path (N < 16) and the int8 GEMM (N >= 16), M a multiple of 8 but not of 16.
+TEST_P(MatmulLevelTest, RepackedWeightsDotAndGemm) {
+  for (DType t : {DType::Q8_0, DType::Q4_0})
+    for (int64_t N : {1L, 3L, 8L, 16L, 29L})
+      for (int th : {1, 2}) {
+        const int64_t K = 96, M = 40;
+        OpRunner r;
+        Tensor* a = r.input(t, {K, M}, "a");
+        Tensor* b = r.input(DType::F32, {K, N}, "b");
+        Tensor* out = ops::mul_mat(r.ctx, a, b);
+        r.alloc();
+        r.fill_normal(a);
+        r.fill_normal(b);
+        const auto want = ref_mul_mat(r.get_f32(a), a->ne, r.get_f32(b), b->ne);
+        const std::vector<uint8_t> file(static_cast<uint8_t*>(a->data), static_cast<uint8_t*>(a->data) + a->nbytes());
+        if (!cpu::repack_weight(*a, file.data())) GTEST_SKIP() << "no repacked kernels at this level";
+        ASSERT_TRUE(a->has_flag(kFlagRepacked));
+        EXPECT_FALSE(cpu::supports(ops::cont(r.ctx, a)));  // no other op reads the layout
+        EXPECT_TRUE(cpu::supports(out));
+        r.compute(out, th);
+        const double e = nmse(r.get_f32(out), want);
+        EXPECT_LE(e, limit_for(t)) << dtype_name(t) << " N " << N << " threads " << th;
       }
 }
 

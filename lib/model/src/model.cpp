@@ -116,7 +116,10 @@ void Model::place(const PlacementParams& params, const std::function<void(size_t
                st.message(), d == cpu ? " (--mmap uses them in place in the file mapping)" : "");
     for (size_t i = 0; i < per_device[d].size(); ++i) {
       Tensor* t = per_device[d][i];
-      t->buffer->set(t, src[i], 0, t->nbytes());
+      // The CPU's matrices in the layout its kernels read fastest (token embeddings are read by
+      // GET_ROWS, so they stay as they are).
+      const bool repacked = d == cpu && p.repack && t != tok_embd && cpu::repack_weight(*t, src[i]);
+      if (!repacked) t->buffer->set(t, src[i], 0, t->nbytes());
       copied += t->nbytes();
       if (progress) progress(copied, copy_total);
     }

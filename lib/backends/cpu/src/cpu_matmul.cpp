@@ -13,9 +13,11 @@
 #include <cstring>
 #include <limits>
 
+#include "cpu_repack.h"
 #include "cpu_rows.h"
 #include "cpu_vec_dot.h"
 #include "kernels.h"
+#include "loom/core/error.h"
 #include "simd_gemm.h"
 #include "simd_units.h"
 
@@ -61,6 +63,11 @@ void convert_rows(const Tensor* t, float* dst, int ith, int nth) {
 enum class Path : uint8_t { dot, gemm_f32, gemm_q8, strided };
 
 Path choose_path(const Tensor* a, int64_t ncols, const GemmKernels* gk) {
+  if (a->has_flag(kFlagRepacked)) {  // repack_weight made sure both readers of the layout exist
+    LOOM_CHECK(repacked_kernels(a->type), unsupported, "MUL_MAT: {} is repacked for kernels this CPU level lacks",
+               a->name);
+    return gk && ncols >= kGemmMinCols ? Path::gemm_q8 : Path::dot;
+  }
   if (!unit_stride(a)) return Path::strided;
   if (gk && ncols >= kGemmMinCols) return gemm_q8_supported(gk, a->type) ? Path::gemm_q8 : Path::gemm_f32;
   return Path::dot;
@@ -71,12 +78,12 @@ bool path_reads_f32(Path path, ActType act) {
   return path == Path::strided || path == Path::gemm_f32 || (path == Path::dot && act == ActType::f32);
 }
 
-// Rows of a per work unit of a path (a multiple of 16 for gemm), shrunk while the units of
-// `matrices` matrices are too few to keep nth threads busy.
-int64_t unit_rows(Path path, int64_t M, int64_t matrices, int64_t K, int nth) {
+// Rows of a per work unit of a path (a multiple of 16 for gemm, of 8 for repacked weights),
+// shrunk while the units of `matrices` matrices are too few to keep nth threads busy.
+int64_t unit_rows(Path path, int64_t M, int64_t matrices, int64_t K, int nth, bool repacked) {
   const bool gemm = path == Path::gemm_f32 || path == Path::gemm_q8;
   int64_t rb = gemm ? gemm_panel_rows(path == Path::gemm_q8, K) : kRowBlock;
-  const int64_t min_rb = gemm ? 32 : 1;
+  const int64_t min_rb = gemm ? 32 : repacked ? kRepackRows : 1;
   while (rb > min_rb && matrices * ceil_div(M, rb) < (gemm ? 2 : 4) * (int64_t)nth) rb /= 2;
   return std::max(rb, min_rb);
 }
@@ -128,7 +135,7 @@ MatmulPlan plan_mul_mat(const Tensor* node, int nth) {
   // columns) are split between the threads, b shared anyway.
   const int64_t M = a->ne[1], batches = b->ne[2] * b->ne[3];
   p.pack_b = !is_id && p.path == Path::gemm_f32 && !p.private_b && batches == 1 &&
-             (p.convert_b || b->nb[1] % sizeof(float) == 0) && ceil_div(M, unit_rows(p.path, M, 1, K, nth)) >= nth;
+             (p.convert_b || b->nb[1] % sizeof(float) == 0) && ceil_div(M, unit_rows(p.path, M, 1, K, nth, false)) >= nth;
   const size_t bpack_bytes = p.pack_b ? align64(gemm_f32_packed_bytes(*p.gk, K, b->ne[1])) : 0;
 
   size_t off = 0;
@@ -231,6 +238,7 @@ struct Matrix {
   const char* a;  // this matrix of a (batch / expert applied)
   size_t nb0, nb1;
   int64_t K;
+  bool repacked = false;  // rows in groups of 8 (cpu_repack.h)
 };
 
 // bcol(j, reads_f32) -> column j of b (const float* or int8 blocks); dcol(j) -> float* of dst
@@ -246,7 +254,7 @@ void matrix_rows(const MatmulPlan& p, char* slice, Path path, const Matrix& m, i
       bp[j] = bcol(j, f32);
       dp[j] = dcol(j);
     }
-    const GemmJob job{p.wk, m.a, m.nb1, m.K, r0, r1, ncols, bp, dp, bpack};
+    const GemmJob job{p.wk, m.a, m.nb1, m.K, r0, r1, ncols, bp, dp, bpack, m.repacked};
     if (path == Path::gemm_q8) return gemm_q8(*p.gk, job, slice + p.s_work);
     return gemm_f32(*p.gk, job, slice + p.s_work);
   }
@@ -268,7 +276,7 @@ void matrix_rows(const MatmulPlan& p, char* slice, Path path, const Matrix& m, i
       bp[c] = bcol(j0 + c, f32);
       dp[c] = dcol(j0 + c) + r0;
     }
-    k->rows_dot(m.K, rows, lda, r1 - r0, bp, nc, dp);
+    (m.repacked ? k->rows_dot_r8 : k->rows_dot)(m.K, rows, lda, r1 - r0, bp, nc, dp);
   }
 }
 
@@ -293,7 +301,7 @@ void mul_mat(const KernelArgs& args, Tensor* dst) {
   }
 
   const int64_t batches = b2 * b3;
-  const int64_t rb = unit_rows(p.path, M, batches, K, args.nth);
+  const int64_t rb = unit_rows(p.path, M, batches, K, args.nth, a->has_flag(kFlagRepacked));
   const int64_t n_rb = ceil_div(M, rb);
   // Too few row blocks for the threads (small M): split the columns too.
   int64_t col_chunk = N;
@@ -306,7 +314,8 @@ void mul_mat(const KernelArgs& args, Tensor* dst) {
   for_units(args, batches * n_rb * n_cc, [&](int64_t u) {
     const int64_t cc = u % n_cc, rbi = (u / n_cc) % n_rb, bi = u / (n_cc * n_rb);
     const int64_t i2 = bi % b2, i3 = bi / b2;
-    const Matrix m{row_ptr(a, 0, i2 / (b2 / a->ne[2]), i3 / (b3 / a->ne[3])), a->nb[0], a->nb[1], K};
+    const Matrix m{row_ptr(a, 0, i2 / (b2 / a->ne[2]), i3 / (b3 / a->ne[3])), a->nb[0], a->nb[1], K,
+                   a->has_flag(kFlagRepacked)};
     char* db = row_ptr(dst, 0, i2, i3);
     const int64_t j0 = cc * col_chunk, j1 = std::min(N, j0 + col_chunk);
     matrix_rows(
@@ -370,7 +379,7 @@ void mul_mat_id(const KernelArgs& args, Tensor* dst) {
 
   int64_t active = 0;
   for (int64_t e = 0; e < E; ++e) active += count[e] > 0;
-  const int64_t rb = unit_rows(p.path, M, std::max<int64_t>(active, 1), K, args.nth);
+  const int64_t rb = unit_rows(p.path, M, std::max<int64_t>(active, 1), K, args.nth, false);
   const int64_t n_rb = ceil_div(M, rb);
   // Experts with few columns take the dot path in row blocks of kRowBlock; sub-units keep the
   // unit count independent of the expert's path.

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "cpu_repack.h"
 #include "loom/core/quants.h"
 #include "simd_ref.h"
 
@@ -130,6 +131,11 @@ void rows_dot_q(int64_t K, const void* a, size_t lda, int64_t nr, const void* co
   }
 }
 
+template <DType T>
+void rows_dot_r8(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, float* const* out) {
+  rows_dot_r8_ref(T, K, a, lda, nr, b, nc, out);
+}
+
 const WeightKernels kKernels[] = {
     {DType::F32, 1, sizeof(float), dot_cols<DecF32>, to_f32<DecF32>, axpy<DecF32>, ActType::f32, rows_dot_f32<DecF32>,
      rows_axpy<DecF32>},
@@ -138,9 +144,9 @@ const WeightKernels kKernels[] = {
     {DType::BF16, 1, sizeof(bf16_t), dot_cols<DecBF16>, to_f32<DecBF16>, axpy<DecBF16>, ActType::f32,
      rows_dot_f32<DecBF16>, rows_axpy<DecBF16>},
     {DType::Q8_0, kQK8_0, sizeof(BlockQ8_0), dot_cols<DecQ8_0>, to_f32<DecQ8_0>, nullptr, ActType::q8,
-     rows_dot_q<BlockQ8_0, BlockQ8A, dot_q8_0>, nullptr},
+     rows_dot_q<BlockQ8_0, BlockQ8A, dot_q8_0>, nullptr, rows_dot_r8<DType::Q8_0>},
     {DType::Q4_0, kQK4_0, sizeof(BlockQ4_0), dot_cols<DecQ4_0>, to_f32<DecQ4_0>, nullptr, ActType::q8,
-     rows_dot_q<BlockQ4_0, BlockQ8A, dot_q4_0>, nullptr},
+     rows_dot_q<BlockQ4_0, BlockQ8A, dot_q4_0>, nullptr, rows_dot_r8<DType::Q4_0>},
     {DType::Q4_K, kQK_K, sizeof(BlockQ4_K), dot_cols<DecQ4_K>, to_f32<DecQ4_K>, nullptr, ActType::q8k,
      rows_dot_q<BlockQ4_K, BlockQ8KA, dot_q4_k>, nullptr},
     {DType::Q6_K, kQK_K, sizeof(BlockQ6_K), dot_cols<DecQ6_K>, to_f32<DecQ6_K>, nullptr, ActType::q8k,

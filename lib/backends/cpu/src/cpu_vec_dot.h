@@ -93,6 +93,9 @@ struct WeightKernels {
   ActType act;     // how matmul prepares b for rows_dot
   RowsDotFn rows_dot;
   RowsAxpyFn rows_axpy;  // nullptr for quantized types
+  // rows_dot over repacked 8-row groups (cpu_repack.h; nr a multiple of 8, a a group's first
+  // row); nullptr where the level does not repack the type.
+  RowsDotFn rows_dot_r8 = nullptr;
 };
 
 // Kernels of a weight type at the active level (or at `isa`), nullptr when the type has none (I32).

@@ -68,8 +68,21 @@ Family family_of(OpKind op) {
 }
 }  // namespace
 
+// A repacked weight (cpu_repack.h) is read whole by MUL_MAT as its weights, by nothing else.
+bool reads_repacked_wrongly(const Tensor* node) {
+  for (int i = 0; i < kMaxSrc; ++i) {
+    const Tensor* s = node->src[i];
+    if (!s) continue;
+    const bool repacked = s->has_flag(kFlagRepacked) || (s->view_src && s->view_src->has_flag(kFlagRepacked));
+    if (repacked && !(node->op == OpKind::MUL_MAT && i == 0 && !s->is_view())) return true;
+  }
+  return false;
+}
+
 bool supports_node(const Tensor* node) {
-  switch (family_of(node->op)) {
+  const Family family = family_of(node->op);
+  if (family != Family::none && family != Family::view && reads_repacked_wrongly(node)) return false;
+  switch (family) {
     case Family::none:
     case Family::view: return true;
     case Family::copy: return supports_copy(node);

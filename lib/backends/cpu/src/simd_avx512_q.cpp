@@ -96,6 +96,61 @@ void q4_0_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<Bloc
   q8_rows<BlockQ4_0, NC>(nblk, a, lda, nr, x, out);
 }
 
+// ---- Q8_0 / Q4_0 repacked in groups of 8 rows (cpu_repack.h) --------------------------------
+// One 256-bit vpdpbusd serves 8 rows x 4 elements: per block and column 8 of them, one offset
+// broadcast, one convert and one scale product + FMA for all 8 rows (the GGUF-row kernel above
+// spends ~9 vector operations per row and block), and the 8 results are stored without a
+// horizontal sum. Two partial sums per block keep the vpdpbusd chains short.
+
+template <class W>
+inline __m256i r8_quad(const uint8_t* p, int q) {
+  if constexpr (sizeof(W) == sizeof(BlockQ8_0)) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * q));
+  } else {  // quads 0-3: low nibbles; 4-7: high nibbles of the same bytes
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 * (q & 3)));
+    return _mm256_and_si256(q < 4 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(15));
+  }
+}
+
+template <class W, int NC>
+void r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8A> x, float* const* out) {
+  constexpr int shift = kOffsetShift<W>;
+  constexpr size_t gbb = 8 * sizeof(W);  // group block: 8 scales + the quads
+  for (int64_t r = 0; r < nr; r += 8) {
+    const uint8_t* g = a + r * lda;
+    __m256 acc[NC];
+    for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nblk; ++i) {
+      const uint8_t* p = g + i * gbb;
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+      __m256i u[8];
+      for (int q = 0; q < 8; ++q) u[q] = r8_quad<W>(p + 16, q);
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) {
+        const BlockQ8A& xb = x[c][i];
+        int32_t xq[8];
+        std::memcpy(xq, xb.qs, sizeof(xq));
+        __m256i s0 = _mm256_set1_epi32(-xb.sum * (1 << shift)), s1 = _mm256_setzero_si256();
+        for (int q = 0; q < 8; q += 2) {
+          s0 = _mm256_dpbusd_epi32(s0, u[q], _mm256_set1_epi32(xq[q]));
+          s1 = _mm256_dpbusd_epi32(s1, u[q + 1], _mm256_set1_epi32(xq[q + 1]));
+        }
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), _mm256_mul_ps(dw, _mm256_set1_ps(xb.d)),
+                                 acc[c]);
+      }
+    }
+    for (int c = 0; c < NC; ++c) _mm256_storeu_ps(out[c] + r, acc[c]);
+  }
+}
+template <int NC>
+void q8_0_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8A> x, float* const* out) {
+  r8_rows<BlockQ8_0, NC>(nblk, a, lda, nr, x, out);
+}
+template <int NC>
+void q4_0_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8A> x, float* const* out) {
+  r8_rows<BlockQ4_0, NC>(nblk, a, lda, nr, x, out);
+}
+
 // ---- Q4_K: 64 elements per vector (sub-blocks 2j and 2j + 1: low and high nibbles of 32 bytes) --
 
 // Q4_K scales[12] -> sc[0..7] in bytes 0-7, m[0..7] in bytes 8-15 (see q4_k_scale_min).
@@ -222,6 +277,14 @@ void rows_dot_q8_0_avx512(int64_t K, const void* a, size_t lda, int64_t nr, cons
 void rows_dot_q4_0_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                           float* const* out) {
   LOOM_DISPATCH_NC(q4_0_rows, BlockQ8A, 32)
+}
+void rows_dot_q8_0_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
+                             float* const* out) {
+  LOOM_DISPATCH_NC(q8_0_r8_rows, BlockQ8A, 32)
+}
+void rows_dot_q4_0_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
+                             float* const* out) {
+  LOOM_DISPATCH_NC(q4_0_r8_rows, BlockQ8A, 32)
 }
 void rows_dot_q4_k_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                           float* const* out) {

@@ -1,0 +1,98 @@
+// Repacked Q8_0 / Q4_0 rows (cpu_repack.h): the layout conversions, the reference kernel, and
+// the entry point the model loader calls to place a weight repacked.
+#include "cpu_repack.h"
+
+#include <cstring>
+#include <vector>
+
+#include "cpu_vec_dot.h"
+#include "loom/core/quants.h"
+#include "loom/cpu/cpu.h"
+#include "loom/graph/tensor.h"
+#include "simd_gemm.h"
+
+namespace loom::cpu {
+namespace {
+
+size_t block_bytes(DType type) { return type == DType::Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0); }
+int quads(DType type) { return type == DType::Q8_0 ? 8 : 4; }
+
+// GGUF block (34 / 18 bytes) <-> row i of a group block at p.
+void put_block(DType type, const uint8_t* blk, int i, uint8_t* p) {
+  std::memcpy(p + 2 * i, blk, sizeof(fp16_t));
+  const uint8_t* qs = blk + sizeof(fp16_t);
+  const uint8_t flip = type == DType::Q8_0 ? 0x80 : 0;  // Q8_0: unsigned q + 128
+  for (int q = 0; q < quads(type); ++q)
+    for (int t = 0; t < 4; ++t) p[16 + (q * kRepackRows + i) * 4 + t] = qs[4 * q + t] ^ flip;
+}
+void get_block(DType type, const uint8_t* p, int i, uint8_t* blk) {
+  std::memcpy(blk, p + 2 * i, sizeof(fp16_t));
+  uint8_t* qs = blk + sizeof(fp16_t);
+  const uint8_t flip = type == DType::Q8_0 ? 0x80 : 0;
+  for (int q = 0; q < quads(type); ++q)
+    for (int t = 0; t < 4; ++t) qs[4 * q + t] = p[16 + (q * kRepackRows + i) * 4 + t] ^ flip;
+}
+
+}  // namespace
+
+bool repack_type(DType type) { return type == DType::Q8_0 || type == DType::Q4_0; }
+
+bool repacked_kernels(DType type) {
+  const WeightKernels* wk = repack_type(type) ? weight_kernels(type) : nullptr;
+  const GemmKernels* gk = gemm_kernels(active_isa());
+  return wk && wk->rows_dot_r8 && (!gk || gemm_q8_supported(gk, type));
+}
+
+size_t repack_group_block_bytes(DType type) { return kRepackRows * block_bytes(type); }
+
+void repack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K) {
+  const int64_t nblk = K / 32;
+  const size_t lda = (size_t)nblk * block_bytes(type), gbb = repack_group_block_bytes(type);
+  const auto* s = static_cast<const uint8_t*>(src);
+  auto* d = static_cast<uint8_t*>(dst);
+  for (int64_t g = 0; g < nrows / kRepackRows; ++g)
+    for (int i = 0; i < kRepackRows; ++i)
+      for (int64_t b = 0; b < nblk; ++b)
+        put_block(type, s + (size_t)(g * kRepackRows + i) * lda + (size_t)b * block_bytes(type), i,
+                  d + (size_t)g * kRepackRows * lda + (size_t)b * gbb);
+}
+
+void unpack_block(DType type, const uint8_t* group, int i, int64_t b, void* out) {
+  get_block(type, group + (size_t)b * repack_group_block_bytes(type), i, static_cast<uint8_t*>(out));
+}
+
+void unpack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K) {
+  const int64_t nblk = K / 32;
+  const size_t lda = (size_t)nblk * block_bytes(type);
+  const auto* s = static_cast<const uint8_t*>(src);
+  auto* d = static_cast<uint8_t*>(dst);
+  for (int64_t g = 0; g < nrows / kRepackRows; ++g)
+    for (int i = 0; i < kRepackRows; ++i)
+      for (int64_t b = 0; b < nblk; ++b)
+        unpack_block(type, s + (size_t)g * kRepackRows * lda, i, b,
+                     d + (size_t)(g * kRepackRows + i) * lda + (size_t)b * block_bytes(type));
+}
+
+void rows_dot_r8_ref(DType type, int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
+                     float* const* out) {
+  const WeightKernels* ref = weight_kernels_scalar(type);
+  std::vector<uint8_t> rows(kRepackRows * lda);
+  float* o[kMaxDotCols];
+  for (int64_t r = 0; r < nr; r += kRepackRows) {
+    unpack_rows(type, static_cast<const uint8_t*>(a) + r * lda, rows.data(), kRepackRows, K);
+    for (int c = 0; c < nc; ++c) o[c] = out[c] + r;
+    ref->rows_dot(K, rows.data(), lda, kRepackRows, b, nc, o);
+  }
+}
+
+bool repack_weight(Tensor& t, const void* src) {
+  if (!repack_type(t.type) || t.ne[2] != 1 || t.ne[3] != 1 || t.ne[1] % kRepackRows != 0 || t.ne[0] % 32 != 0 ||
+      !t.is_contiguous() || t.is_view() || !t.data)
+    return false;
+  if (!repacked_kernels(t.type)) return false;
+  repack_rows(t.type, src, t.data, t.ne[1], t.ne[0]);
+  t.flags |= kFlagRepacked;
+  return true;
+}
+
+}  // namespace loom::cpu
