@@ -392,10 +392,14 @@ TEST_P(MatmulLevelTest, ConvertedBStridedABroadcast) {
 
 // Experts: crowded (gemm) and sparse (dot) experts in one node.
 TEST_P(MatmulLevelTest, ExpertsMixCrowdedAndSparse) {
-  for (DType t : kWeightTypes) {
+  std::vector<std::pair<DType, bool>> cases;  // (type, repacked experts where the level has them)
+  for (DType t : kWeightTypes) cases.emplace_back(t, false);
+  cases.emplace_back(DType::Q8_0, true);
+  cases.emplace_back(DType::Q4_0, true);
+  for (auto [t, repack] : cases) {
     OpRunner r;
     const int64_t bs = dtype_info(t).block_size;
-    const int64_t K = bs == 1 ? 45 : bs * 2, M = 35, E = 4, n_used = 2, T = 24;
+    const int64_t K = bs == 1 ? 45 : bs * 2, M = repack ? 40 : 35, E = 4, n_used = 2, T = 24;
     Tensor* as = r.input(t, {K, M, E}, "experts");
     Tensor* b = r.input(DType::F32, {K, n_used, T}, "b");
     Tensor* ids = r.input(DType::I32, {n_used, T}, "ids");
@@ -409,8 +413,13 @@ TEST_P(MatmulLevelTest, ExpertsMixCrowdedAndSparse) {
       idv.push_back(1 + (int32_t)(tk % 7 == 0 ? 1 : tk % 7 == 3 ? 2 : 0));
     }
     r.set_i32(ids, idv);
-    r.compute(out, 2);
     const auto av = r.get_f32(as), bv = r.get_f32(b);
+    if (repack) {
+      const std::vector<uint8_t> file(static_cast<uint8_t*>(as->data), static_cast<uint8_t*>(as->data) + as->nbytes());
+      if (!cpu::repack_weight(*as, file.data())) continue;  // no repacked kernels at this level
+      ASSERT_TRUE(as->has_flag(kFlagRepacked));
+    }
+    r.compute(out, 2);
     std::vector<double> want((size_t)(M * n_used * T));
     for (int64_t tk = 0; tk < T; ++tk)
       for (int64_t i = 0; i < n_used; ++i)
@@ -421,7 +430,7 @@ TEST_P(MatmulLevelTest, ExpertsMixCrowdedAndSparse) {
             s += (double)av[(size_t)((e * M + m) * K + k)] * bv[(size_t)((tk * n_used + i) * K + k)];
           want[(size_t)((tk * n_used + i) * M + m)] = s;
         }
-    EXPECT_LE(nmse(r.get_f32(out), want), limit_for(t)) << dtype_name(t);
+    EXPECT_LE(nmse(r.get_f32(out), want), limit_for(t)) << dtype_name(t) << (repack ? " repacked" : "");
   }
 }
 

@@ -379,7 +379,8 @@ void mul_mat_id(const KernelArgs& args, Tensor* dst) {
 
   int64_t active = 0;
   for (int64_t e = 0; e < E; ++e) active += count[e] > 0;
-  const int64_t rb = unit_rows(p.path, M, std::max<int64_t>(active, 1), K, args.nth, false);
+  const bool repacked = as->has_flag(kFlagRepacked);
+  const int64_t rb = unit_rows(p.path, M, std::max<int64_t>(active, 1), K, args.nth, repacked);
   const int64_t n_rb = ceil_div(M, rb);
   // Experts with few columns take the dot path in row blocks of kRowBlock; sub-units keep the
   // unit count independent of the expert's path.
@@ -390,7 +391,7 @@ void mul_mat_id(const KernelArgs& args, Tensor* dst) {
     if (count[e] == 0) continue;
     const int64_t lo = std::max(u0, u), hi = std::min(u1, u + n_rb);
     if (lo < hi) {
-      const Matrix m{row_ptr(as, 0, e), as->nb[0], as->nb[1], K};
+      const Matrix m{row_ptr(as, 0, e), as->nb[0], as->nb[1], K, repacked};
       const Path path = count[e] < kGemmMinCols && p.path != Path::strided ? Path::dot : p.path;
       const int32_t* pe = pairs + 2 * start[e];
       auto bcol = [&](int64_t j, bool f32) -> const void* {

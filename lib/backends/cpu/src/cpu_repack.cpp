@@ -86,11 +86,12 @@ void rows_dot_r8_ref(DType type, int64_t K, const void* a, size_t lda, int64_t n
 }
 
 bool repack_weight(Tensor& t, const void* src) {
-  if (!repack_type(t.type) || t.ne[2] != 1 || t.ne[3] != 1 || t.ne[1] % kRepackRows != 0 || t.ne[0] % 32 != 0 ||
+  // Matrices, and stacks of them (MoE experts): groups never straddle two matrices.
+  if (!repack_type(t.type) || t.ne[3] != 1 || t.ne[1] % kRepackRows != 0 || t.ne[0] % 32 != 0 ||
       !t.is_contiguous() || t.is_view() || !t.data)
     return false;
   if (!repacked_kernels(t.type)) return false;
-  repack_rows(t.type, src, t.data, t.ne[1], t.ne[0]);
+  repack_rows(t.type, src, t.data, t.ne[1] * t.ne[2], t.ne[0]);
   t.flags |= kFlagRepacked;
   return true;
 }

@@ -9,7 +9,7 @@
 //   Q8_0 (8 quads, 256 bytes): q + 128 as unsigned bytes of elements 4q .. 4q + 3;
 //   Q4_0 (4 quads, 128 bytes): the block's bytes 4q .. 4q + 3 as stored (low nibbles: elements
 //        4q .. 4q + 3, high nibbles: elements 16 + 4q .. 16 + 4q + 3).
-// A repacked tensor carries kFlagRepacked; only MUL_MAT (as its weights) reads it.
+// A repacked tensor carries kFlagRepacked; only MUL_MAT / MUL_MAT_ID (as their weights) read it.
 #pragma once
 
 #include <cstddef>

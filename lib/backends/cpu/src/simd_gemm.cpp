@@ -59,55 +59,74 @@ void pack_f32(const GemmKernels& gk, const GemmJob& job, int64_t m0, int64_t mro
   }
 }
 
-// Row `row` of Q8_0 / Q4_0 weights, block blk -> its scale and 32 unsigned bytes (Q8_0: q + 128,
-// Q4_0: the nibble), from GGUF rows or repacked groups.
-void load_block_u8(const GemmJob& job, int64_t row, int64_t blk, float& d, uint8_t v[32]) {
-  const bool q4 = job.wk->type == DType::Q4_0;
-  const size_t bb = q4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
-  const uint8_t* qs[8];  // element quads 0-3 (Q4_0: and 4-7 in the high nibbles), else 0-7
-  const uint8_t* scale;
-  if (job.repacked) {
-    const int i = (int)(row % kRepackRows);
-    const auto* p = reinterpret_cast<const uint8_t*>(job.a + (row - i) * job.lda) + blk * kRepackRows * bb;
-    scale = p + i * sizeof(fp16_t);
-    for (int q = 0; q < 8; ++q) qs[q] = p + 16 + (q * kRepackRows + i) * 4;
-  } else {
-    const auto* w = reinterpret_cast<const uint8_t*>(job.a + row * job.lda) + blk * bb;
-    scale = w;
-    for (int q = 0; q < 8; ++q) qs[q] = w + sizeof(fp16_t) + 4 * q;
-  }
-  fp16_t h;
-  std::memcpy(&h, scale, sizeof(h));
-  d = fp16_to_f32_fast(h);
-  const uint8_t flip = q4 || job.repacked ? 0 : 0x80;  // repacked Q8_0 is unsigned already
-  for (int q = 0; q < (q4 ? 4 : 8); ++q)
-    for (int t = 0; t < 4; ++t) {
-      const uint8_t b = qs[q][t];
-      if (q4) {
-        v[4 * q + t] = b & 15;
-        v[16 + 4 * q + t] = b >> 4;
-      } else {
-        v[4 * q + t] = b ^ flip;
-      }
-    }
-}
-
 // rows [m0, m0 + mrows) of Q8_0 / Q4_0 weights -> q8 panel: per 16-row group and block, the
-// row scales, then each row's 32 values as unsigned bytes.
+// row scales, then each row's 32 values as unsigned bytes (Q8_0: q + 128, Q4_0: the nibble).
 void pack_q8(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
   const int64_t nblk = job.K / 32;
   const int64_t ngroups = (mrows + kPanelRows - 1) / kPanelRows;
+  const bool q4 = job.wk->type == DType::Q4_0;
   for (int64_t g = 0; g < ngroups; ++g)
     for (int l = 0; l < kPanelRows; ++l) {
       const int64_t i = g * kPanelRows + l;
+      const char* row = i < mrows ? job.a + (m0 + i) * job.lda : nullptr;
       for (int64_t blk = 0; blk < nblk; ++blk) {
         uint8_t* pb = panel + (size_t)(g * nblk + blk) * kQ8GroupBlockBytes;
         auto* dw = reinterpret_cast<float*>(pb);
         uint8_t* u = pb + 16 * sizeof(float);
         uint8_t v[32] = {};
         dw[l] = 0.0f;
-        if (i < mrows) load_block_u8(job, m0 + i, blk, dw[l], v);
+        if (row && q4) {
+          const auto& w = reinterpret_cast<const BlockQ4_0*>(row)[blk];
+          dw[l] = fp16_to_f32_fast(w.d);
+          for (int e = 0; e < 16; ++e) {
+            v[e] = w.qs[e] & 15;
+            v[e + 16] = w.qs[e] >> 4;
+          }
+        } else if (row) {
+          const auto& w = reinterpret_cast<const BlockQ8_0*>(row)[blk];
+          dw[l] = fp16_to_f32_fast(w.d);
+          for (int e = 0; e < 32; ++e) v[e] = (uint8_t)(w.qs[e] ^ 0x80);
+        }
         for (int q = 0; q < 8; ++q) std::memcpy(u + (q * kPanelRows + l) * 4, v + 4 * q, 4);
+      }
+    }
+}
+
+// The same panel from repacked rows (cpu_repack.h): a 16-row group is two 8-row groups side by
+// side, so each quad is two 32-byte copies (Q4_0: split into low and high nibbles).
+void pack_q8_repacked(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
+  const int64_t nblk = job.K / 32;
+  const int64_t ngroups = (mrows + kPanelRows - 1) / kPanelRows;
+  const bool q4 = job.wk->type == DType::Q4_0;
+  const size_t gbb = repack_group_block_bytes(job.wk->type);
+  for (int64_t g = 0; g < ngroups; ++g)
+    for (int64_t blk = 0; blk < nblk; ++blk) {
+      uint8_t* pb = panel + (size_t)(g * nblk + blk) * kQ8GroupBlockBytes;
+      auto* dw = reinterpret_cast<float*>(pb);
+      uint8_t* u = pb + 16 * sizeof(float);
+      for (int h = 0; h < 2; ++h) {
+        const int64_t r = g * kPanelRows + h * kRepackRows;
+        if (r >= mrows) {  // a lone 8-row group at the end: zero rows
+          std::memset(dw + h * kRepackRows, 0, kRepackRows * sizeof(float));
+          for (int q = 0; q < 8; ++q) std::memset(u + q * 64 + h * 32, 0, 32);
+          continue;
+        }
+        const auto* src = reinterpret_cast<const uint8_t*>(job.a + (m0 + r) * job.lda) + (size_t)blk * gbb;
+        for (int i = 0; i < kRepackRows; ++i) {
+          fp16_t d;
+          std::memcpy(&d, src + i * sizeof(fp16_t), sizeof(d));
+          dw[h * kRepackRows + i] = fp16_to_f32_fast(d);
+        }
+        const uint8_t* qs = src + kRepackRows * sizeof(fp16_t);
+        for (int q = 0; q < 8; ++q) {
+          uint8_t* dst = u + q * 64 + h * 32;  // rows 8h .. 8h + 7 of quad q
+          if (!q4) {
+            std::memcpy(dst, qs + 32 * q, 32);
+            continue;
+          }
+          const uint8_t* b = qs + 32 * (q & 3);
+          for (int k = 0; k < 32; ++k) dst[k] = q < 4 ? b[k] & 15 : b[k] >> 4;
+        }
       }
     }
 }
@@ -261,7 +280,7 @@ void gemm_q8(const GemmKernels& gk, const GemmJob& job, void* scratch) {
   float* cp[kMaxTileCols];
   for (int64_t m0 = job.r0; m0 < job.r1; m0 += mc) {
     const int64_t mrows = std::min(mc, job.r1 - m0);
-    pack_q8(job, m0, mrows, panel);
+    (job.repacked ? pack_q8_repacked : pack_q8)(job, m0, mrows, panel);
     for (int64_t j0 = 0; j0 < job.n; j0 += nr) {
       const int nc = (int)std::min<int64_t>(nr, job.n - j0);
       for (int j = 0; j < nc; ++j) bp[j] = static_cast<const BlockQ8A*>(job.b[j0 + j]);

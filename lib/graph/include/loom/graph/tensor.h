@@ -23,7 +23,7 @@ enum TensorFlag : uint32_t {
   kFlagInput = 1u << 1,   // filled by the caller before compute
   kFlagOutput = 1u << 2,  // read by the caller after compute: never reused by the allocator
   kFlagLoss = 1u << 3,    // scalar to minimize
-  kFlagRepacked = 1u << 4,  // CPU weight stored in a kernel layout (cpu_repack.h): only MUL_MAT reads it
+  kFlagRepacked = 1u << 4,  // CPU weight stored in a kernel layout (cpu_repack.h): only MUL_MAT(_ID) reads it
 };
 
 struct Tensor {
