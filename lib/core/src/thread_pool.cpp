@@ -68,7 +68,9 @@ void wait_while_equal(const std::atomic<T>& a, T old, bool spin = true) {
 int ThreadPool::default_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
 
 ThreadPool::ThreadPool(int n_threads)
-    : n_threads_(std::max(1, n_threads)), cpu_(std::make_unique<std::atomic<int>[]>((size_t)n_threads_)) {
+    : n_threads_(std::max(1, n_threads)),
+      shares_(std::make_unique<Share[]>((size_t)n_threads_)),
+      cpu_(std::make_unique<std::atomic<int>[]>((size_t)n_threads_)) {
   for (int i = 0; i < n_threads_; ++i) cpu_[i].store(-1, std::memory_order_relaxed);
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
 }
@@ -101,8 +103,13 @@ void ThreadPool::worker(int ith) {
   }
 }
 
-void ThreadPool::run(const std::function<void(int, int)>& fn) {
+void ThreadPool::reset_claims() {
   claimed_.store(0, std::memory_order_relaxed);
+  for (int i = 0; i < n_threads_; ++i) shares_[i].taken.store(0, std::memory_order_relaxed);
+}
+
+void ThreadPool::run(const std::function<void(int, int)>& fn) {
+  reset_claims();
   if (n_threads_ == 1) {
     fn(0, 1);
     return;
@@ -120,14 +127,14 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
 
 void ThreadPool::barrier() {
   if (n_threads_ == 1) {
-    claimed_.store(0, std::memory_order_relaxed);
+    reset_claims();
     return;
   }
   const bool spin = note_cpu_and_check_spin(t_ith);
   const uint32_t phase = barrier_phase_.load(std::memory_order_acquire);
   if (barrier_count_.fetch_add(1, std::memory_order_acq_rel) == n_threads_ - 1) {
     barrier_count_.store(0, std::memory_order_relaxed);
-    claimed_.store(0, std::memory_order_relaxed);  // published by the phase increment below
+    reset_claims();  // published by the phase increment below
     barrier_phase_.fetch_add(1, std::memory_order_acq_rel);
     barrier_phase_.notify_all();
     return;
@@ -136,16 +143,47 @@ void ThreadPool::barrier() {
 }
 
 bool ThreadPool::claim(int64_t total, int64_t min_items, int64_t& first, int64_t& last) {
-  int64_t cur = claimed_.load(std::memory_order_relaxed);
-  for (;;) {
-    if (cur >= total) return false;
-    const int64_t n = std::min(total - cur, std::max<int64_t>(min_items, (total - cur) / (2 * n_threads_)));
-    if (claimed_.compare_exchange_weak(cur, cur + n, std::memory_order_relaxed)) {
-      first = cur;
-      last = cur + n;
-      return true;
+  min_items = std::max<int64_t>(min_items, 1);
+  if (n_threads_ == 1 || total >= (int64_t(1) << 31)) {  // one counter
+    int64_t cur = claimed_.load(std::memory_order_relaxed);
+    for (;;) {
+      if (cur >= total) return false;
+      const int64_t n = std::min(total - cur, std::max(min_items, (total - cur) / (2 * n_threads_)));
+      if (claimed_.compare_exchange_weak(cur, cur + n, std::memory_order_relaxed)) {
+        first = cur;
+        last = cur + n;
+        return true;
+      }
     }
   }
+  const int nth = n_threads_, self = std::clamp(t_ith, 0, nth - 1);
+  for (int s = 0; s < nth; ++s) {  // own share first, then the others'
+    const int r = (self + s) % nth;
+    const int64_t lo = total * r / nth, size = total * (r + 1) / nth - lo;
+    std::atomic<uint64_t>& taken = shares_[r].taken;
+    uint64_t cur = taken.load(std::memory_order_relaxed);
+    for (;;) {
+      const auto front = (int64_t)(cur & 0xffffffffu), back = (int64_t)(cur >> 32);
+      const int64_t left = size - front - back;
+      if (left <= 0) break;
+      if (s == 0) {
+        const int64_t n = std::min(left, std::max(min_items, left / 4));
+        if (taken.compare_exchange_weak(cur, cur + (uint64_t)n, std::memory_order_relaxed)) {
+          first = lo + front;
+          last = first + n;
+          return true;
+        }
+      } else {
+        const int64_t n = std::min(left, std::max(min_items, left / (2 * nth)));
+        if (taken.compare_exchange_weak(cur, cur + ((uint64_t)n << 32), std::memory_order_relaxed)) {
+          last = lo + size - back;
+          first = last - n;
+          return true;
+        }
+      }
+    }
+  }
+  return false;
 }
 
 }  // namespace loom

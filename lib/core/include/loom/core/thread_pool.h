@@ -25,9 +25,12 @@ class ThreadPool {
   // All threads of the current run() wait here until every one has arrived.
   void barrier();
   // Work sharing within one phase (between two barriers): claims the next range [first, last)
-  // of [0, total) for the caller, about (total - claimed) / (2 nth) items and at least
-  // min_items, so threads that run faster take more; false when nothing is left. Every caller
-  // in a phase must pass the same total. The count restarts at 0 with each barrier() and run().
+  // of [0, total) for the caller (at least min_items); false when nothing is left. Thread ith
+  // owns the ith of nth equal shares and takes consecutive ranges from its front (a quarter of
+  // what is left each time), so its memory reads are one forward stream the hardware prefetcher
+  // follows; a thread done with its share helps the others from the back of theirs, so threads
+  // that run faster take more. Every caller in a phase must pass the same total; the shares
+  // restart with each barrier() and run().
   bool claim(int64_t total, int64_t min_items, int64_t& first, int64_t& last);
 
   static int default_threads();  // hardware threads, at least 1
@@ -45,7 +48,13 @@ class ThreadPool {
   std::atomic<int> pending_{0};
   std::atomic<int> barrier_count_{0};
   std::atomic<uint32_t> barrier_phase_{0};
-  alignas(64) std::atomic<int64_t> claimed_{0};  // items handed out in this phase
+  alignas(64) std::atomic<int64_t> claimed_{0};  // items handed out in this phase (totals >= 2^31)
+  // Per thread's share of this phase: items taken from its front (low 32 bits) and back (high).
+  struct alignas(64) Share {
+    std::atomic<uint64_t> taken{0};
+  };
+  std::unique_ptr<Share[]> shares_;
+  void reset_claims();
   std::atomic<bool> stop_{false};
   std::unique_ptr<std::atomic<int>[]> cpu_;  // last CPU each thread was seen on (-1: unknown)
 };
