@@ -66,7 +66,8 @@ Path choose_path(const Tensor* a, int64_t ncols, const GemmKernels* gk) {
   if (a->has_flag(kFlagRepacked)) {  // repack_weight made sure both readers of the layout exist
     LOOM_CHECK(repacked_kernels(a->type), unsupported, "MUL_MAT: {} is repacked for kernels this CPU level lacks",
                a->name);
-    return gk && ncols >= kGemmMinCols ? Path::gemm_q8 : Path::dot;
+    if (!gk || ncols < kGemmMinCols) return Path::dot;
+    return gemm_q8_supported(gk, a->type) ? Path::gemm_q8 : Path::gemm_f32;
   }
   if (!unit_stride(a)) return Path::strided;
   if (gk && ncols >= kGemmMinCols) return gemm_q8_supported(gk, a->type) ? Path::gemm_q8 : Path::gemm_f32;

@@ -9,7 +9,6 @@
 #include "loom/core/quants.h"
 #include "loom/cpu/cpu.h"
 #include "loom/graph/tensor.h"
-#include "simd_gemm.h"
 
 namespace loom::cpu {
 namespace {
@@ -17,20 +16,24 @@ namespace {
 size_t block_bytes(DType type) { return type == DType::Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0); }
 int quads(DType type) { return type == DType::Q8_0 ? 8 : 4; }
 
-// GGUF block (34 / 18 bytes) <-> row i of a group block at p.
+// GGUF block (34 / 18 bytes) <-> row i of a group block at p: the scale, then 4 bytes per quad
+// (Q8_0 flipped to unsigned q + 128). Whole-word copies: this runs for every weight at load.
 void put_block(DType type, const uint8_t* blk, int i, uint8_t* p) {
   std::memcpy(p + 2 * i, blk, sizeof(fp16_t));
-  const uint8_t* qs = blk + sizeof(fp16_t);
-  const uint8_t flip = type == DType::Q8_0 ? 0x80 : 0;  // Q8_0: unsigned q + 128
-  for (int q = 0; q < quads(type); ++q)
-    for (int t = 0; t < 4; ++t) p[16 + (q * kRepackRows + i) * 4 + t] = qs[4 * q + t] ^ flip;
+  uint8_t qs[32];
+  const int n = 4 * quads(type);
+  std::memcpy(qs, blk + sizeof(fp16_t), (size_t)n);
+  if (type == DType::Q8_0)
+    for (int k = 0; k < 32; ++k) qs[k] ^= 0x80;
+  for (int q = 0; q < quads(type); ++q) std::memcpy(p + 16 + (q * kRepackRows + i) * 4, qs + 4 * q, 4);
 }
 void get_block(DType type, const uint8_t* p, int i, uint8_t* blk) {
   std::memcpy(blk, p + 2 * i, sizeof(fp16_t));
-  uint8_t* qs = blk + sizeof(fp16_t);
-  const uint8_t flip = type == DType::Q8_0 ? 0x80 : 0;
-  for (int q = 0; q < quads(type); ++q)
-    for (int t = 0; t < 4; ++t) qs[4 * q + t] = p[16 + (q * kRepackRows + i) * 4 + t] ^ flip;
+  uint8_t qs[32];
+  for (int q = 0; q < quads(type); ++q) std::memcpy(qs + 4 * q, p + 16 + (q * kRepackRows + i) * 4, 4);
+  if (type == DType::Q8_0)
+    for (int k = 0; k < 32; ++k) qs[k] ^= 0x80;
+  std::memcpy(blk + sizeof(fp16_t), qs, (size_t)(4 * quads(type)));
 }
 
 }  // namespace
@@ -39,8 +42,7 @@ bool repack_type(DType type) { return type == DType::Q8_0 || type == DType::Q4_0
 
 bool repacked_kernels(DType type) {
   const WeightKernels* wk = repack_type(type) ? weight_kernels(type) : nullptr;
-  const GemmKernels* gk = gemm_kernels(active_isa());
-  return wk && wk->rows_dot_r8 && (!gk || gemm_q8_supported(gk, type));
+  return wk && wk->rows_dot_r8;
 }
 
 size_t repack_group_block_bytes(DType type) { return kRepackRows * block_bytes(type); }
@@ -57,8 +59,10 @@ void repack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t 
                   d + (size_t)g * kRepackRows * lda + (size_t)b * gbb);
 }
 
-void unpack_block(DType type, const uint8_t* group, int i, int64_t b, void* out) {
-  get_block(type, group + (size_t)b * repack_group_block_bytes(type), i, static_cast<uint8_t*>(out));
+void unpack_blocks(DType type, const uint8_t* group, int i, int64_t b0, int64_t nb, void* out) {
+  const size_t gbb = repack_group_block_bytes(type), bb = block_bytes(type);
+  for (int64_t b = 0; b < nb; ++b)
+    get_block(type, group + (size_t)(b0 + b) * gbb, i, static_cast<uint8_t*>(out) + (size_t)b * bb);
 }
 
 void unpack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K) {
@@ -68,9 +72,7 @@ void unpack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t 
   auto* d = static_cast<uint8_t*>(dst);
   for (int64_t g = 0; g < nrows / kRepackRows; ++g)
     for (int i = 0; i < kRepackRows; ++i)
-      for (int64_t b = 0; b < nblk; ++b)
-        unpack_block(type, s + (size_t)g * kRepackRows * lda, i, b,
-                     d + (size_t)(g * kRepackRows + i) * lda + (size_t)b * block_bytes(type));
+      unpack_blocks(type, s + (size_t)g * kRepackRows * lda, i, 0, nblk, d + (size_t)(g * kRepackRows + i) * lda);
 }
 
 void rows_dot_r8_ref(DType type, int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,

@@ -23,8 +23,8 @@ inline constexpr int kRepackRows = 8;
 
 // Whether `type` has a repacked layout (Q8_0, Q4_0).
 bool repack_type(DType type);
-// Whether the active level reads repacked `type` on every MUL_MAT path: its rows_dot_r8, and its
-// int8 GEMM where it has tiles at all.
+// Whether the active level reads repacked `type`: its rows_dot_r8 (the GEMMs pack from either
+// layout).
 bool repacked_kernels(DType type);
 // Bytes of one group block: 16 + 256 (Q8_0) or 16 + 128 (Q4_0).
 size_t repack_group_block_bytes(DType type);
@@ -33,8 +33,9 @@ size_t repack_group_block_bytes(DType type);
 void repack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K);
 // The inverse: repacked groups -> GGUF rows.
 void unpack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K);
-// Row i (< 8) of the repacked group at `group`, block b, as the GGUF block (34 / 18 bytes).
-void unpack_block(DType type, const uint8_t* group, int i, int64_t b, void* out);
+// Row i (< 8) of the repacked group at `group`, blocks [b0, b0 + nb), as GGUF blocks (34 / 18
+// bytes each) at out.
+void unpack_blocks(DType type, const uint8_t* group, int i, int64_t b0, int64_t nb, void* out);
 
 // The readable reference of the repacked rows_dot (RowsDotFn with nr a multiple of 8 and a the
 // first row of a group): each group unpacked, then the scalar GGUF-row kernel.

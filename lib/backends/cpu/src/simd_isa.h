@@ -26,6 +26,10 @@ namespace loom::cpu {
 LOOM_ROWS_DOT_Q(avx2)
 LOOM_ROWS_DOT_Q(avx512)
 // Repacked rows (cpu_repack.h).
+void rows_dot_q8_0_r8_avx2(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
+                           float* const* out);
+void rows_dot_q4_0_r8_avx2(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
+                           float* const* out);
 void rows_dot_q8_0_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                              float* const* out);
 void rows_dot_q4_0_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
