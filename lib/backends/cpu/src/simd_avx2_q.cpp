@@ -14,6 +14,7 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#include "simd_r8.h"
 
 namespace loom::cpu {
 namespace {
@@ -93,67 +94,44 @@ void q4_0_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<Bloc
 
 template <int NC>
 void q8_0_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8A> x, float* const* out) {
-  constexpr size_t gbb = 8 * sizeof(BlockQ8_0);
   const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
-  for (int64_t r = 0; r < nr; r += 8) {
-    const uint8_t* g = a + r * lda;
-    __m256 acc[NC];
-    for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nblk; ++i) {
-      const uint8_t* p = g + i * gbb;
-      __m256i s[NC];
-      for (int c = 0; c < NC; ++c) s[c] = _mm256_setzero_si256();
-      for (int q = 0; q < 8; ++q) {
-        const __m256i w = _mm256_xor_si256(load256(p + 16 + 32 * q), flip);
-        const __m256i aw = _mm256_abs_epi8(w);
+  r8_rows_loop<BlockQ8_0, NC>(nblk, a, lda, nr, x, out, [&](const uint8_t* qs, int64_t i, __m256i* s) {
+    for (int c = 0; c < NC; ++c) s[c] = _mm256_setzero_si256();
+    for (int q = 0; q < 8; ++q) {
+      const __m256i w = _mm256_xor_si256(load256(qs + 32 * q), flip);
+      const __m256i aw = _mm256_abs_epi8(w);
 #pragma GCC unroll 8
-        for (int c = 0; c < NC; ++c) {
-          int32_t xq;
-          std::memcpy(&xq, x[c][i].qs + 4 * q, 4);
-          const __m256i pr = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(xq), w));
-          s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(pr, ones));
-        }
+      for (int c = 0; c < NC; ++c) {
+        int32_t xq;
+        std::memcpy(&xq, x[c][i].qs + 4 * q, 4);
+        const __m256i pr = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_set1_epi32(xq), w));
+        s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(pr, ones));
       }
-      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-      for (int c = 0; c < NC; ++c)
-        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c]), _mm256_mul_ps(dw, _mm256_set1_ps(x[c][i].d)), acc[c]);
     }
-    for (int c = 0; c < NC; ++c) _mm256_storeu_ps(out[c] + r, acc[c]);
-  }
+  });
 }
 
 template <int NC>
 void q4_0_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8A> x, float* const* out) {
-  constexpr size_t gbb = 8 * sizeof(BlockQ4_0);
   const __m256i low4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
-  for (int64_t r = 0; r < nr; r += 8) {
-    const uint8_t* g = a + r * lda;
-    __m256 acc[NC];
-    for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nblk; ++i) {
-      const uint8_t* p = g + i * gbb;
-      __m256i s[NC];
-      for (int c = 0; c < NC; ++c) s[c] = _mm256_setzero_si256();
-      for (int q = 0; q < 4; ++q) {  // low nibbles: elements 4q.., high: 16 + 4q..
-        const __m256i v = load256(p + 16 + 32 * q);
-        const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+  r8_rows_loop<BlockQ4_0, NC>(nblk, a, lda, nr, x, out, [&](const uint8_t* qs, int64_t i, __m256i* s) {
+    __m256i s16[NC];
+    for (int c = 0; c < NC; ++c) s16[c] = _mm256_setzero_si256();
+    for (int q = 0; q < 4; ++q) {  // low nibbles: elements 4q.., high: 16 + 4q..
+      const __m256i v = load256(qs + 32 * q);
+      const __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
 #pragma GCC unroll 8
-        for (int c = 0; c < NC; ++c) {
-          int32_t xl, xh;
-          std::memcpy(&xl, x[c][i].qs + 4 * q, 4);
-          std::memcpy(&xh, x[c][i].qs + 16 + 4 * q, 4);
-          s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(xl)));
-          s[c] = _mm256_add_epi16(s[c], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xh)));
-        }
-      }
-      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
       for (int c = 0; c < NC; ++c) {
-        const __m256i d = _mm256_add_epi32(_mm256_madd_epi16(s[c], ones), _mm256_set1_epi32(-8 * x[c][i].sum));
-        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_mul_ps(dw, _mm256_set1_ps(x[c][i].d)), acc[c]);
+        int32_t xl, xh;
+        std::memcpy(&xl, x[c][i].qs + 4 * q, 4);
+        std::memcpy(&xh, x[c][i].qs + 16 + 4 * q, 4);
+        s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(xl)));
+        s16[c] = _mm256_add_epi16(s16[c], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xh)));
       }
     }
-    for (int c = 0; c < NC; ++c) _mm256_storeu_ps(out[c] + r, acc[c]);
-  }
+    for (int c = 0; c < NC; ++c)
+      s[c] = _mm256_add_epi32(_mm256_madd_epi16(s16[c], ones), _mm256_set1_epi32(-8 * x[c][i].sum));
+  });
 }
 
 // ---- Q4_K -------------------------------------------------------------------------------------

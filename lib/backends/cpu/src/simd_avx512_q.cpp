@@ -21,6 +21,7 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+#include "simd_r8.h"
 
 namespace loom::cpu {
 namespace {
@@ -115,32 +116,22 @@ inline __m256i r8_quad(const uint8_t* p, int q) {
 template <class W, int NC>
 void r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8A> x, float* const* out) {
   constexpr int shift = kOffsetShift<W>;
-  constexpr size_t gbb = 8 * sizeof(W);  // group block: 8 scales + the quads
-  for (int64_t r = 0; r < nr; r += 8) {
-    const uint8_t* g = a + r * lda;
-    __m256 acc[NC];
-    for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nblk; ++i) {
-      const uint8_t* p = g + i * gbb;
-      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-      __m256i u[8];
-      for (int q = 0; q < 8; ++q) u[q] = r8_quad<W>(p + 16, q);
+  r8_rows_loop<W, NC>(nblk, a, lda, nr, x, out, [&](const uint8_t* qs, int64_t i, __m256i* s) {
+    __m256i u[8];
+    for (int q = 0; q < 8; ++q) u[q] = r8_quad<W>(qs, q);
 #pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c) {
-        const BlockQ8A& xb = x[c][i];
-        int32_t xq[8];
-        std::memcpy(xq, xb.qs, sizeof(xq));
-        __m256i s0 = _mm256_set1_epi32(-xb.sum * (1 << shift)), s1 = _mm256_setzero_si256();
-        for (int q = 0; q < 8; q += 2) {
-          s0 = _mm256_dpbusd_epi32(s0, u[q], _mm256_set1_epi32(xq[q]));
-          s1 = _mm256_dpbusd_epi32(s1, u[q + 1], _mm256_set1_epi32(xq[q + 1]));
-        }
-        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), _mm256_mul_ps(dw, _mm256_set1_ps(xb.d)),
-                                 acc[c]);
+    for (int c = 0; c < NC; ++c) {
+      const BlockQ8A& xb = x[c][i];
+      int32_t xq[8];
+      std::memcpy(xq, xb.qs, sizeof(xq));
+      __m256i s0 = _mm256_set1_epi32(-xb.sum * (1 << shift)), s1 = _mm256_setzero_si256();
+      for (int q = 0; q < 8; q += 2) {
+        s0 = _mm256_dpbusd_epi32(s0, u[q], _mm256_set1_epi32(xq[q]));
+        s1 = _mm256_dpbusd_epi32(s1, u[q + 1], _mm256_set1_epi32(xq[q + 1]));
       }
+      s[c] = _mm256_add_epi32(s0, s1);
     }
-    for (int c = 0; c < NC; ++c) _mm256_storeu_ps(out[c] + r, acc[c]);
-  }
+  });
 }
 template <int NC>
 void q8_0_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8A> x, float* const* out) {
