@@ -65,6 +65,39 @@ void unpack_blocks(DType type, const uint8_t* group, int i, int64_t b0, int64_t 
     get_block(type, group + (size_t)(b0 + b) * gbb, i, static_cast<uint8_t*>(out) + (size_t)b * bb);
 }
 
+namespace {
+// One row's block b of a group -> 32 floats: the quads gathered into plain bytes first, so the
+// conversion is a loop the compiler vectorizes.
+template <DType T>
+void block_to_f32(const uint8_t* p, int i, float* out) {
+  fp16_t h;
+  std::memcpy(&h, p + 2 * i, sizeof(h));
+  const float d = fp16_to_f32(h);
+  constexpr int kQuads = T == DType::Q8_0 ? 8 : 4;
+  uint8_t u[4 * kQuads];
+  for (int q = 0; q < kQuads; ++q) std::memcpy(u + 4 * q, p + 16 + (q * kRepackRows + i) * 4, 4);
+  if constexpr (T == DType::Q8_0) {
+    for (int k = 0; k < 32; ++k) out[k] = d * (float)((int)u[k] - 128);
+  } else {
+    for (int k = 0; k < 16; ++k) {
+      out[k] = d * (float)((u[k] & 15) - 8);
+      out[16 + k] = d * (float)((u[k] >> 4) - 8);
+    }
+  }
+}
+}  // namespace
+
+void repacked_to_f32(DType type, const uint8_t* group, int i, int64_t b0, int64_t nb, float* out) {
+  const size_t gbb = repack_group_block_bytes(type);
+  for (int64_t b = 0; b < nb; ++b, out += 32) {
+    const uint8_t* p = group + (size_t)(b0 + b) * gbb;
+    if (type == DType::Q8_0)
+      block_to_f32<DType::Q8_0>(p, i, out);
+    else
+      block_to_f32<DType::Q4_0>(p, i, out);
+  }
+}
+
 void unpack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K) {
   const int64_t nblk = K / 32;
   const size_t lda = (size_t)nblk * block_bytes(type);

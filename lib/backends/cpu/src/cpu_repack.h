@@ -36,6 +36,8 @@ void unpack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t 
 // Row i (< 8) of the repacked group at `group`, blocks [b0, b0 + nb), as GGUF blocks (34 / 18
 // bytes each) at out.
 void unpack_blocks(DType type, const uint8_t* group, int i, int64_t b0, int64_t nb, void* out);
+// The same blocks decoded to 32 * nb floats (the f32 GEMM's panel packing).
+void repacked_to_f32(DType type, const uint8_t* group, int i, int64_t b0, int64_t nb, float* out);
 
 // The readable reference of the repacked rows_dot (RowsDotFn with nr a multiple of 8 and a the
 // first row of a group): each group unpacked, then the scalar GGUF-row kernel.

@@ -46,12 +46,10 @@ void pack_f32(const GemmKernels& gk, const GemmJob& job, int64_t m0, int64_t mro
       const char* row = job.a + (m0 + g * kPanelRows + l) * job.lda;
       if (wk.type == DType::F32) {
         rows[l] = reinterpret_cast<const float*>(row) + k0;
-      } else if (job.repacked) {  // the row's blocks out of its 8-row group (cpu_repack.h), then decoded
+      } else if (job.repacked) {  // the row's blocks out of its 8-row group (cpu_repack.h)
         const int64_t r = m0 + g * kPanelRows + l, i = r % kRepackRows;
         const auto* group = reinterpret_cast<const uint8_t*>(job.a + (r - i) * job.lda);
-        uint8_t blocks[kGemmKc / 32 * sizeof(BlockQ8_0)];
-        unpack_blocks(wk.type, group, (int)i, k0 / 32, kc / 32, blocks);
-        wk.to_f32(blocks, tmp + l * kc, kc);
+        repacked_to_f32(wk.type, group, (int)i, k0 / 32, kc / 32, tmp + l * kc);
         rows[l] = tmp + l * kc;
       } else {
         wk.to_f32(row + (size_t)(k0 / wk.block) * wk.block_bytes, tmp + l * kc, kc);
