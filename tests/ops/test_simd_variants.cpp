@@ -10,6 +10,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "../../lib/backends/cpu/src/cpu_features.h"
@@ -174,6 +175,27 @@ TEST_P(KernelTest, RepackedRowsDotMatchesScalar) {
             EXPECT_NEAR(got[i], want[i], 1e-5 * std::fabs(want[i]) + 1e-4) << dtype_name(t) << " K " << K << " nc " << nc;
         }
       }
+}
+
+// Matrices of 4 MiB and more are repacked on every core (the groups split between threads).
+TEST(RepackLayout, BigMatricesRoundTripOnAllThreads) {
+  std::mt19937 rng(16);
+  for (DType t : {DType::Q8_0, DType::Q4_0}) {
+    const int64_t K = 4096, nrows = 1032;  // 129 groups, > 4 MiB of Q8_0 and of Q4_0 blocks x 2
+    const size_t bytes = (size_t)nrows * (size_t)(K / 32) * dtype_info(t).type_size * (t == DType::Q4_0 ? 2 : 1);
+    const int64_t rows = (int64_t)(bytes / ((size_t)(K / 32) * dtype_info(t).type_size));
+    std::vector<uint8_t> src(bytes), packed(bytes), back(bytes);
+    std::uniform_int_distribution<int> byte(0, 255);
+    for (uint8_t& v : src) v = (uint8_t)byte(rng);
+    cpu::repack_rows(t, src.data(), packed.data(), rows, K);
+    cpu::unpack_rows(t, packed.data(), back.data(), rows, K);
+    EXPECT_EQ(back, src) << dtype_name(t);
+    // spot check one row's block against the single-threaded unpacker
+    std::vector<uint8_t> blk(dtype_info(t).type_size);
+    const int64_t r = rows - 3, lda = (K / 32) * (int64_t)dtype_info(t).type_size;
+    cpu::unpack_blocks(t, packed.data() + (r / 8) * 8 * lda, (int)(r % 8), 5, 1, blk.data());
+    EXPECT_EQ(0, std::memcmp(blk.data(), src.data() + r * lda + 5 * (int64_t)blk.size(), blk.size()));
+  }
 }
 
 TEST_P(KernelTest, FloatDotAndAxpyMatchScalar) {

@@ -3,10 +3,12 @@
 #include "cpu_repack.h"
 
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "cpu_vec_dot.h"
 #include "loom/core/quants.h"
+#include "loom/core/thread_pool.h"
 #include "loom/cpu/cpu.h"
 #include "loom/graph/tensor.h"
 
@@ -52,11 +54,20 @@ void repack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t 
   const size_t lda = (size_t)nblk * block_bytes(type), gbb = repack_group_block_bytes(type);
   const auto* s = static_cast<const uint8_t*>(src);
   auto* d = static_cast<uint8_t*>(dst);
-  for (int64_t g = 0; g < nrows / kRepackRows; ++g)
-    for (int i = 0; i < kRepackRows; ++i)
-      for (int64_t b = 0; b < nblk; ++b)
-        put_block(type, s + (size_t)(g * kRepackRows + i) * lda + (size_t)b * block_bytes(type), i,
-                  d + (size_t)g * kRepackRows * lda + (size_t)b * gbb);
+  const int64_t groups = nrows / kRepackRows;
+  auto some = [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g)
+      for (int i = 0; i < kRepackRows; ++i)
+        for (int64_t b = 0; b < nblk; ++b)
+          put_block(type, s + (size_t)(g * kRepackRows + i) * lda + (size_t)b * block_bytes(type), i,
+                    d + (size_t)g * kRepackRows * lda + (size_t)b * gbb);
+  };
+  // Big matrices on all cores: model loading repacks every Q8_0/Q4_0 weight.
+  const int64_t nth = (size_t)nrows * lda < (size_t(4) << 20) ? 1 : ThreadPool::default_threads();
+  std::vector<std::thread> threads;
+  for (int64_t t = 1; t < nth; ++t) threads.emplace_back(some, groups * t / nth, groups * (t + 1) / nth);
+  some(0, groups / nth);
+  for (std::thread& th : threads) th.join();
 }
 
 void unpack_blocks(DType type, const uint8_t* group, int i, int64_t b0, int64_t nb, void* out) {
