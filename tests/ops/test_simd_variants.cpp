@@ -159,7 +159,8 @@ TEST_P(KernelTest, RepackedRowsDotMatchesScalar) {
         if (!r8) continue;
         for (int nc = 1; nc <= cpu::kMaxDotCols; ++nc) {
           const std::vector<float> xv = normal(rng, (size_t)(K * nc));
-          std::vector<std::vector<uint8_t>> act((size_t)nc, std::vector<uint8_t>(cpu::act_row_bytes(cpu::ActType::q8, K)));
+          std::vector<std::vector<uint8_t>> act((size_t)nc,
+                                                std::vector<uint8_t>(cpu::act_row_bytes(cpu::ActType::q8, K)));
           std::vector<float> want((size_t)(nr * nc)), got((size_t)(nr * nc), NAN);
           const void* bp[cpu::kMaxDotCols];
           float *wp[cpu::kMaxDotCols], *gp[cpu::kMaxDotCols];
@@ -172,7 +173,8 @@ TEST_P(KernelTest, RepackedRowsDotMatchesScalar) {
           cpu::weight_kernels(t, Isa::scalar)->rows_dot(K, rows.data(), lda, nr, bp, nc, wp);
           r8(K, packed.data(), lda, nr, bp, nc, gp);
           for (size_t i = 0; i < want.size(); ++i)
-            EXPECT_NEAR(got[i], want[i], 1e-5 * std::fabs(want[i]) + 1e-4) << dtype_name(t) << " K " << K << " nc " << nc;
+            EXPECT_NEAR(got[i], want[i], 1e-5 * std::fabs(want[i]) + 1e-4)
+                << dtype_name(t) << " K " << K << " nc " << nc;
         }
       }
 }

@@ -24,10 +24,10 @@ void print_error(const char* tool_name, const char* message) {
 namespace {
 // llama.cpp's multi-letter single-dash flags, which CLI11 cannot declare, mapped to long names.
 constexpr std::pair<const char*, const char*> kAliases[] = {
-    {"-ngl", "--n-gpu-layers"}, {"-ub", "--ubatch-size"},  {"-ts", "--tensor-split"}, {"-sm", "--split-mode"},
-    {"-mg", "--main-gpu"},      {"-dev", "--device"},      {"-ot", "--override-tensor"}, {"-cmoe", "--cpu-moe"},
-    {"-fa", "--flash-attn"},    {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"}, {"-opt", "--optimizer"},
-    {"-lr", "--learning-rate"}, {"-lr-min", "--lr-min"},   {"-wd", "--weight-decay"},  {"-epochs", "--epochs"},
+    {"-ngl", "--n-gpu-layers"}, {"-ub", "--ubatch-size"},   {"-ts", "--tensor-split"},    {"-sm", "--split-mode"},
+    {"-mg", "--main-gpu"},      {"-dev", "--device"},       {"-ot", "--override-tensor"}, {"-cmoe", "--cpu-moe"},
+    {"-fa", "--flash-attn"},    {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},   {"-opt", "--optimizer"},
+    {"-lr", "--learning-rate"}, {"-lr-min", "--lr-min"},    {"-wd", "--weight-decay"},    {"-epochs", "--epochs"},
     {"-nr", "--no-repack"},
 };
 }  // namespace

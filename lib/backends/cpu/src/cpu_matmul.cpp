@@ -63,7 +63,7 @@ void convert_rows(const Tensor* t, float* dst, int ith, int nth) {
 enum class Path : uint8_t { dot, gemm_f32, gemm_q8, strided };
 
 Path choose_path(const Tensor* a, int64_t ncols, const GemmKernels* gk) {
-  if (a->has_flag(kFlagRepacked)) {  // repack_weight made sure both readers of the layout exist
+  if (a->has_flag(kFlagRepacked)) {  // rows in 8-row groups: the level's rows_dot_r8, or a GEMM packing from them
     LOOM_CHECK(repacked_kernels(a->type), unsupported, "MUL_MAT: {} is repacked for kernels this CPU level lacks",
                a->name);
     if (!gk || ncols < kGemmMinCols) return Path::dot;
@@ -136,7 +136,8 @@ MatmulPlan plan_mul_mat(const Tensor* node, int nth) {
   // columns) are split between the threads, b shared anyway.
   const int64_t M = a->ne[1], batches = b->ne[2] * b->ne[3];
   p.pack_b = !is_id && p.path == Path::gemm_f32 && !p.private_b && batches == 1 &&
-             (p.convert_b || b->nb[1] % sizeof(float) == 0) && ceil_div(M, unit_rows(p.path, M, 1, K, nth, false)) >= nth;
+             (p.convert_b || b->nb[1] % sizeof(float) == 0) &&
+             ceil_div(M, unit_rows(p.path, M, 1, K, nth, false)) >= nth;
   const size_t bpack_bytes = p.pack_b ? align64(gemm_f32_packed_bytes(*p.gk, K, b->ne[1])) : 0;
 
   size_t off = 0;

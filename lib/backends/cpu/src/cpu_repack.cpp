@@ -38,45 +38,6 @@ void get_block(DType type, const uint8_t* p, int i, uint8_t* blk) {
   std::memcpy(blk + sizeof(fp16_t), qs, (size_t)(4 * quads(type)));
 }
 
-}  // namespace
-
-bool repack_type(DType type) { return type == DType::Q8_0 || type == DType::Q4_0; }
-
-bool repacked_kernels(DType type) {
-  const WeightKernels* wk = repack_type(type) ? weight_kernels(type) : nullptr;
-  return wk && wk->rows_dot_r8;
-}
-
-size_t repack_group_block_bytes(DType type) { return kRepackRows * block_bytes(type); }
-
-void repack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K) {
-  const int64_t nblk = K / 32;
-  const size_t lda = (size_t)nblk * block_bytes(type), gbb = repack_group_block_bytes(type);
-  const auto* s = static_cast<const uint8_t*>(src);
-  auto* d = static_cast<uint8_t*>(dst);
-  const int64_t groups = nrows / kRepackRows;
-  auto some = [&](int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < g1; ++g)
-      for (int i = 0; i < kRepackRows; ++i)
-        for (int64_t b = 0; b < nblk; ++b)
-          put_block(type, s + (size_t)(g * kRepackRows + i) * lda + (size_t)b * block_bytes(type), i,
-                    d + (size_t)g * kRepackRows * lda + (size_t)b * gbb);
-  };
-  // Big matrices on all cores: model loading repacks every Q8_0/Q4_0 weight.
-  const int64_t nth = (size_t)nrows * lda < (size_t(4) << 20) ? 1 : ThreadPool::default_threads();
-  std::vector<std::thread> threads;
-  for (int64_t t = 1; t < nth; ++t) threads.emplace_back(some, groups * t / nth, groups * (t + 1) / nth);
-  some(0, groups / nth);
-  for (std::thread& th : threads) th.join();
-}
-
-void unpack_blocks(DType type, const uint8_t* group, int i, int64_t b0, int64_t nb, void* out) {
-  const size_t gbb = repack_group_block_bytes(type), bb = block_bytes(type);
-  for (int64_t b = 0; b < nb; ++b)
-    get_block(type, group + (size_t)(b0 + b) * gbb, i, static_cast<uint8_t*>(out) + (size_t)b * bb);
-}
-
-namespace {
 // One row's block b of a group -> 32 floats: the quads gathered into plain bytes first, so the
 // conversion is a loop the compiler vectorizes.
 template <DType T>
@@ -96,7 +57,44 @@ void block_to_f32(const uint8_t* p, int i, float* out) {
     }
   }
 }
+
 }  // namespace
+
+bool repack_type(DType type) { return type == DType::Q8_0 || type == DType::Q4_0; }
+
+bool repacked_kernels(DType type) {
+  const WeightKernels* wk = repack_type(type) ? weight_kernels(type) : nullptr;
+  return wk && wk->rows_dot_r8;
+}
+
+size_t repack_group_block_bytes(DType type) { return kRepackRows * block_bytes(type); }
+
+void repack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K) {
+  const int64_t nblk = K / 32;
+  const size_t lda = (size_t)nblk * block_bytes(type), gbb = repack_group_block_bytes(type);
+  const auto* s = static_cast<const uint8_t*>(src);
+  auto* d = static_cast<uint8_t*>(dst);
+  const int64_t groups = nrows / kRepackRows;
+  auto repack_groups = [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g)
+      for (int i = 0; i < kRepackRows; ++i)
+        for (int64_t b = 0; b < nblk; ++b)
+          put_block(type, s + (size_t)(g * kRepackRows + i) * lda + (size_t)b * block_bytes(type), i,
+                    d + (size_t)g * kRepackRows * lda + (size_t)b * gbb);
+  };
+  // Big matrices on all cores: model loading repacks every Q8_0/Q4_0 weight.
+  const int64_t nth = (size_t)nrows * lda < (size_t(4) << 20) ? 1 : ThreadPool::default_threads();
+  std::vector<std::thread> threads;
+  for (int64_t t = 1; t < nth; ++t) threads.emplace_back(repack_groups, groups * t / nth, groups * (t + 1) / nth);
+  repack_groups(0, groups / nth);
+  for (std::thread& th : threads) th.join();
+}
+
+void unpack_blocks(DType type, const uint8_t* group, int i, int64_t b0, int64_t nb, void* out) {
+  const size_t gbb = repack_group_block_bytes(type), bb = block_bytes(type);
+  for (int64_t b = 0; b < nb; ++b)
+    get_block(type, group + (size_t)(b0 + b) * gbb, i, static_cast<uint8_t*>(out) + (size_t)b * bb);
+}
 
 void repacked_to_f32(DType type, const uint8_t* group, int i, int64_t b0, int64_t nb, float* out) {
   const size_t gbb = repack_group_block_bytes(type);
@@ -133,8 +131,8 @@ void rows_dot_r8_ref(DType type, int64_t K, const void* a, size_t lda, int64_t n
 
 bool repack_weight(Tensor& t, const void* src) {
   // Matrices, and stacks of them (MoE experts): groups never straddle two matrices.
-  if (!repack_type(t.type) || t.ne[3] != 1 || t.ne[1] % kRepackRows != 0 || t.ne[0] % 32 != 0 ||
-      !t.is_contiguous() || t.is_view() || !t.data)
+  if (!repack_type(t.type) || t.ne[3] != 1 || t.ne[1] % kRepackRows != 0 || t.ne[0] % 32 != 0 || !t.is_contiguous() ||
+      t.is_view() || !t.data)
     return false;
   if (!repacked_kernels(t.type)) return false;
   repack_rows(t.type, src, t.data, t.ne[1] * t.ne[2], t.ne[0]);

@@ -19,10 +19,10 @@ inline constexpr int kMaxSrc = 6;
 inline constexpr int kMaxOpParams = 16;
 
 enum TensorFlag : uint32_t {
-  kFlagParam = 1u << 0,   // trainable parameter
-  kFlagInput = 1u << 1,   // filled by the caller before compute
-  kFlagOutput = 1u << 2,  // read by the caller after compute: never reused by the allocator
-  kFlagLoss = 1u << 3,    // scalar to minimize
+  kFlagParam = 1u << 0,     // trainable parameter
+  kFlagInput = 1u << 1,     // filled by the caller before compute
+  kFlagOutput = 1u << 2,    // read by the caller after compute: never reused by the allocator
+  kFlagLoss = 1u << 3,      // scalar to minimize
   kFlagRepacked = 1u << 4,  // CPU weight stored in a kernel layout (cpu_repack.h): only MUL_MAT(_ID) reads it
 };
 
