@@ -330,6 +330,14 @@ double limit_for(DType t) { return dtype_info(t).block_size == 1 ? 1e-9 : 5e-4; 
 
 using MatmulLevelTest = LevelTest;
 
+// A weight's bytes (as the file holds them) repacked where they are, as the model loader places
+// them; false where the level has no repacked kernels.
+bool repack_in_place(Tensor* t) {
+  const auto* p = static_cast<const uint8_t*>(t->data);
+  const std::vector<uint8_t> file(p, p + t->nbytes());
+  return cpu::repack_weight(*t, file.data());
+}
+
 TEST_P(MatmulLevelTest, EveryTypeEveryPathOddShapes) {
   struct Shape {
     int64_t K, M, N, b2;
@@ -372,8 +380,7 @@ TEST_P(MatmulLevelTest, RepackedWeightsDotAndGemm) {
         r.fill_normal(a);
         r.fill_normal(b);
         const auto want = ref_mul_mat(r.get_f32(a), a->ne, r.get_f32(b), b->ne);
-        const std::vector<uint8_t> file(static_cast<uint8_t*>(a->data), static_cast<uint8_t*>(a->data) + a->nbytes());
-        if (!cpu::repack_weight(*a, file.data())) GTEST_SKIP() << "no repacked kernels at this level";
+        if (!repack_in_place(a)) GTEST_SKIP() << "no repacked kernels at this level";
         ASSERT_TRUE(a->has_flag(kFlagRepacked));
         EXPECT_FALSE(cpu::supports(ops::cont(r.ctx, a)));  // no other op reads the layout
         EXPECT_TRUE(cpu::supports(out));
@@ -439,8 +446,7 @@ TEST_P(MatmulLevelTest, ExpertsMixCrowdedAndSparse) {
     r.set_i32(ids, idv);
     const auto av = r.get_f32(as), bv = r.get_f32(b);
     if (repack) {
-      const std::vector<uint8_t> file(static_cast<uint8_t*>(as->data), static_cast<uint8_t*>(as->data) + as->nbytes());
-      if (!cpu::repack_weight(*as, file.data())) continue;  // no repacked kernels at this level
+      if (!repack_in_place(as)) continue;  // no repacked kernels at this level
       ASSERT_TRUE(as->has_flag(kFlagRepacked));
     }
     r.compute(out, 2);

@@ -15,7 +15,7 @@
 namespace loom::cpu {
 namespace {
 
-size_t block_bytes(DType type) { return type == DType::Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0); }
+size_t block_bytes(DType type) { return dtype_info(type).type_size; }
 int quads(DType type) { return type == DType::Q8_0 ? 8 : 4; }
 
 // GGUF block (34 / 18 bytes) <-> row i of a group block at p: the scale, then 4 bytes per quad

@@ -88,14 +88,6 @@ void q8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ
     for (int c = 0; c < NC; ++c) out[c][r] = hsum256(_mm256_add_ps(acc[c][0], acc[c][1]));
   }
 }
-template <int NC>
-void q8_0_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8A> x, float* const* out) {
-  q8_rows<BlockQ8_0, NC>(nblk, a, lda, nr, x, out);
-}
-template <int NC>
-void q4_0_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8A> x, float* const* out) {
-  q8_rows<BlockQ4_0, NC>(nblk, a, lda, nr, x, out);
-}
 
 // ---- Q8_0 / Q4_0 repacked in groups of 8 rows (cpu_repack.h) --------------------------------
 // One 256-bit vpdpbusd serves 8 rows x 4 elements: per block and column 8 of them, one offset
@@ -132,14 +124,6 @@ void r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ
       s[c] = _mm256_add_epi32(s0, s1);
     }
   });
-}
-template <int NC>
-void q8_0_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8A> x, float* const* out) {
-  r8_rows<BlockQ8_0, NC>(nblk, a, lda, nr, x, out);
-}
-template <int NC>
-void q4_0_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8A> x, float* const* out) {
-  r8_rows<BlockQ4_0, NC>(nblk, a, lda, nr, x, out);
 }
 
 // ---- Q4_K: 64 elements per vector (sub-blocks 2j and 2j + 1: low and high nibbles of 32 bytes) --
@@ -252,38 +236,38 @@ void q6_k_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<Bloc
   }
 }
 
-// nc-column dispatch of a kernel template Rows<NC>(nblk, a, lda, nr, x, out)
-#define LOOM_DISPATCH_NC(kernel, X, block)         \
+// nc-column dispatch of a kernel template kernel<[W, ]NC>(nblk, a, lda, nr, x, out)
+#define LOOM_DISPATCH_NC(X, block, kernel, ...)    \
   const int64_t nblk = K / (block);                \
   const auto* pa = static_cast<const uint8_t*>(a); \
   const auto x = reinterpret_cast<Cols<X>>(b);     \
-  with_count<kMaxDotCols>(nc, [&]<int NC>() { kernel<NC>(nblk, pa, lda, nr, x, out); });
+  with_count<kMaxDotCols>(nc, [&]<int NC>() { kernel<__VA_ARGS__ __VA_OPT__(, ) NC>(nblk, pa, lda, nr, x, out); });
 
 }  // namespace
 
 void rows_dot_q8_0_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                           float* const* out) {
-  LOOM_DISPATCH_NC(q8_0_rows, BlockQ8A, 32)
+  LOOM_DISPATCH_NC(BlockQ8A, 32, q8_rows, BlockQ8_0)
 }
 void rows_dot_q4_0_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                           float* const* out) {
-  LOOM_DISPATCH_NC(q4_0_rows, BlockQ8A, 32)
+  LOOM_DISPATCH_NC(BlockQ8A, 32, q8_rows, BlockQ4_0)
 }
 void rows_dot_q8_0_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                              float* const* out) {
-  LOOM_DISPATCH_NC(q8_0_r8_rows, BlockQ8A, 32)
+  LOOM_DISPATCH_NC(BlockQ8A, 32, r8_rows, BlockQ8_0)
 }
 void rows_dot_q4_0_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                              float* const* out) {
-  LOOM_DISPATCH_NC(q4_0_r8_rows, BlockQ8A, 32)
+  LOOM_DISPATCH_NC(BlockQ8A, 32, r8_rows, BlockQ4_0)
 }
 void rows_dot_q4_k_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                           float* const* out) {
-  LOOM_DISPATCH_NC(q4_k_rows, BlockQ8KA, 256)
+  LOOM_DISPATCH_NC(BlockQ8KA, 256, q4_k_rows)
 }
 void rows_dot_q6_k_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                           float* const* out) {
-  LOOM_DISPATCH_NC(q6_k_rows, BlockQ8KA, 256)
+  LOOM_DISPATCH_NC(BlockQ8KA, 256, q6_k_rows)
 }
 #undef LOOM_DISPATCH_NC
 
