@@ -268,38 +268,42 @@ TEST_P(KernelTest, GemmTilesMatchReferenceTiles) {
         }
       }
   if (!gk->q8_tile) return;
-  for (int64_t nblk : {1L, 3L, 8L})
-    for (int mr = 1; mr <= gk->q8_mr; mr += mr < 17 ? 4 : 7)
-      for (int nc = 1; nc <= gk->q8_nr; ++nc) {
-        const int groups = (mr + 15) / 16;
-        std::vector<uint8_t> p((size_t)(groups * nblk) * cpu::kQ8GroupBlockBytes);
-        std::uniform_int_distribution<int> byte(0, 255);
-        for (uint8_t& v : p) v = (uint8_t)byte(rng);
-        for (int64_t gb = 0; gb < groups * nblk; ++gb) {  // sane row scales
-          auto* dw = reinterpret_cast<float*>(p.data() + gb * cpu::kQ8GroupBlockBytes);
-          for (int l = 0; l < 16; ++l) dw[l] = 0.01f * (float)(l + 1);
-        }
-        std::vector<std::vector<cpu::BlockQ8A>> cols((size_t)nc, std::vector<cpu::BlockQ8A>((size_t)nblk));
-        const cpu::BlockQ8A* bp[16];
-        for (int j = 0; j < nc; ++j) {
-          const std::vector<float> x = normal(rng, (size_t)(32 * nblk));
-          cpu::quantize_act(cpu::ActType::q8, Isa::scalar)(x.data(), cols[(size_t)j].data(), 32 * nblk);
-          bp[j] = cols[(size_t)j].data();
-        }
-        for (int shift : {3, 7}) {
-          std::vector<float> c0((size_t)(nc * 64), 7.0f), c1 = c0;
-          float *cp0[16], *cp1[16];
-          for (int j = 0; j < nc; ++j) {
-            cp0[j] = c0.data() + j * 64;
-            cp1[j] = c1.data() + j * 64;
+  for (bool mins : {false, true})
+    for (int64_t nblk : {1L, 3L, 8L})
+      for (int mr = 1; mr <= gk->q8_mr; mr += mr < 17 ? 4 : 7)
+        for (int nc = 1; nc <= gk->q8_nr; ++nc) {
+          const int groups = (mr + 15) / 16;
+          const size_t block = mins ? cpu::kQ8MinGroupBlockBytes : cpu::kQ8GroupBlockBytes;
+          std::vector<uint8_t> p((size_t)(groups * nblk) * block);
+          std::uniform_int_distribution<int> byte(0, mins ? 15 : 255);  // Q4_K panels hold nibbles
+          for (uint8_t& v : p) v = (uint8_t)byte(rng);
+          for (int64_t gb = 0; gb < groups * nblk; ++gb) {  // sane row scales (and mins)
+            auto* dw = reinterpret_cast<float*>(p.data() + gb * block);
+            for (int l = 0; l < 16; ++l) dw[l] = 0.01f * (float)(l + 1);
+            if (mins)
+              for (int l = 0; l < 16; ++l) dw[16 + l] = 0.003f * (float)(l % 5);
           }
-          cpu::gemm_q8_tile_ref(nblk, p.data(), bp, nc, cp0, mr, shift);
-          gk->q8_tile(nblk, p.data(), bp, nc, cp1, mr, shift);
-          for (size_t i = 0; i < c0.size(); ++i)
-            EXPECT_NEAR(c1[i], c0[i], 1e-5 * std::fabs(c0[i]) + 1e-4)
-                << "q8 nblk " << nblk << " mr " << mr << " nc " << nc;
+          std::vector<std::vector<cpu::BlockQ8A>> cols((size_t)nc, std::vector<cpu::BlockQ8A>((size_t)nblk));
+          const cpu::BlockQ8A* bp[16];
+          for (int j = 0; j < nc; ++j) {
+            const std::vector<float> x = normal(rng, (size_t)(32 * nblk));
+            cpu::quantize_act(cpu::ActType::q8, Isa::scalar)(x.data(), cols[(size_t)j].data(), 32 * nblk);
+            bp[j] = cols[(size_t)j].data();
+          }
+          for (int shift : {3, 7}) {
+            std::vector<float> c0((size_t)(nc * 64), 7.0f), c1 = c0;
+            float *cp0[16], *cp1[16];
+            for (int j = 0; j < nc; ++j) {
+              cp0[j] = c0.data() + j * 64;
+              cp1[j] = c1.data() + j * 64;
+            }
+            (mins ? cpu::gemm_q8m_tile_ref : cpu::gemm_q8_tile_ref)(nblk, p.data(), bp, nc, cp0, mr, shift);
+            (mins ? gk->q8m_tile : gk->q8_tile)(nblk, p.data(), bp, nc, cp1, mr, shift);
+            for (size_t i = 0; i < c0.size(); ++i)  // rows past mr keep their 7
+              EXPECT_NEAR(c1[i], c0[i], 1e-5 * std::fabs(c0[i]) + 1e-4)
+                  << (mins ? "q8m" : "q8") << " nblk " << nblk << " mr " << mr << " nc " << nc;
+          }
         }
-      }
 }
 
 TEST_P(KernelTest, PanelTransposeMatchesReference) {

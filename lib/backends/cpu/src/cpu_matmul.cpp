@@ -6,7 +6,7 @@
 // takes one path:
 //   dot     - the per-type fused row kernels, up to kMaxDotCols columns per pass over a block of rows;
 //   gemm    - blocked products over packed panels and register tiles (simd_gemm.h) from
-//             kGemmMinCols columns on levels that have tiles (f32 tiles, or int8 tiles for Q8_0/Q4_0);
+//             kGemmMinCols columns on levels that have tiles (f32 tiles, or int8 tiles for Q8_0/Q4_0/Q4_K);
 //   strided - a transposed float view of a, gathered into f32 rows first, then the f32 dot.
 #include <algorithm>
 #include <cmath>
@@ -62,15 +62,21 @@ void convert_rows(const Tensor* t, float* dst, int ith, int nth) {
 
 enum class Path : uint8_t { dot, gemm_f32, gemm_q8, strided };
 
-Path choose_path(const Tensor* a, int64_t ncols, const GemmKernels* gk) {
+// MUL_MAT_ID mixes the dot path (sparse experts) with the GEMM (crowded ones) over one set of
+// int8 columns, so its int8 GEMM takes only weights whose dot kernels read the same 32-value
+// blocks (Q4_K's read 256-value ones: the f32 GEMM there).
+Path choose_path(const Tensor* a, int64_t ncols, const GemmKernels* gk, bool is_id) {
+  const auto q8 = [&] {
+    return gemm_q8_supported(gk, a->type) && (!is_id || weight_kernels(a->type)->act == ActType::q8);
+  };
   if (a->has_flag(kFlagRepacked)) {  // rows in 8-row groups: the level's rows_dot_r8, or a GEMM packing from them
     LOOM_CHECK(repacked_kernels(a->type), unsupported, "MUL_MAT: {} is repacked for kernels this CPU level lacks",
                a->name);
     if (!gk || ncols < kGemmMinCols) return Path::dot;
-    return gemm_q8_supported(gk, a->type) ? Path::gemm_q8 : Path::gemm_f32;
+    return q8() ? Path::gemm_q8 : Path::gemm_f32;
   }
   if (!unit_stride(a)) return Path::strided;
-  if (gk && ncols >= kGemmMinCols) return gemm_q8_supported(gk, a->type) ? Path::gemm_q8 : Path::gemm_f32;
+  if (gk && ncols >= kGemmMinCols) return q8() ? Path::gemm_q8 : Path::gemm_f32;
   return Path::dot;
 }
 
@@ -81,9 +87,9 @@ bool path_reads_f32(Path path, ActType act) {
 
 // Rows of a per work unit of a path (a multiple of 16 for gemm, of 8 for repacked weights),
 // shrunk while the units of `matrices` matrices are too few to keep nth threads busy.
-int64_t unit_rows(Path path, int64_t M, int64_t matrices, int64_t K, int nth, bool repacked) {
+int64_t unit_rows(Path path, DType type, int64_t M, int64_t matrices, int64_t K, int nth, bool repacked) {
   const bool gemm = path == Path::gemm_f32 || path == Path::gemm_q8;
-  int64_t rb = gemm ? gemm_panel_rows(path == Path::gemm_q8, K) : kRowBlock;
+  int64_t rb = gemm ? gemm_panel_rows(path == Path::gemm_q8 ? gemm_q8_block_bytes(type) : 0, K) : kRowBlock;
   const int64_t min_rb = gemm ? 32 : repacked ? kRepackRows : 1;
   while (rb > min_rb && matrices * ceil_div(M, rb) < (gemm ? 2 : 4) * (int64_t)nth) rb /= 2;
   return std::max(rb, min_rb);
@@ -114,10 +120,10 @@ MatmulPlan plan_mul_mat(const Tensor* node, int nth) {
   MatmulPlan p;
   p.wk = weight_kernels(a->type);
   p.gk = gemm_kernels(active_isa());
-  p.act = p.wk->act;
   // MUL_MAT: columns of one matrix; MUL_MAT_ID: all (n_used x T) columns may land on one expert.
   const int64_t ncols = is_id ? node->ne[1] * node->ne[2] : b->ne[1];
-  p.path = choose_path(a, ncols, p.gk);
+  p.path = choose_path(a, ncols, p.gk, is_id);
+  p.act = p.path == Path::gemm_q8 ? ActType::q8 : p.wk->act;  // the int8 GEMM reads 32-value blocks
   bool need_f32, need_act;
   if (is_id && p.path != Path::dot && p.path != Path::strided) {  // crowded and sparse experts both possible
     need_f32 = path_reads_f32(Path::dot, p.act) || path_reads_f32(p.path, p.act);
@@ -137,7 +143,7 @@ MatmulPlan plan_mul_mat(const Tensor* node, int nth) {
   const int64_t M = a->ne[1], batches = b->ne[2] * b->ne[3];
   p.pack_b = !is_id && p.path == Path::gemm_f32 && !p.private_b && batches == 1 &&
              (p.convert_b || b->nb[1] % sizeof(float) == 0) &&
-             ceil_div(M, unit_rows(p.path, M, 1, K, nth, false)) >= nth;
+             ceil_div(M, unit_rows(p.path, a->type, M, 1, K, nth, false)) >= nth;
   const size_t bpack_bytes = p.pack_b ? align64(gemm_f32_packed_bytes(*p.gk, K, b->ne[1])) : 0;
 
   size_t off = 0;
@@ -169,10 +175,10 @@ MatmulPlan plan_mul_mat(const Tensor* node, int nth) {
       s += align64(sizeof(float) * (size_t)(kRowBlock * K));
       break;
     case Path::gemm_f32:
-      s += align64(gemm_scratch_bytes(false, K, a->ne[1]));
+      s += align64(gemm_scratch_bytes(0, K, a->ne[1]));
       break;
     case Path::gemm_q8:
-      s += align64(gemm_scratch_bytes(true, K, a->ne[1]));
+      s += align64(gemm_scratch_bytes(gemm_q8_block_bytes(a->type), K, a->ne[1]));
       break;
     default:
       break;
@@ -303,7 +309,7 @@ void mul_mat(const KernelArgs& args, Tensor* dst) {
   }
 
   const int64_t batches = b2 * b3;
-  const int64_t rb = unit_rows(p.path, M, batches, K, args.nth, a->has_flag(kFlagRepacked));
+  const int64_t rb = unit_rows(p.path, a->type, M, batches, K, args.nth, a->has_flag(kFlagRepacked));
   const int64_t n_rb = ceil_div(M, rb);
   // Too few row blocks for the threads (small M): split the columns too.
   int64_t col_chunk = N;
@@ -382,7 +388,7 @@ void mul_mat_id(const KernelArgs& args, Tensor* dst) {
   int64_t active = 0;
   for (int64_t e = 0; e < E; ++e) active += count[e] > 0;
   const bool repacked = as->has_flag(kFlagRepacked);
-  const int64_t rb = unit_rows(p.path, M, std::max<int64_t>(active, 1), K, args.nth, repacked);
+  const int64_t rb = unit_rows(p.path, as->type, M, std::max<int64_t>(active, 1), K, args.nth, repacked);
   const int64_t n_rb = ceil_div(M, rb);
   // Experts with few columns take the dot path in row blocks of kRowBlock; sub-units keep the
   // unit count independent of the expert's path.

@@ -70,7 +70,7 @@ Layout layout_of(const Shape& f) {
   L.ppack = take(sizeof(float) * (size_t)(kKeyTile * 16));
   L.vrow = take(sizeof(float) * (size_t)dv16);
   L.ptrs = take(sizeof(void*) * 5 * (size_t)f.R);
-  L.gemm = take(gemm_scratch_bytes(false, f.D, kKeyTile));  // jobs: one tile of keys
+  L.gemm = take(gemm_scratch_bytes(0, f.D, kKeyTile));  // jobs: one tile of keys
   L.total = align64(off);
   return L;
 }

@@ -7,7 +7,8 @@
 //       for each group of nr columns:     pack columns x block -> bpack (stays in L1), unless
 //                                          the caller packed all of b once (gemm_f32_pack_b)
 //         for each tile of mr rows:       tile(panel rows, bpack) -> dst (+= after the first block)
-// q8 (no K blocking; a panel holds whole rows): for each panel: pack; for each group; for each tile.
+// q8 (no K blocking; a panel holds whole rows): for each panel: pack; for each group; for each tile
+// (Q4_K: 32-value sub-blocks as blocks, with their mins).
 #include "simd_gemm.h"
 
 #include <algorithm>
@@ -97,6 +98,35 @@ void pack_q8(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
     }
 }
 
+// rows [m0, m0 + mrows) of Q4_K weights -> q8 panel with mins: per 16-row group and 32-value
+// sub-block j of a super-block, the row scales d * sc_j, the row mins dmin * m_j, then the nibbles.
+void pack_q4k(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
+  const int64_t nblk = job.K / 32;
+  const int64_t ngroups = (mrows + kPanelRows - 1) / kPanelRows;
+  for (int64_t g = 0; g < ngroups; ++g)
+    for (int l = 0; l < kPanelRows; ++l) {
+      const int64_t i = g * kPanelRows + l;
+      const auto* row = i < mrows ? reinterpret_cast<const BlockQ4_K*>(job.a + (m0 + i) * job.lda) : nullptr;
+      for (int64_t blk = 0; blk < nblk; ++blk) {
+        uint8_t* pb = panel + (size_t)(g * nblk + blk) * kQ8MinGroupBlockBytes;
+        auto* dw = reinterpret_cast<float*>(pb);
+        uint8_t* u = pb + 32 * sizeof(float);
+        uint8_t v[32] = {};
+        dw[l] = dw[kPanelRows + l] = 0.0f;  // scale, min
+        if (row) {
+          const BlockQ4_K& w = row[blk / 8];
+          const int j = (int)(blk % 8);
+          const ScaleMin sm = q4_k_scale_min(w.scales, j);
+          dw[l] = fp16_to_f32_fast(w.d) * (float)sm.sc;
+          dw[kPanelRows + l] = fp16_to_f32_fast(w.dmin) * (float)sm.m;
+          const uint8_t* qs = w.qs + 32 * (j / 2);
+          for (int e = 0; e < 32; ++e) v[e] = j % 2 ? qs[e] >> 4 : qs[e] & 15;
+        }
+        for (int q = 0; q < 8; ++q) std::memcpy(u + (q * kPanelRows + l) * 4, v + 4 * q, 4);
+      }
+    }
+}
+
 // The same panel from repacked rows (cpu_repack.h): a 16-row group is two 8-row groups side by
 // side, so each quad is two 32-byte copies (Q4_0: split into low and high nibbles).
 void pack_q8_repacked(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
@@ -151,22 +181,41 @@ void gemm_f32_tile_ref(int64_t kc, const float* p, const float* b, int ldb, int 
     }
 }
 
-void gemm_q8_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
-                      int shift) {
+namespace {
+// Both q8 references: MINS reads the Q4_K panel (mins after the scales, no byte offset).
+template <bool MINS>
+void q8_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr, int shift) {
+  const size_t block = MINS ? kQ8MinGroupBlockBytes : kQ8GroupBlockBytes;
   for (int j = 0; j < nc; ++j)
     for (int i = 0; i < mr; ++i) {
       float s = 0.0f;
       for (int64_t blk = 0; blk < nblk; ++blk) {
-        const uint8_t* pb = p + (size_t)((i / kPanelRows) * nblk + blk) * kQ8GroupBlockBytes;
+        const uint8_t* pb = p + (size_t)((i / kPanelRows) * nblk + blk) * block;
         const float dw = reinterpret_cast<const float*>(pb)[i % kPanelRows];
-        const uint8_t* u = pb + 16 * sizeof(float);
+        const uint8_t* u = pb + (MINS ? 32 : 16) * sizeof(float);
         const BlockQ8A& x = b[j][blk];
-        int32_t dot = -x.sum * (1 << shift);
+        int32_t dot = MINS ? 0 : -x.sum * (1 << shift);
         for (int e = 0; e < 32; ++e) dot += (int32_t)u[((e / 4) * kPanelRows + i % kPanelRows) * 4 + e % 4] * x.qs[e];
-        s += dw * x.d * (float)dot;
+        if constexpr (MINS) {
+          const float mw = reinterpret_cast<const float*>(pb)[kPanelRows + i % kPanelRows];
+          s += x.d * (dw * (float)dot - mw * (float)x.sum);
+        } else {
+          s += dw * x.d * (float)dot;
+        }
       }
       c[j][i] = s;
     }
+}
+}  // namespace
+
+void gemm_q8_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
+                      int shift) {
+  q8_tile_ref<false>(nblk, p, b, nc, c, mr, shift);
+}
+
+void gemm_q8m_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
+                       int shift) {
+  q8_tile_ref<true>(nblk, p, b, nc, c, mr, shift);
 }
 
 void transpose16_ref(const float* const* src, int nsrc, int64_t n, float* dst, int ldd) {
@@ -189,26 +238,40 @@ const GemmKernels* gemm_kernels(Isa isa) {
 }
 
 bool gemm_q8_supported(const GemmKernels* gk, DType type) {
-  return gk && gk->q8_tile && (type == DType::Q8_0 || type == DType::Q4_0);
+  if (!gk) return false;
+  if (type == DType::Q4_K) return gk->q8m_tile != nullptr;
+  return gk->q8_tile && (type == DType::Q8_0 || type == DType::Q4_0);
 }
 
-int64_t gemm_panel_rows(bool q8, int64_t K) {
-  if (!q8) return kF32PanelRows;
-  const size_t group_bytes = (size_t)(K / 32) * kQ8GroupBlockBytes;
+size_t gemm_q8_block_bytes(DType type) {
+  switch (type) {
+    case DType::Q8_0:
+    case DType::Q4_0:
+      return kQ8GroupBlockBytes;
+    case DType::Q4_K:
+      return kQ8MinGroupBlockBytes;
+    default:
+      return 0;
+  }
+}
+
+int64_t gemm_panel_rows(size_t q8_block, int64_t K) {
+  if (!q8_block) return kF32PanelRows;
+  const size_t group_bytes = (size_t)(K / 32) * q8_block;
   const int64_t groups = std::clamp<int64_t>((int64_t)(kQ8PanelBytes / std::max<size_t>(group_bytes, 1)), 2, 16);
   return groups / 2 * 2 * kPanelRows;  // whole 32-row tiles
 }
 
 namespace {
 // Rows of one panel for a job of `rows` rows: the L2-sized panel, or the job rounded to tiles.
-int64_t panel_rows_for(bool q8, int64_t K, int64_t rows) {
-  return std::min(gemm_panel_rows(q8, K), (rows + 31) / 32 * 32);
+int64_t panel_rows_for(size_t q8_block, int64_t K, int64_t rows) {
+  return std::min(gemm_panel_rows(q8_block, K), (rows + 31) / 32 * 32);
 }
 }  // namespace
 
-size_t gemm_scratch_bytes(bool q8, int64_t K, int64_t max_rows) {
-  const int64_t mc = panel_rows_for(q8, K, max_rows);
-  if (q8) return (size_t)(mc / kPanelRows) * (size_t)(K / 32) * kQ8GroupBlockBytes + 64;
+size_t gemm_scratch_bytes(size_t q8_block, int64_t K, int64_t max_rows) {
+  const int64_t mc = panel_rows_for(q8_block, K, max_rows);
+  if (q8_block) return (size_t)(mc / kPanelRows) * (size_t)(K / 32) * q8_block + 64;
   return sizeof(float) * (size_t)((mc + kMaxTileCols + kPanelRows) * kGemmKc) + 3 * 64;
 }
 
@@ -244,7 +307,7 @@ void gemm_f32_pack_b(const GemmKernels& gk, int64_t K, int64_t n, const float* c
 }
 
 void gemm_f32(const GemmKernels& gk, const GemmJob& job, void* scratch) {
-  const int64_t mc = panel_rows_for(false, job.K, job.r1 - job.r0);
+  const int64_t mc = panel_rows_for(0, job.K, job.r1 - job.r0);
   const int nr = f32_cols(gk);
   float* panel = align64<float>(scratch);
   float* bpack = align64<float>(panel + mc * kGemmKc);
@@ -277,22 +340,25 @@ void gemm_f32(const GemmKernels& gk, const GemmJob& job, void* scratch) {
 
 void gemm_q8(const GemmKernels& gk, const GemmJob& job, void* scratch) {
   const int64_t nblk = job.K / 32;
-  const int64_t mc = panel_rows_for(true, job.K, job.r1 - job.r0);
-  const int shift = job.wk->type == DType::Q4_0 ? 3 : 7;  // offsets 8 and 128 of the unsigned bytes
+  const DType type = job.wk->type;
+  const size_t block = gemm_q8_block_bytes(type);
+  const int64_t mc = panel_rows_for(block, job.K, job.r1 - job.r0);
+  const int shift = type == DType::Q4_0 ? 3 : 7;  // offsets 8 and 128 of the unsigned bytes (Q4_K: mins)
+  const GemmQ8TileFn tile = type == DType::Q4_K ? gk.q8m_tile : gk.q8_tile;
   auto* panel = align64<uint8_t>(scratch);
   const int nr = std::min(gk.q8_nr, kMaxTileCols);
   const BlockQ8A* bp[kMaxTileCols];
   float* cp[kMaxTileCols];
   for (int64_t m0 = job.r0; m0 < job.r1; m0 += mc) {
     const int64_t mrows = std::min(mc, job.r1 - m0);
-    (job.repacked ? pack_q8_repacked : pack_q8)(job, m0, mrows, panel);
+    (type == DType::Q4_K ? pack_q4k : job.repacked ? pack_q8_repacked : pack_q8)(job, m0, mrows, panel);
     for (int64_t j0 = 0; j0 < job.n; j0 += nr) {
       const int nc = (int)std::min<int64_t>(nr, job.n - j0);
       for (int j = 0; j < nc; ++j) bp[j] = static_cast<const BlockQ8A*>(job.b[j0 + j]);
       for (int64_t i0 = 0; i0 < mrows; i0 += gk.q8_mr) {
         for (int j = 0; j < nc; ++j) cp[j] = job.d[j0 + j] + m0 + i0;
-        gk.q8_tile(nblk, panel + (size_t)(i0 / kPanelRows * nblk) * kQ8GroupBlockBytes, bp, nc, cp,
-                   (int)std::min<int64_t>(gk.q8_mr, mrows - i0), shift);
+        tile(nblk, panel + (size_t)(i0 / kPanelRows * nblk) * block, bp, nc, cp,
+             (int)std::min<int64_t>(gk.q8_mr, mrows - i0), shift);
       }
     }
   }

@@ -2,8 +2,9 @@
 // rows of a are decoded once per block into a packed panel the register tiles stream through,
 // and each tile keeps mr x nr results in registers across a block of K. Two flavours:
 //   f32 - any weight type decoded to f32 (weights x f32 columns, FMA tiles);
-//   q8  - Q8_0 / Q4_0 weights repacked as unsigned bytes, times int8 columns (BlockQ8A) with
-//         integer dot-product tiles (AVX-512 VNNI).
+//   q8  - Q8_0 / Q4_0 / Q4_K weights repacked as unsigned bytes, times int8 columns (BlockQ8A)
+//         with integer dot-product tiles (AVX-512 VNNI); Q4_K's per-block mins through a tile
+//         variant that subtracts them.
 // The per-level tiles live in simd_gemm_<level>.cpp; readable scalar tiles (the references the
 // tests compare them with) and the driver live in simd_gemm.cpp.
 #pragma once
@@ -22,6 +23,8 @@ inline constexpr int kPanelRows = 16;
 inline constexpr int64_t kGemmKc = 256;
 // Bytes of one q8 panel group block: 16 f32 row scales, then 8 quads x 16 rows x 4 bytes.
 inline constexpr size_t kQ8GroupBlockBytes = 16 * sizeof(float) + 32 * 16;
+// The same with 16 f32 row mins after the scales (Q4_K: x = dw * u - mw).
+inline constexpr size_t kQ8MinGroupBlockBytes = kQ8GroupBlockBytes + 16 * sizeof(float);
 
 // f32 tile: for rows i < mr and columns j < nc,
 //   c[j][i] = (accumulate ? c[j][i] : 0) + sum_{k < kc} P(i, k) * b[k * ldb + j]
@@ -33,6 +36,9 @@ using GemmF32TileFn = void (*)(int64_t kc, const float* p, const float* b, int l
 //   c[j][i] = sum_blk dw(i, blk) * x.d * (sum_{e < 32} u(i, blk, e) * x.qs[e] - (x.sum << shift)),  x = b[j][blk]
 // with the panel p as groups of 16 rows, each nblk blocks of kQ8GroupBlockBytes: dw[16] floats,
 // then byte (q * 16 + i % 16) * 4 + t holding u for element e = 4q + t.
+// The mins variant (shift unused): blocks of kQ8MinGroupBlockBytes holding dw[16], mw[16], then
+// the bytes as above, and
+//   c[j][i] = sum_blk x.d * (dw(i, blk) * sum_{e < 32} u(i, blk, e) * x.qs[e] - mw(i, blk) * x.sum).
 using GemmQ8TileFn = void (*)(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
                               int shift);
 
@@ -44,7 +50,8 @@ struct GemmKernels {
   int f32_mr, f32_nr;  // f32 tile: rows (a multiple of 16) and columns
   GemmF32TileFn f32_tile;
   int q8_mr, q8_nr;
-  GemmQ8TileFn q8_tile;  // nullptr where the level has no int8 tile
+  GemmQ8TileFn q8_tile;   // nullptr where the level has no int8 tile
+  GemmQ8TileFn q8m_tile;  // with row mins (same rows and columns as q8_tile)
   Transpose16Fn transpose16;
 };
 
@@ -57,6 +64,8 @@ void gemm_f32_tile_ref(int64_t kc, const float* p, const float* b, int ldb, int 
                        bool accumulate);
 void gemm_q8_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
                       int shift);
+void gemm_q8m_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
+                       int shift);
 void transpose16_ref(const float* const* src, int nsrc, int64_t n, float* dst, int ldd);
 
 // One weight matrix times a set of columns: dst rows [r0, r1) of every column.
@@ -77,10 +86,13 @@ struct GemmJob {
 
 // Whether the q8 flavour serves weights of `type` with these tiles.
 bool gemm_q8_supported(const GemmKernels* gk, DType type);
-// Rows of a per panel (the work unit of the driver) for K.
-int64_t gemm_panel_rows(bool q8, int64_t K);
+// Bytes of one q8 panel group block for weights of `type` (0: the f32 flavour).
+size_t gemm_q8_block_bytes(DType type);
+// Rows of a per panel (the work unit of the driver) for K; q8_block from gemm_q8_block_bytes,
+// 0 for the f32 flavour.
+int64_t gemm_panel_rows(size_t q8_block, int64_t K);
 // Per-thread scratch of the driver for K and jobs of up to max_rows rows.
-size_t gemm_scratch_bytes(bool q8, int64_t K, int64_t max_rows);
+size_t gemm_scratch_bytes(size_t q8_block, int64_t K, int64_t max_rows);
 void gemm_f32(const GemmKernels& gk, const GemmJob& job, void* scratch);
 // Packed b for gemm_f32: per block of kGemmKc of K, per group of f32_nr columns, the k-major
 // [kc][f32_nr] block gemm_f32 would transpose. Items are (K block, column group) pairs, so

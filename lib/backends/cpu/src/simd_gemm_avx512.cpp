@@ -66,27 +66,30 @@ void f32_tile_any(int64_t kc, const float* p, const float* b, int ldb, int nc, f
   return f32_tile_g<1>(kc, p, b, ldb, nc, c, mr, accumulate);
 }
 
-// G groups of 16 rows x NC columns over nblk blocks of 32.
-template <int G, int NC>
+// G groups of 16 rows x NC columns over nblk blocks of 32; MINS: the Q4_K panel (row mins after
+// the scales, no offset in the bytes), else the offset (x.sum << shift) comes off the integers.
+template <int G, int NC, bool MINS>
 void q8_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* const* c, int mr, int shift) {
+  constexpr size_t kBlock = MINS ? kQ8MinGroupBlockBytes : kQ8GroupBlockBytes;
+  constexpr size_t kBytesAt = MINS ? 128 : 64;
   __m512 acc[G][NC];
   for (int j = 0; j < NC; ++j)
     for (int g = 0; g < G; ++g) acc[g][j] = _mm512_setzero_ps();
   const BlockQ8A* bj[NC];
   for (int j = 0; j < NC; ++j) bj[j] = b[j];
   const __m128i sh = _mm_cvtsi32_si128(shift);
-  const size_t gstride = (size_t)nblk * kQ8GroupBlockBytes;
+  const size_t gstride = (size_t)nblk * kBlock;
   for (int64_t blk = 0; blk < nblk; ++blk) {
-    const uint8_t* pb = p + (size_t)blk * kQ8GroupBlockBytes;
+    const uint8_t* pb = p + (size_t)blk * kBlock;
     __m512i isum[G][NC];
     for (int j = 0; j < NC; ++j) {
-      const __m512i off = _mm512_sll_epi32(_mm512_set1_epi32(-bj[j][blk].sum), sh);
+      const __m512i off = MINS ? _mm512_setzero_si512() : _mm512_sll_epi32(_mm512_set1_epi32(-bj[j][blk].sum), sh);
       for (int g = 0; g < G; ++g) isum[g][j] = off;
     }
 #pragma GCC unroll 8
     for (int q = 0; q < 8; ++q) {
       __m512i w[G];
-      for (int g = 0; g < G; ++g) w[g] = _mm512_loadu_si512(pb + g * gstride + 64 + 64 * q);
+      for (int g = 0; g < G; ++g) w[g] = _mm512_loadu_si512(pb + g * gstride + kBytesAt + 64 * q);
 #pragma GCC unroll 6
       for (int j = 0; j < NC; ++j) {
         int32_t x4;
@@ -103,20 +106,29 @@ void q8_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* co
       for (int g = 0; g < G; ++g)
         acc[g][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[g][j]), _mm512_mul_ps(dw[g], dx), acc[g][j]);
     }
+    if constexpr (MINS) {  // acc -= mw * (x.d * x.sum)
+      __m512 mw[G];
+      for (int g = 0; g < G; ++g) mw[g] = _mm512_loadu_ps(reinterpret_cast<const float*>(pb + g * gstride + 64));
+      for (int j = 0; j < NC; ++j) {
+        const __m512 xs = _mm512_set1_ps(bj[j][blk].d * (float)bj[j][blk].sum);
+        for (int g = 0; g < G; ++g) acc[g][j] = _mm512_fnmadd_ps(mw[g], xs, acc[g][j]);
+      }
+    }
   }
   const __mmask16 last = row_mask(mr - 16 * (G - 1));
   for (int j = 0; j < NC; ++j)
     for (int g = 0; g < G; ++g) _mm512_mask_storeu_ps(c[j] + 16 * g, g == G - 1 ? last : (__mmask16)0xffff, acc[g][j]);
 }
 
-template <int G>
+template <int G, bool MINS>
 void q8_tile_g(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr, int sh) {
-  with_count<kQ8Cols>(nc, [&]<int NC>() { q8_tile<G, NC>(nblk, p, b, c, mr, sh); });
+  with_count<kQ8Cols>(nc, [&]<int NC>() { q8_tile<G, NC, MINS>(nblk, p, b, c, mr, sh); });
 }
 
+template <bool MINS>
 void q8_tile_any(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr, int shift) {
-  if (mr > 16) return q8_tile_g<2>(nblk, p, b, nc, c, mr, shift);
-  return q8_tile_g<1>(nblk, p, b, nc, c, mr, shift);
+  if (mr > 16) return q8_tile_g<2, MINS>(nblk, p, b, nc, c, mr, shift);
+  return q8_tile_g<1, MINS>(nblk, p, b, nc, c, mr, shift);
 }
 
 // dst[i * ldd + s] = src[s][i]: 16 x 16 blocks through four shuffle stages (64 shuffles per 256
@@ -157,7 +169,7 @@ void transpose16(const float* const* src, int nsrc, int64_t n, float* dst, int l
   }
 }
 
-const GemmKernels kKernels{32, kF32Cols, f32_tile_any, 32, kQ8Cols, q8_tile_any, transpose16};
+const GemmKernels kKernels{32, kF32Cols, f32_tile_any, 32, kQ8Cols, q8_tile_any<false>, q8_tile_any<true>, transpose16};
 
 }  // namespace
 }  // namespace loom::cpu
