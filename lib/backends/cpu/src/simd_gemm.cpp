@@ -8,7 +8,7 @@
 //                                          the caller packed all of b once (gemm_f32_pack_b)
 //         for each tile of mr rows:       tile(panel rows, bpack) -> dst (+= after the first block)
 // q8 (no K blocking; a panel holds whole rows): for each panel: pack; for each group; for each tile
-// (Q4_K: 32-value sub-blocks as blocks, with their mins).
+// (Q4_K: 32-value sub-blocks as blocks, with their mins; Q6_K: 32-value blocks of two scales).
 #include "simd_gemm.h"
 
 #include <algorithm>
@@ -65,66 +65,99 @@ void pack_f32(const GemmKernels& gk, const GemmJob& job, int64_t m0, int64_t mro
   }
 }
 
-// rows [m0, m0 + mrows) of Q8_0 / Q4_0 weights -> q8 panel: per 16-row group and block, the
-// row scales, then each row's 32 values as unsigned bytes (Q8_0: q + 128, Q4_0: the nibble).
-void pack_q8(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
+// rows [m0, m0 + mrows) of GGUF rows -> a q8 panel of `block`-byte group blocks, the 32 bytes of
+// each row and block at `bytes_at`: fill(row, blk, pb, l, v) writes row l's fields of block
+// blk into pb (zeros where row is nullptr: rows past mrows) and its 32 bytes into v.
+template <class Fill>
+void pack_rows(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel, size_t block, size_t bytes_at,
+               Fill fill) {
   const int64_t nblk = job.K / 32;
   const int64_t ngroups = (mrows + kPanelRows - 1) / kPanelRows;
-  const bool q4 = job.wk->type == DType::Q4_0;
   for (int64_t g = 0; g < ngroups; ++g)
     for (int l = 0; l < kPanelRows; ++l) {
       const int64_t i = g * kPanelRows + l;
       const char* row = i < mrows ? job.a + (m0 + i) * job.lda : nullptr;
       for (int64_t blk = 0; blk < nblk; ++blk) {
-        uint8_t* pb = panel + (size_t)(g * nblk + blk) * kQ8GroupBlockBytes;
-        auto* dw = reinterpret_cast<float*>(pb);
-        uint8_t* u = pb + 16 * sizeof(float);
+        uint8_t* pb = panel + (size_t)(g * nblk + blk) * block;
         uint8_t v[32] = {};
-        dw[l] = 0.0f;
-        if (row && q4) {
-          const auto& w = reinterpret_cast<const BlockQ4_0*>(row)[blk];
-          dw[l] = fp16_to_f32_fast(w.d);
-          for (int e = 0; e < 16; ++e) {
-            v[e] = w.qs[e] & 15;
-            v[e + 16] = w.qs[e] >> 4;
-          }
-        } else if (row) {
-          const auto& w = reinterpret_cast<const BlockQ8_0*>(row)[blk];
-          dw[l] = fp16_to_f32_fast(w.d);
-          for (int e = 0; e < 32; ++e) v[e] = (uint8_t)(w.qs[e] ^ 0x80);
-        }
-        for (int q = 0; q < 8; ++q) std::memcpy(u + (q * kPanelRows + l) * 4, v + 4 * q, 4);
+        fill(row, blk, pb, l, v);
+        for (int q = 0; q < 8; ++q) std::memcpy(pb + bytes_at + (q * kPanelRows + l) * 4, v + 4 * q, 4);
       }
     }
 }
 
-// rows [m0, m0 + mrows) of Q4_K weights -> q8 panel with mins: per 16-row group and 32-value
-// sub-block j of a super-block, the row scales d * sc_j, the row mins dmin * m_j, then the nibbles.
+// Q8_0 / Q4_0: the row scales, then each row's 32 values as unsigned bytes (Q8_0: q + 128,
+// Q4_0: the nibble).
+void pack_q8(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
+  const bool q4 = job.wk->type == DType::Q4_0;
+  pack_rows(job, m0, mrows, panel, kQ8GroupBlockBytes, 16 * sizeof(float),
+            [&](const char* row, int64_t blk, uint8_t* pb, int l, uint8_t* v) {
+              auto* dw = reinterpret_cast<float*>(pb);
+              dw[l] = 0.0f;
+              if (row && q4) {
+                const auto& w = reinterpret_cast<const BlockQ4_0*>(row)[blk];
+                dw[l] = fp16_to_f32_fast(w.d);
+                for (int e = 0; e < 16; ++e) {
+                  v[e] = w.qs[e] & 15;
+                  v[e + 16] = w.qs[e] >> 4;
+                }
+              } else if (row) {
+                const auto& w = reinterpret_cast<const BlockQ8_0*>(row)[blk];
+                dw[l] = fp16_to_f32_fast(w.d);
+                for (int e = 0; e < 32; ++e) v[e] = (uint8_t)(w.qs[e] ^ 0x80);
+              }
+            });
+}
+
+// Q4_K, per 32-value sub-block j of a super-block: the row scales d * sc_j, the row mins
+// dmin * m_j, then the nibbles.
 void pack_q4k(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
-  const int64_t nblk = job.K / 32;
-  const int64_t ngroups = (mrows + kPanelRows - 1) / kPanelRows;
-  for (int64_t g = 0; g < ngroups; ++g)
-    for (int l = 0; l < kPanelRows; ++l) {
-      const int64_t i = g * kPanelRows + l;
-      const auto* row = i < mrows ? reinterpret_cast<const BlockQ4_K*>(job.a + (m0 + i) * job.lda) : nullptr;
-      for (int64_t blk = 0; blk < nblk; ++blk) {
-        uint8_t* pb = panel + (size_t)(g * nblk + blk) * kQ8MinGroupBlockBytes;
-        auto* dw = reinterpret_cast<float*>(pb);
-        uint8_t* u = pb + 32 * sizeof(float);
-        uint8_t v[32] = {};
-        dw[l] = dw[kPanelRows + l] = 0.0f;  // scale, min
-        if (row) {
-          const BlockQ4_K& w = row[blk / 8];
-          const int j = (int)(blk % 8);
-          const ScaleMin sm = q4_k_scale_min(w.scales, j);
-          dw[l] = fp16_to_f32_fast(w.d) * (float)sm.sc;
-          dw[kPanelRows + l] = fp16_to_f32_fast(w.dmin) * (float)sm.m;
-          const uint8_t* qs = w.qs + 32 * (j / 2);
-          for (int e = 0; e < 32; ++e) v[e] = j % 2 ? qs[e] >> 4 : qs[e] & 15;
-        }
-        for (int q = 0; q < 8; ++q) std::memcpy(u + (q * kPanelRows + l) * 4, v + 4 * q, 4);
-      }
-    }
+  pack_rows(job, m0, mrows, panel, kQ8MinGroupBlockBytes, 32 * sizeof(float),
+            [&](const char* row, int64_t blk, uint8_t* pb, int l, uint8_t* v) {
+              auto* dw = reinterpret_cast<float*>(pb);
+              dw[l] = dw[kPanelRows + l] = 0.0f;  // scale, min
+              if (!row) return;
+              const BlockQ4_K& w = reinterpret_cast<const BlockQ4_K*>(row)[blk / 8];
+              const int j = (int)(blk % 8);
+              const ScaleMin sm = q4_k_scale_min(w.scales, j);
+              dw[l] = fp16_to_f32_fast(w.d) * (float)sm.sc;
+              dw[kPanelRows + l] = fp16_to_f32_fast(w.dmin) * (float)sm.m;
+              const uint8_t* qs = w.qs + 32 * (j / 2);
+              for (int e = 0; e < 32; ++e) v[e] = j % 2 ? qs[e] >> 4 : qs[e] & 15;
+            });
+}
+
+// Q6_K, per 32-value block j of a super-block: the row scales d * sc of its two 16-value
+// sub-blocks, their offsets -128 * sum(w), then w = q - 32 as signed bytes (element
+// 128h + 32k + l: low 4 bits from ql[64h + 32(k % 2) + l], nibble k / 2; high 2 bits from
+// qh[32h + l], bits 2k).
+void pack_q6k(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
+  pack_rows(job, m0, mrows, panel, kQ8HalfGroupBlockBytes, 64 * sizeof(float),
+            [&](const char* row, int64_t blk, uint8_t* pb, int l, uint8_t* v) {
+              auto* dw = reinterpret_cast<float*>(pb);
+              auto* off = reinterpret_cast<int32_t*>(pb + 32 * sizeof(float));
+              dw[l] = dw[kPanelRows + l] = 0.0f;
+              off[l] = off[kPanelRows + l] = 0;
+              if (!row) return;
+              const BlockQ6_K& w = reinterpret_cast<const BlockQ6_K*>(row)[blk / 8];
+              const int j = (int)(blk % 8), h = j / 4, k = j % 4;
+              const float d = fp16_to_f32_fast(w.d);
+              dw[l] = d * (float)w.scales[2 * j];
+              dw[kPanelRows + l] = d * (float)w.scales[2 * j + 1];
+              const uint8_t* ql = w.ql + 64 * h + 32 * (k % 2);
+              const uint8_t* qh = w.qh + 32 * h;
+              int8_t q[32];
+              for (int e = 0; e < 32; ++e) {
+                const int lo = k < 2 ? ql[e] & 15 : ql[e] >> 4;
+                q[e] = (int8_t)((lo | (((qh[e] >> (2 * k)) & 3) << 4)) - 32);
+              }
+              for (int half = 0; half < 2; ++half) {
+                int32_t sum = 0;
+                for (int e = 0; e < 16; ++e) sum += q[16 * half + e];
+                off[half * kPanelRows + l] = -128 * sum;
+              }
+              std::memcpy(v, q, 32);
+            });
 }
 
 // The same panel from repacked rows (cpu_repack.h): a 16-row group is two 8-row groups side by
@@ -218,6 +251,29 @@ void gemm_q8m_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b,
   q8_tile_ref<true>(nblk, p, b, nc, c, mr, shift);
 }
 
+void gemm_q8h_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
+                       int /*shift*/) {
+  for (int j = 0; j < nc; ++j)
+    for (int i = 0; i < mr; ++i) {
+      const int l = i % kPanelRows;
+      float s = 0.0f;
+      for (int64_t blk = 0; blk < nblk; ++blk) {
+        const uint8_t* pb = p + (size_t)((i / kPanelRows) * nblk + blk) * kQ8HalfGroupBlockBytes;
+        const auto* dw = reinterpret_cast<const float*>(pb);
+        const auto* off = reinterpret_cast<const int32_t*>(pb + 32 * sizeof(float));
+        const auto* w = reinterpret_cast<const int8_t*>(pb + 64 * sizeof(float));
+        const BlockQ8A& x = b[j][blk];
+        for (int h = 0; h < 2; ++h) {
+          int32_t dot = off[h * kPanelRows + l];
+          for (int e = 16 * h; e < 16 * h + 16; ++e)
+            dot += (int32_t)w[((e / 4) * kPanelRows + l) * 4 + e % 4] * (x.qs[e] + 128);
+          s += x.d * (dw[h * kPanelRows + l] * (float)dot);
+        }
+      }
+      c[j][i] = s;
+    }
+}
+
 void transpose16_ref(const float* const* src, int nsrc, int64_t n, float* dst, int ldd) {
   for (int64_t i = 0; i < n; ++i)
     for (int s = 0; s < nsrc; ++s) dst[i * ldd + s] = src[s][i];
@@ -240,6 +296,7 @@ const GemmKernels* gemm_kernels(Isa isa) {
 bool gemm_q8_supported(const GemmKernels* gk, DType type) {
   if (!gk) return false;
   if (type == DType::Q4_K) return gk->q8m_tile != nullptr;
+  if (type == DType::Q6_K) return gk->q8h_tile != nullptr;
   return gk->q8_tile && (type == DType::Q8_0 || type == DType::Q4_0);
 }
 
@@ -250,6 +307,8 @@ size_t gemm_q8_block_bytes(DType type) {
       return kQ8GroupBlockBytes;
     case DType::Q4_K:
       return kQ8MinGroupBlockBytes;
+    case DType::Q6_K:
+      return kQ8HalfGroupBlockBytes;
     default:
       return 0;
   }
@@ -344,14 +403,18 @@ void gemm_q8(const GemmKernels& gk, const GemmJob& job, void* scratch) {
   const size_t block = gemm_q8_block_bytes(type);
   const int64_t mc = panel_rows_for(block, job.K, job.r1 - job.r0);
   const int shift = type == DType::Q4_0 ? 3 : 7;  // offsets 8 and 128 of the unsigned bytes (Q4_K: mins)
-  const GemmQ8TileFn tile = type == DType::Q4_K ? gk.q8m_tile : gk.q8_tile;
+  const GemmQ8TileFn tile = type == DType::Q4_K ? gk.q8m_tile : type == DType::Q6_K ? gk.q8h_tile : gk.q8_tile;
+  void (*pack)(const GemmJob&, int64_t, int64_t, uint8_t*) = type == DType::Q4_K   ? pack_q4k
+                                                             : type == DType::Q6_K ? pack_q6k
+                                                             : job.repacked        ? pack_q8_repacked
+                                                                                   : pack_q8;
   auto* panel = align64<uint8_t>(scratch);
   const int nr = std::min(gk.q8_nr, kMaxTileCols);
   const BlockQ8A* bp[kMaxTileCols];
   float* cp[kMaxTileCols];
   for (int64_t m0 = job.r0; m0 < job.r1; m0 += mc) {
     const int64_t mrows = std::min(mc, job.r1 - m0);
-    (type == DType::Q4_K ? pack_q4k : job.repacked ? pack_q8_repacked : pack_q8)(job, m0, mrows, panel);
+    pack(job, m0, mrows, panel);
     for (int64_t j0 = 0; j0 < job.n; j0 += nr) {
       const int nc = (int)std::min<int64_t>(nr, job.n - j0);
       for (int j = 0; j < nc; ++j) bp[j] = static_cast<const BlockQ8A*>(job.b[j0 + j]);

@@ -2,9 +2,9 @@
 // rows of a are decoded once per block into a packed panel the register tiles stream through,
 // and each tile keeps mr x nr results in registers across a block of K. Two flavours:
 //   f32 - any weight type decoded to f32 (weights x f32 columns, FMA tiles);
-//   q8  - Q8_0 / Q4_0 / Q4_K weights repacked as unsigned bytes, times int8 columns (BlockQ8A)
-//         with integer dot-product tiles (AVX-512 VNNI); Q4_K's per-block mins through a tile
-//         variant that subtracts them.
+//   q8  - Q8_0 / Q4_0 / Q4_K / Q6_K weights repacked as bytes, times int8 columns (BlockQ8A)
+//         with integer dot-product tiles (AVX-512 VNNI); Q4_K's per-block mins and Q6_K's
+//         16-value sub-blocks through tile variants of their own.
 // The per-level tiles live in simd_gemm_<level>.cpp; readable scalar tiles (the references the
 // tests compare them with) and the driver live in simd_gemm.cpp.
 #pragma once
@@ -25,6 +25,9 @@ inline constexpr int64_t kGemmKc = 256;
 inline constexpr size_t kQ8GroupBlockBytes = 16 * sizeof(float) + 32 * 16;
 // The same with 16 f32 row mins after the scales (Q4_K: x = dw * u - mw).
 inline constexpr size_t kQ8MinGroupBlockBytes = kQ8GroupBlockBytes + 16 * sizeof(float);
+// Q6_K's: per half (16 values) of the block 16 f32 row scales, then per half 16 int32 row
+// offsets, then the quads as signed bytes.
+inline constexpr size_t kQ8HalfGroupBlockBytes = 4 * 16 * sizeof(float) + 32 * 16;
 
 // f32 tile: for rows i < mr and columns j < nc,
 //   c[j][i] = (accumulate ? c[j][i] : 0) + sum_{k < kc} P(i, k) * b[k * ldb + j]
@@ -39,6 +42,11 @@ using GemmF32TileFn = void (*)(int64_t kc, const float* p, const float* b, int l
 // The mins variant (shift unused): blocks of kQ8MinGroupBlockBytes holding dw[16], mw[16], then
 // the bytes as above, and
 //   c[j][i] = sum_blk x.d * (dw(i, blk) * sum_{e < 32} u(i, blk, e) * x.qs[e] - mw(i, blk) * x.sum).
+// The halves variant (Q6_K, shift unused): blocks of kQ8HalfGroupBlockBytes holding dw[2][16],
+// off[2][16] (int32), then the bytes as signed w (the activations are the unsigned side, + 128):
+//   c[j][i] = sum_blk x.d * sum_{h < 2} dw(h, i, blk) *
+//             (off(h, i, blk) + sum_{e in half h} w(i, blk, e) * (x.qs[e] + 128)),
+// the packer storing off = -128 * sum of the half's w, so that the + 128 cancels.
 using GemmQ8TileFn = void (*)(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
                               int shift);
 
@@ -52,6 +60,7 @@ struct GemmKernels {
   int q8_mr, q8_nr;
   GemmQ8TileFn q8_tile;   // nullptr where the level has no int8 tile
   GemmQ8TileFn q8m_tile;  // with row mins (same rows and columns as q8_tile)
+  GemmQ8TileFn q8h_tile;  // with 16-value halves (same rows and columns)
   Transpose16Fn transpose16;
 };
 
@@ -65,6 +74,8 @@ void gemm_f32_tile_ref(int64_t kc, const float* p, const float* b, int ldb, int 
 void gemm_q8_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
                       int shift);
 void gemm_q8m_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
+                       int shift);
+void gemm_q8h_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
                        int shift);
 void transpose16_ref(const float* const* src, int nsrc, int64_t n, float* dst, int ldd);
 

@@ -109,7 +109,7 @@ void transpose16(const float* const* src, int nsrc, int64_t n, float* dst, int l
   }
 }
 
-const GemmKernels kKernels{16, kF32Cols, f32_tile_any, 0, 0, nullptr, nullptr, transpose16};
+const GemmKernels kKernels{16, kF32Cols, f32_tile_any, 0, 0, nullptr, nullptr, nullptr, transpose16};
 
 }  // namespace
 }  // namespace loom::cpu

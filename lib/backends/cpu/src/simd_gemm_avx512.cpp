@@ -120,6 +120,58 @@ void q8_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* co
     for (int g = 0; g < G; ++g) _mm512_mask_storeu_ps(c[j] + 16 * g, g == G - 1 ? last : (__mmask16)0xffff, acc[g][j]);
 }
 
+// The halves variant (Q6_K): per block and 16-value half, the integer sums start at the row
+// offsets, the activations are the unsigned side (+ 128 through the xor) and each half gets its
+// own row scale.
+template <int G, int NC>
+void q8h_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* const* c, int mr) {
+  __m512 acc[G][NC];
+  for (int j = 0; j < NC; ++j)
+    for (int g = 0; g < G; ++g) acc[g][j] = _mm512_setzero_ps();
+  const BlockQ8A* bj[NC];
+  for (int j = 0; j < NC; ++j) bj[j] = b[j];
+  const __m512i k80 = _mm512_set1_epi32((int32_t)0x80808080u);
+  const size_t gstride = (size_t)nblk * kQ8HalfGroupBlockBytes;
+  for (int64_t blk = 0; blk < nblk; ++blk) {
+    const uint8_t* pb = p + (size_t)blk * kQ8HalfGroupBlockBytes;
+    for (int h = 0; h < 2; ++h) {
+      __m512i isum[G][NC];
+      for (int g = 0; g < G; ++g) {
+        const __m512i off = _mm512_loadu_si512(pb + g * gstride + 128 + 64 * h);
+        for (int j = 0; j < NC; ++j) isum[g][j] = off;
+      }
+#pragma GCC unroll 4
+      for (int q = 4 * h; q < 4 * h + 4; ++q) {
+        __m512i w[G];
+        for (int g = 0; g < G; ++g) w[g] = _mm512_loadu_si512(pb + g * gstride + 256 + 64 * q);
+#pragma GCC unroll 6
+        for (int j = 0; j < NC; ++j) {
+          int32_t x4;
+          std::memcpy(&x4, bj[j][blk].qs + 4 * q, 4);
+          const __m512i xv = _mm512_xor_si512(_mm512_set1_epi32(x4), k80);
+          for (int g = 0; g < G; ++g) isum[g][j] = _mm512_dpbusd_epi32(isum[g][j], xv, w[g]);
+        }
+      }
+      __m512 dw[G];
+      for (int g = 0; g < G; ++g) dw[g] = _mm512_loadu_ps(reinterpret_cast<const float*>(pb + g * gstride + 64 * h));
+#pragma GCC unroll 6
+      for (int j = 0; j < NC; ++j) {
+        const __m512 dx = _mm512_set1_ps(bj[j][blk].d);
+        for (int g = 0; g < G; ++g)
+          acc[g][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[g][j]), _mm512_mul_ps(dw[g], dx), acc[g][j]);
+      }
+    }
+  }
+  const __mmask16 last = row_mask(mr - 16 * (G - 1));
+  for (int j = 0; j < NC; ++j)
+    for (int g = 0; g < G; ++g) _mm512_mask_storeu_ps(c[j] + 16 * g, g == G - 1 ? last : (__mmask16)0xffff, acc[g][j]);
+}
+
+void q8h_tile_any(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr, int) {
+  if (mr > 16) return with_count<kQ8Cols>(nc, [&]<int NC>() { q8h_tile<2, NC>(nblk, p, b, c, mr); });
+  with_count<kQ8Cols>(nc, [&]<int NC>() { q8h_tile<1, NC>(nblk, p, b, c, mr); });
+}
+
 template <int G, bool MINS>
 void q8_tile_g(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr, int sh) {
   with_count<kQ8Cols>(nc, [&]<int NC>() { q8_tile<G, NC, MINS>(nblk, p, b, c, mr, sh); });
@@ -169,7 +221,8 @@ void transpose16(const float* const* src, int nsrc, int64_t n, float* dst, int l
   }
 }
 
-const GemmKernels kKernels{32, kF32Cols, f32_tile_any, 32, kQ8Cols, q8_tile_any<false>, q8_tile_any<true>, transpose16};
+const GemmKernels kKernels{32,           kF32Cols,   f32_tile_any, 32, kQ8Cols, q8_tile_any<false>, q8_tile_any<true>,
+                           q8h_tile_any, transpose16};
 
 }  // namespace
 }  // namespace loom::cpu
