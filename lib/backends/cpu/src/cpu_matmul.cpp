@@ -62,13 +62,8 @@ void convert_rows(const Tensor* t, float* dst, int ith, int nth) {
 
 enum class Path : uint8_t { dot, gemm_f32, gemm_q8, strided };
 
-// MUL_MAT_ID mixes the dot path (sparse experts) with the GEMM (crowded ones) over one set of
-// int8 columns, so its int8 GEMM takes only weights whose dot kernels read the same 32-value
-// blocks (Q4_K's read 256-value ones: the f32 GEMM there).
-Path choose_path(const Tensor* a, int64_t ncols, const GemmKernels* gk, bool is_id) {
-  const auto q8 = [&] {
-    return gemm_q8_supported(gk, a->type) && (!is_id || weight_kernels(a->type)->act == ActType::q8);
-  };
+Path choose_path(const Tensor* a, int64_t ncols, const GemmKernels* gk) {
+  const auto q8 = [&] { return gemm_q8_supported(gk, a->type); };
   if (a->has_flag(kFlagRepacked)) {  // rows in 8-row groups: the level's rows_dot_r8, or a GEMM packing from them
     LOOM_CHECK(repacked_kernels(a->type), unsupported, "MUL_MAT: {} is repacked for kernels this CPU level lacks",
                a->name);
@@ -96,21 +91,30 @@ int64_t unit_rows(Path path, DType type, int64_t M, int64_t matrices, int64_t K,
 }
 
 // Scratch layout shared by work_size and compute (offsets from the 64-aligned scratch base):
-// [shared f32 copy of b][shared int8 columns][shared packed b][ids][per-thread slices], a slice being
-// [private f32 copy][private int8 columns][pointer arrays][path work].
+// [shared f32 copy of b][shared int8 columns][shared q8 columns][shared packed b][ids][per-thread
+// slices], a slice being [private f32 copy][private int8 columns][private q8 columns][pointer
+// arrays][path work].
 struct MatmulPlan {
   const WeightKernels* wk = nullptr;
   const GemmKernels* gk = nullptr;
-  ActType act = ActType::f32;
-  Path path = Path::dot;   // MUL_MAT; MUL_MAT_ID picks per expert (dot below kGemmMinCols columns)
-  bool convert_b = false;  // b is not f32 rows: an f32 copy is made
-  bool need_act = false;   // int8 columns are made
-  bool private_b = false;  // per thread, no barrier
-  bool pack_b = false;     // gemm_f32 over one matrix: b packed once for all threads (else per panel)
-  size_t f32_off = 0, act_off = 0, bpack_off = 0, ids_off = 0, slices_off = 0, slice_stride = 0;
-  size_t s_f32 = 0, s_act = 0, s_ptrs = 0, s_work = 0;  // offsets within a slice
+  ActType act = ActType::f32;  // the dot kernels' form of b
+  Path path = Path::dot;       // MUL_MAT; MUL_MAT_ID picks per expert (dot below kGemmMinCols columns)
+  bool convert_b = false;      // b is not f32 rows: an f32 copy is made
+  bool need_act = false;       // int8 columns for the dot kernels (act) are made
+  bool need_q8 = false;        // 32-value q8 columns for the int8 GEMM are made apart (act is not q8 or not made)
+  bool private_b = false;      // per thread, no barrier
+  bool pack_b = false;         // gemm_f32 over one matrix: b packed once for all threads (else per panel)
+  size_t f32_off = 0, act_off = 0, q8_off = 0, bpack_off = 0, ids_off = 0, slices_off = 0, slice_stride = 0;
+  size_t s_f32 = 0, s_act = 0, s_q8 = 0, s_ptrs = 0, s_work = 0;  // offsets within a slice
   size_t total = 0;
 };
+
+// The form of b a path reads.
+enum class BForm : uint8_t { f32, act, q8 };
+BForm form_of(Path path, ActType act) {
+  if (path_reads_f32(path, act)) return BForm::f32;
+  return path == Path::gemm_q8 ? BForm::q8 : BForm::act;
+}
 
 MatmulPlan plan_mul_mat(const Tensor* node, int nth) {
   const Tensor* a = node->src[0];
@@ -122,22 +126,21 @@ MatmulPlan plan_mul_mat(const Tensor* node, int nth) {
   p.gk = gemm_kernels(active_isa());
   // MUL_MAT: columns of one matrix; MUL_MAT_ID: all (n_used x T) columns may land on one expert.
   const int64_t ncols = is_id ? node->ne[1] * node->ne[2] : b->ne[1];
-  p.path = choose_path(a, ncols, p.gk, is_id);
-  p.act = p.path == Path::gemm_q8 ? ActType::q8 : p.wk->act;  // the int8 GEMM reads 32-value blocks
-  bool need_f32, need_act;
-  if (is_id && p.path != Path::dot && p.path != Path::strided) {  // crowded and sparse experts both possible
-    need_f32 = path_reads_f32(Path::dot, p.act) || path_reads_f32(p.path, p.act);
-    need_act = !path_reads_f32(Path::dot, p.act) || !path_reads_f32(p.path, p.act);
-  } else {
-    need_f32 = path_reads_f32(p.path, p.act);
-    need_act = !need_f32;
-  }
-  p.need_act = need_act;
+  p.path = choose_path(a, ncols, p.gk);
+  p.act = p.wk->act;
+  // The forms of b the node reads: its path's, and for experts also the dot path's (sparse ones).
+  bool reads[3] = {};
+  reads[(int)form_of(p.path, p.act)] = true;
+  if (is_id && p.path != Path::strided) reads[(int)form_of(Path::dot, p.act)] = true;
+  const bool need_f32 = reads[(int)BForm::f32];
+  p.need_act = reads[(int)BForm::act];
+  p.need_q8 = reads[(int)BForm::q8] && !(p.need_act && p.act == ActType::q8);  // else the int8 columns serve
   // An f32 copy is also the source of quantization when b is not f32 rows.
-  p.convert_b = !f32_rows(b) && (need_f32 || need_act);
+  p.convert_b = !f32_rows(b) && (need_f32 || p.need_act || p.need_q8);
   p.private_b = !is_id && b->nelements() <= kPrivateBElems;
   const size_t f32_bytes = p.convert_b ? align64(sizeof(float) * (size_t)b->nelements()) : 0;
-  const size_t act_bytes = need_act ? align64(act_row_bytes(p.act, K) * (size_t)b->nrows()) : 0;
+  const size_t act_bytes = p.need_act ? align64(act_row_bytes(p.act, K) * (size_t)b->nrows()) : 0;
+  const size_t q8_bytes = p.need_q8 ? align64(act_row_bytes(ActType::q8, K) * (size_t)b->nrows()) : 0;
   // Packing b once pays when several panels would each pack it: one matrix whose rows (not
   // columns) are split between the threads, b shared anyway.
   const int64_t M = a->ne[1], batches = b->ne[2] * b->ne[3];
@@ -152,6 +155,8 @@ MatmulPlan plan_mul_mat(const Tensor* node, int nth) {
     off += f32_bytes;
     p.act_off = off;
     off += act_bytes;
+    p.q8_off = off;
+    off += q8_bytes;
     p.bpack_off = off;
     off += bpack_bytes;
   }
@@ -166,6 +171,8 @@ MatmulPlan plan_mul_mat(const Tensor* node, int nth) {
     s += f32_bytes;
     p.s_act = s;
     s += act_bytes;
+    p.s_q8 = s;
+    s += q8_bytes;
   }
   p.s_ptrs = s;
   s += align64(2 * sizeof(void*) * (size_t)std::max<int64_t>(ncols, kMaxDotCols));
@@ -194,17 +201,23 @@ struct BCols {
   const Tensor* b;
   const char* f32 = nullptr;  // contiguous f32 copy, or nullptr: b itself (f32 rows)
   const char* act = nullptr;
-  size_t f32_row = 0, act_row = 0;
+  const char* q8 = nullptr;  // the int8 GEMM's columns (act itself when act is q8)
+  size_t f32_row = 0, act_row = 0, q8_row = 0;
   int64_t flat(int64_t i1, int64_t i2, int64_t i3) const { return (i3 * b->ne[2] + i2) * b->ne[1] + i1; }
   const float* f(int64_t i1, int64_t i2, int64_t i3) const {
     return reinterpret_cast<const float*>(f32 ? f32 + flat(i1, i2, i3) * f32_row : row_ptr(b, i1, i2, i3));
   }
   const void* q(int64_t i1, int64_t i2, int64_t i3) const { return act + flat(i1, i2, i3) * act_row; }
+  const void* at(BForm form, int64_t i1, int64_t i2, int64_t i3) const {
+    if (form == BForm::f32) return f(i1, i2, i3);
+    return form == BForm::act ? q(i1, i2, i3) : q8 + flat(i1, i2, i3) * q8_row;
+  }
 };
 
 // Converts / quantizes rows [r0, r1) of b into the views' buffers (row = a flat column index).
 void prepare_b(const MatmulPlan& p, const Tensor* b, const BCols& v, int64_t r0, int64_t r1) {
   const QuantizeActFn quant = p.need_act ? quantize_act(p.act) : nullptr;
+  const QuantizeActFn quant8 = p.need_q8 ? quantize_act(ActType::q8) : nullptr;
   for (int64_t r = r0; r < r1; ++r) {
     int64_t i1, i2, i3;
     unravel_row(r, b->ne, i1, i2, i3);
@@ -215,6 +228,7 @@ void prepare_b(const MatmulPlan& p, const Tensor* b, const BCols& v, int64_t r0,
       src = dst;
     }
     if (quant) quant(src, const_cast<char*>(v.act) + r * v.act_row, b->ne[0]);
+    if (quant8) quant8(src, const_cast<char*>(v.q8) + r * v.q8_row, b->ne[0]);
   }
 }
 
@@ -226,9 +240,11 @@ BCols prepare(const MatmulPlan& p, const KernelArgs& args, const Tensor* b, bool
   BCols v{b};
   v.f32_row = sizeof(float) * (size_t)b->ne[0];
   v.act_row = act_row_bytes(p.act, b->ne[0]);
+  v.q8_row = act_row_bytes(ActType::q8, b->ne[0]);
   if (p.convert_b) v.f32 = p.private_b ? slice + p.s_f32 : base + p.f32_off;
   if (p.need_act) v.act = p.private_b ? slice + p.s_act : base + p.act_off;
-  if (!p.convert_b && !p.need_act) return v;
+  v.q8 = p.need_q8 ? (p.private_b ? slice + p.s_q8 : base + p.q8_off) : v.act;
+  if (!p.convert_b && !p.need_act && !p.need_q8) return v;
   if (p.private_b) {
     prepare_b(p, b, v, 0, b->nrows());
   } else {
@@ -249,17 +265,17 @@ struct Matrix {
   bool repacked = false;  // rows in groups of 8 (cpu_repack.h)
 };
 
-// bcol(j, reads_f32) -> column j of b (const float* or int8 blocks); dcol(j) -> float* of dst
-// column j's element 0.
+// bcol(j, form) -> column j of b in that form (const float* or int8 blocks); dcol(j) -> float*
+// of dst column j's element 0.
 template <class BCol, class DCol>
 void matrix_rows(const MatmulPlan& p, char* slice, Path path, const Matrix& m, int64_t r0, int64_t r1, int64_t ncols,
                  BCol bcol, DCol dcol, const float* bpack = nullptr) {
-  const bool f32 = path_reads_f32(path, p.act);
+  const BForm form = form_of(path, p.act);
   if (path == Path::gemm_f32 || path == Path::gemm_q8) {
     auto** bp = reinterpret_cast<const void**>(slice + p.s_ptrs);
     auto** dp = reinterpret_cast<float**>(slice + p.s_ptrs + sizeof(void*) * (size_t)ncols);
     for (int64_t j = 0; j < ncols; ++j) {
-      bp[j] = bcol(j, f32);
+      bp[j] = bcol(j, form);
       dp[j] = dcol(j);
     }
     const GemmJob job{p.wk, m.a, m.nb1, m.K, r0, r1, ncols, bp, dp, bpack, m.repacked};
@@ -281,7 +297,7 @@ void matrix_rows(const MatmulPlan& p, char* slice, Path path, const Matrix& m, i
   for (int64_t j0 = 0; j0 < ncols; j0 += kMaxDotCols) {
     const int nc = (int)std::min<int64_t>(kMaxDotCols, ncols - j0);
     for (int c = 0; c < nc; ++c) {
-      bp[c] = bcol(j0 + c, f32);
+      bp[c] = bcol(j0 + c, form);
       dp[c] = dcol(j0 + c) + r0;
     }
     (m.repacked ? k->rows_dot_r8 : k->rows_dot)(m.K, rows, lda, r1 - r0, bp, nc, dp);
@@ -328,9 +344,7 @@ void mul_mat(const KernelArgs& args, Tensor* dst) {
     const int64_t j0 = cc * col_chunk, j1 = std::min(N, j0 + col_chunk);
     matrix_rows(
         p, slice, p.path, m, rbi * rb, std::min(M, (rbi + 1) * rb), j1 - j0,
-        [&](int64_t j, bool f32) -> const void* {
-          return f32 ? (const void*)v.f(j0 + j, i2, i3) : v.q(j0 + j, i2, i3);
-        },
+        [&](int64_t j, BForm form) { return v.at(form, j0 + j, i2, i3); },
         [&](int64_t j) { return reinterpret_cast<float*>(db + (j0 + j) * dst->nb[1]); }, bpack);
   });
 }
@@ -402,9 +416,7 @@ void mul_mat_id(const KernelArgs& args, Tensor* dst) {
       const Matrix m{row_ptr(as, 0, e), as->nb[0], as->nb[1], K, repacked};
       const Path path = count[e] < kGemmMinCols && p.path != Path::strided ? Path::dot : p.path;
       const int32_t* pe = pairs + 2 * start[e];
-      auto bcol = [&](int64_t j, bool f32) -> const void* {
-        return f32 ? (const void*)v.f(pe[2 * j] % bn, pe[2 * j + 1], 0) : v.q(pe[2 * j] % bn, pe[2 * j + 1], 0);
-      };
+      auto bcol = [&](int64_t j, BForm form) { return v.at(form, pe[2 * j] % bn, pe[2 * j + 1], 0); };
       auto dcol = [&](int64_t j) { return reinterpret_cast<float*>(row_ptr(dst, pe[2 * j], pe[2 * j + 1])); };
       const int64_t r0 = (lo - u) * rb, r1 = std::min(M, (hi - u) * rb);
       if (path == Path::dot || path == Path::strided) {
