@@ -1,9 +1,10 @@
 // Catalog, attention: ROPE and ROPE_BACK (normal/neox, partial rotation, frequency factors and
 // scaling), SOFT_MAX (scale, F32/F16 masks broadcast over heads, ALiBi; limit 1e-6),
 // SOFT_MAX_BACK, FLASH_ATTN_EXT (F32/F16/BF16 K and V, GQA, masks, softcap, ALiBi; limit 5e-4).
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
+#include <string>
 
 #include "catalog_families.h"
 
@@ -129,14 +130,17 @@ void add_attention_cases(std::vector<OpCase>& out) {
   add_ropes(out);
   add_soft_maxes(out);
   add_flash_attn(out);
-  // perf: a 512-token batch of a 32-head, 128-dim model
-  add_case(out, "ROPE", "type=f32,ne=[128,32,512,1],n_dims=128,mode=neox,ff=0,freq_scale=1,attn_factor=1", kModePerf,
-           [](CaseBuilder& b) {
-             ops::RopeParams p;
-             p.n_dims = 128;
-             p.mode = ops::kRopeNeox;
-             ops::rope(b.ctx(), b.input(DType::F32, {128, 32, 512}), b.ids({512}, 0, 4096), nullptr, p);
-           });
+  // perf: a 512-token batch of a 32-head, 128-dim model, both pairings (llama: normal, qwen: neox)
+  for (const bool neox : {false, true})
+    add_case(out, "ROPE",
+             std::string("type=f32,ne=[128,32,512,1],n_dims=128,mode=") + (neox ? "neox" : "normal") +
+                 ",ff=0,freq_scale=1,attn_factor=1",
+             kModePerf, [=](CaseBuilder& b) {
+               ops::RopeParams p;
+               p.n_dims = 128;
+               p.mode = neox ? ops::kRopeNeox : ops::kRopeNormal;
+               ops::rope(b.ctx(), b.input(DType::F32, {128, 32, 512}), b.ids({512}, 0, 4096), nullptr, p);
+             });
   add_case(out, "SOFT_MAX", "type=f32,ne=[512,512,32,1],mask=f16,scale=0.0883883,max_bias=0", kModePerf,
            [](CaseBuilder& b) {
              ops::soft_max(b.ctx(), b.input(DType::F32, {512, 512, 32}), b.input(DType::F16, {512, 512}), 0.0883883f);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "cpu_rows.h"
 #include "cpu_vec_dot.h"
@@ -49,6 +50,57 @@ float mask_value(DType type, const char* row, int64_t i) {
 
 // ---- ROPE / ROPE_BACK ------------------------------------------------------------------------
 
+// The cos / sin table of one token's position, cached per thread: every ROPE node of a graph
+// (q and k of each layer) rotates the same positions with the same parameters, so each thread
+// computes a position's angles once per graph instead of once per node and row. Entries are
+// keyed by the token's index in the node and checked against its position and the parameters.
+struct RopeAngles {
+  struct Key {
+    int n_dims = 0;
+    bool back = false;
+    double base = 0, freq_scale = 0;
+    float attn_factor = 0;
+    std::vector<float> ff;  // freq_factors, empty when none
+    bool operator==(const Key&) const = default;
+  };
+  Key key;
+  std::vector<double> theta;    // theta of pair i per unit position
+  std::vector<int64_t> pos_at;  // per token index: the position its entry holds (or INT64_MIN)
+  std::vector<float> cs;        // per token index: cos[half], then sin[half]
+
+  // Sets the parameters (clearing the entries when they change).
+  void use(const Key& k) {
+    if (k == key && !theta.empty()) return;
+    key = k;
+    const int half = k.n_dims / 2;
+    theta.assign((size_t)half, 0.0);
+    for (int i = 0; i < half; ++i) {
+      theta[(size_t)i] = k.freq_scale * std::pow(k.base, -2.0 * i / k.n_dims);
+      if (!k.ff.empty()) theta[(size_t)i] /= (double)k.ff[(size_t)i];
+    }
+    pos_at.clear();
+    cs.clear();
+  }
+  // cos[half], then sin[half] of token index t at position p.
+  const float* at(int64_t t, int64_t p) {
+    const size_t half = theta.size();
+    if ((size_t)t >= pos_at.size()) {
+      pos_at.resize((size_t)t + 1, std::numeric_limits<int64_t>::min());
+      cs.resize(pos_at.size() * 2 * half);
+    }
+    float* e = cs.data() + (size_t)t * 2 * half;
+    if (pos_at[(size_t)t] != p) {
+      for (size_t i = 0; i < half; ++i) {
+        const double a = (double)p * theta[i];
+        e[i] = (float)std::cos(a) * key.attn_factor;
+        e[half + i] = (float)(key.back ? -std::sin(a) : std::sin(a)) * key.attn_factor;
+      }
+      pos_at[(size_t)t] = p;
+    }
+    return e;
+  }
+};
+
 // a F32 {head_dim, n_head, T, ne3}, pos I32 {T}, freq_factors F32 {n_dims/2} or null -> dst like a.
 // Pair i rotates by theta = pos * freq_scale * base^(-2i/n_dims) / ff[i] (by -theta for back);
 // pairs are (2i, 2i+1) normal or (i, i + n_dims/2) neox; dims >= n_dims are copied.
@@ -56,35 +108,53 @@ void rope(const KernelArgs& args, Tensor* dst, bool back) {
   const Tensor* a = dst->src[0];
   const Tensor* pos = dst->src[1];
   const Tensor* ff = dst->src[2];
-  const int n_dims = dst->param_i32(0);
+  RopeAngles::Key key;
+  key.n_dims = dst->param_i32(0);
+  key.back = back;
+  key.base = dst->param_f32(3);
+  key.freq_scale = dst->param_f32(4);
+  key.attn_factor = dst->param_f32(5);
+  const int half = key.n_dims / 2;
+  if (ff) {
+    key.ff.resize((size_t)half);
+    for (int i = 0; i < half; ++i)
+      key.ff[(size_t)i] = *reinterpret_cast<const float*>(static_cast<const char*>(ff->data) + i * ff->nb[0]);
+  }
+  thread_local RopeAngles angles;
+  angles.use(key);
   const bool neox = dst->param_i32(1) == ops::kRopeNeox;
-  const double base = dst->param_f32(3), freq_scale = dst->param_f32(4);
-  const float attn_factor = dst->param_f32(5);
-  const int half = n_dims / 2;
   const int64_t hd = a->ne[0];
+  const int n_dims = key.n_dims;
 
-  float* cs = thread_slice(args, sizeof(float) * 2 * (size_t)half);  // cos[half], then sin[half]
-  float* sn = cs + half;
-  int64_t cached = -1;
   int64_t r0, r1;
   split_rows(a->nrows(), args.ith, args.nth, r0, r1);
   for (int64_t r = r0; r < r1; ++r) {
     int64_t i1, i2, i3;
     unravel_row(r, a->ne, i1, i2, i3);
-    if (i2 != cached) {  // angles depend on the token only
-      const double p = (double)*reinterpret_cast<const int32_t*>(static_cast<const char*>(pos->data) + i2 * pos->nb[0]);
-      for (int i = 0; i < half; ++i) {
-        double theta = p * freq_scale * std::pow(base, -2.0 * i / n_dims);
-        if (ff) theta /= (double)*reinterpret_cast<const float*>(static_cast<const char*>(ff->data) + i * ff->nb[0]);
-        cs[i] = (float)std::cos(theta) * attn_factor;
-        sn[i] = (float)(back ? -std::sin(theta) : std::sin(theta)) * attn_factor;
-      }
-      cached = i2;
-    }
+    const int64_t p = *reinterpret_cast<const int32_t*>(static_cast<const char*>(pos->data) + i2 * pos->nb[0]);
+    const float* cs = angles.at(i2, p);
+    const float* sn = cs + half;
     const char* src = row_ptr(a, i1, i2, i3);
     const size_t nb0 = a->nb[0];
-    auto x = [&](int64_t i) { return *reinterpret_cast<const float*>(src + i * nb0); };
     float* y = reinterpret_cast<float*>(row_ptr(dst, i1, i2, i3));
+    constexpr int kMaxFast = 256;
+    if (nb0 == sizeof(float) && half <= kMaxFast) {  // contiguous rows: loops the compiler vectorizes
+      const auto* x = reinterpret_cast<const float*>(src);
+      float t[2 * kMaxFast];  // y may alias x (in place): rotate from a copy
+      std::memcpy(t, x, sizeof(float) * (size_t)n_dims);
+      if (neox) {
+        for (int i = 0; i < half; ++i) y[i] = t[i] * cs[i] - t[i + half] * sn[i];
+        for (int i = 0; i < half; ++i) y[i + half] = t[i] * sn[i] + t[i + half] * cs[i];
+      } else {
+        for (int i = 0; i < half; ++i) {
+          y[2 * i] = t[2 * i] * cs[i] - t[2 * i + 1] * sn[i];
+          y[2 * i + 1] = t[2 * i] * sn[i] + t[2 * i + 1] * cs[i];
+        }
+      }
+      if (y != x) std::memmove(y + n_dims, x + n_dims, sizeof(float) * (size_t)(hd - n_dims));
+      continue;
+    }
+    auto x = [&](int64_t i) { return *reinterpret_cast<const float*>(src + i * nb0); };
     const int64_t stride = neox ? 1 : 2, off = neox ? half : 1;
     for (int i = 0; i < half; ++i) {
       const int64_t j = i * stride;
@@ -259,9 +329,6 @@ bool supports_attention(const Tensor* node) {
 
 size_t work_size_attention(const Tensor* node, int nth) {
   switch (node->op) {
-    case OpKind::ROPE:
-    case OpKind::ROPE_BACK:
-      return slices_bytes(sizeof(float) * (size_t)node->param_i32(0), nth);
     case OpKind::FLASH_ATTN_EXT:
       return std::max(slices_bytes(sizeof(float) * (size_t)node->src[2]->ne[0], nth),
                       flash_tiled_supported(node) ? flash_tiled_work_size(node, nth) : 0);
