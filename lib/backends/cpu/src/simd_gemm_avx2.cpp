@@ -34,22 +34,21 @@ void f32_tile(int64_t kc, const float* p, const float* b, int ldb, float* const*
       acc[1][j] = _mm256_fmadd_ps(a1, bv, acc[1][j]);
     }
   }
+  // Constant indices only (the loop unrolled): an acc[][j] with a run-time j would keep the
+  // accumulators in memory, a store per FMA in the loop above.
+  alignas(32) float t[NC][16];
+#pragma GCC unroll 6
   for (int j = 0; j < NC; ++j) {
-    alignas(32) float t[16];
-    _mm256_store_ps(t, acc[0][j]);
-    _mm256_store_ps(t + 8, acc[1][j]);
-    if (mr == 16) {
-      if (accumulate) {
-        _mm256_storeu_ps(c[j], _mm256_add_ps(_mm256_loadu_ps(c[j]), acc[0][j]));
-        _mm256_storeu_ps(c[j] + 8, _mm256_add_ps(_mm256_loadu_ps(c[j] + 8), acc[1][j]));
-      } else {
-        _mm256_storeu_ps(c[j], acc[0][j]);
-        _mm256_storeu_ps(c[j] + 8, acc[1][j]);
-      }
-      continue;
+    if (mr == 16 && accumulate) {
+      acc[0][j] = _mm256_add_ps(_mm256_loadu_ps(c[j]), acc[0][j]);
+      acc[1][j] = _mm256_add_ps(_mm256_loadu_ps(c[j] + 8), acc[1][j]);
     }
-    for (int i = 0; i < mr; ++i) c[j][i] = accumulate ? c[j][i] + t[i] : t[i];
+    _mm256_storeu_ps(mr == 16 ? c[j] : t[j], acc[0][j]);
+    _mm256_storeu_ps((mr == 16 ? c[j] : t[j]) + 8, acc[1][j]);
   }
+  if (mr == 16) return;
+  for (int j = 0; j < NC; ++j)
+    for (int i = 0; i < mr; ++i) c[j][i] = accumulate ? c[j][i] + t[j][i] : t[j][i];
 }
 
 void f32_tile_any(int64_t kc, const float* p, const float* b, int ldb, int nc, float* const* c, int mr,
