@@ -77,8 +77,12 @@ inline void dot_row(int64_t K, const void* a, const float* const* b, float* out)
 #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c) acc[c][0] = _mm512_fmadd_ps(x, _mm512_maskz_loadu_ps(m, b[c] + k), acc[c][0]);
   }
+  // Unrolled, so every index into acc is a constant: a run-time c would keep the accumulators
+  // in memory, a store and a load per FMA in the loops above.
+#pragma GCC unroll 8
   for (int c = 0; c < NC; ++c) {
     __m512 s = acc[c][0];
+#pragma GCC unroll 4
     for (int u = 1; u < U; ++u) s = _mm512_add_ps(s, acc[c][u]);
     out[c] = _mm512_reduce_add_ps(s);
   }
