@@ -109,6 +109,7 @@ void add_flash_attn(std::vector<OpCase>& out) {
       {128, 128, 1, 4096, 32, 8, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},
       {64, 64, 1, 256, 16, 4, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},  // a decode step of the ~300M llama
       {128, 128, 512, 512, 32, 8, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},
+      {64, 64, 512, 512, 16, 4, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},  // a 512-token prompt of the ~300M llama
   };
   for (const FaCase& f : cases) {
     const std::string params = fmt::format(
