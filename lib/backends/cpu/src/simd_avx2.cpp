@@ -66,8 +66,11 @@ inline void dot_row(int64_t K, const void* a, const float* const* b, float* out)
 #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c) acc[c][0] = _mm256_fmadd_ps(x, _mm256_loadu_ps(b[c] + k), acc[c][0]);
   }
+  // Unrolled, so every index into acc is a constant (a run-time c keeps them in memory).
+#pragma GCC unroll 8
   for (int c = 0; c < NC; ++c) {
     __m256 s = acc[c][0];
+#pragma GCC unroll 4
     for (int u = 1; u < U; ++u) s = _mm256_add_ps(s, acc[c][u]);
     float t = 0.0f;
     for (int64_t j = k; j < K; ++j) t += load1<T>(a, j) * b[c][j];
