@@ -75,6 +75,16 @@ Layout layout_of(const Shape& f) {
   return L;
 }
 
+// Asks for every cache line of the tile's K and V rows at once: in decode the K/V cache is cold
+// (the weights streamed past since the last token) and a unit reads too few rows for the
+// hardware prefetcher to get ahead, so the loads would wait on memory one stream at a time.
+void prefetch_rows(const char* k, size_t ldk, int64_t rows, const char* v, size_t ldv) {
+  for (int64_t j = 0; j < rows; ++j) {
+    for (size_t b = 0; b < ldk; b += 64) __builtin_prefetch(k + j * ldk + b);
+    for (size_t b = 0; b < ldv; b += 64) __builtin_prefetch(v + j * ldv + b);
+  }
+}
+
 }  // namespace
 
 bool flash_tiled_supported(const Tensor* node) {
@@ -145,6 +155,7 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
 
     for (int64_t j0 = 0; j0 < f.n_kv; j0 += kKeyTile) {
       const int64_t kt = std::min(kKeyTile, f.n_kv - j0);
+      if (stream) prefetch_rows(kbase + j0 * k->nb[1], k->nb[1], kt, vbase + j0 * v->nb[1], v->nb[1]);
       // the tile's mask as f32 per row (rows of one mask row share it); skip the tile if no row
       // can see any of its keys
       if (mask) {
