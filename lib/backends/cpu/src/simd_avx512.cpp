@@ -49,6 +49,15 @@ inline __m512 load16(const void* row, int64_t k, __mmask16 m) {
 }
 inline __mmask16 tail_mask(int64_t n) { return (__mmask16)((1u << n) - 1); }
 
+// The lane sums of a, b, c, d: pairs interleaved, then quads, then the four 128-bit lanes.
+inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));  // a b a b per lane
+  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  const __m512 abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xee));  // a b c d
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(abcd), _mm512_extractf32x8_ps(abcd, 1));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
 // out[c] = a . b[c] for c < NC; a a row of K elements of type T, b[c] K floats.
 // NC * U accumulators of 16 lanes: U vectors of a per step keep 4+ FMAs in flight for 1-2 columns.
 template <DType T, int NC>
@@ -78,9 +87,15 @@ inline void dot_row(int64_t K, const void* a, const float* const* b, float* out)
     for (int c = 0; c < NC; ++c) acc[c][0] = _mm512_fmadd_ps(x, _mm512_maskz_loadu_ps(m, b[c] + k), acc[c][0]);
   }
   // Unrolled, so every index into acc is a constant: a run-time c would keep the accumulators
-  // in memory, a store and a load per FMA in the loops above.
+  // in memory, a store and a load per FMA in the loops above. Four columns at a time share one
+  // reduction (short rows, e.g. decode attention's 64-dim keys, are otherwise mostly reductions).
+  int c0 = 0;
+  if constexpr (U == 1)
+#pragma GCC unroll 2
+    for (; c0 + 4 <= NC; c0 += 4)
+      _mm_storeu_ps(out + c0, hsum4(acc[c0][0], acc[c0 + 1][0], acc[c0 + 2][0], acc[c0 + 3][0]));
 #pragma GCC unroll 8
-  for (int c = 0; c < NC; ++c) {
+  for (int c = c0; c < NC; ++c) {
     __m512 s = acc[c][0];
 #pragma GCC unroll 4
     for (int u = 1; u < U; ++u) s = _mm512_add_ps(s, acc[c][u]);
