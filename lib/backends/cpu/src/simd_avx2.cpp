@@ -44,6 +44,14 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
 }
 
+// The lane sums of a, b, c, d: pairs interleaved, then quads, then the two 128-bit lanes.
+inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  const __m256 ab = _mm256_add_ps(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));  // a b a b per lane
+  const __m256 cd = _mm256_add_ps(_mm256_unpacklo_ps(c, d), _mm256_unpackhi_ps(c, d));
+  const __m256 abcd = _mm256_add_ps(_mm256_shuffle_ps(ab, cd, 0x44), _mm256_shuffle_ps(ab, cd, 0xee));  // a b c d
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
 // out[c] = a . b[c] for c < NC; a a row of K elements of type T, b[c] K floats.
 // NC * U accumulators of 8 lanes: U vectors of a per step keep 4+ FMAs in flight for 1-2 columns.
 template <DType T, int NC>
@@ -66,9 +74,16 @@ inline void dot_row(int64_t K, const void* a, const float* const* b, float* out)
 #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c) acc[c][0] = _mm256_fmadd_ps(x, _mm256_loadu_ps(b[c] + k), acc[c][0]);
   }
-  // Unrolled, so every index into acc is a constant (a run-time c keeps them in memory).
+  // Unrolled, so every index into acc is a constant (a run-time c keeps them in memory). Four
+  // columns at a time share one reduction when the row has no scalar tail.
+  int c0 = 0;
+  if constexpr (U == 1)
+    if (k == K)
+#pragma GCC unroll 2
+      for (; c0 + 4 <= NC; c0 += 4)
+        _mm_storeu_ps(out + c0, hsum4(acc[c0][0], acc[c0 + 1][0], acc[c0 + 2][0], acc[c0 + 3][0]));
 #pragma GCC unroll 8
-  for (int c = 0; c < NC; ++c) {
+  for (int c = c0; c < NC; ++c) {
     __m256 s = acc[c][0];
 #pragma GCC unroll 4
     for (int u = 1; u < U; ++u) s = _mm256_add_ps(s, acc[c][u]);
