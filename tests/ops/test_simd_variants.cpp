@@ -268,59 +268,63 @@ TEST_P(KernelTest, GemmTilesMatchReferenceTiles) {
         }
       }
   if (!gk->q8_tile) return;
-  // The three q8 panels: plain (Q8_0 / Q4_0), with mins (Q4_K), in halves (Q6_K).
+  // The three q8 panels: plain (Q8_0 / Q4_0), with mins (Q4_K), in halves (Q6_K), each with the
+  // byte range its packer writes (the tiles may rely on it: AVX2 adds nibble products in int16).
+  struct Form {
+    int shift, lo, hi;  // the offset's shift, the bytes' range (as int8 when lo < 0)
+  };
   struct Variant {
     const char* name;
     size_t block;
     cpu::GemmQ8TileFn ref, tile;
-    int max_byte;
+    std::vector<Form> forms;
   };
-  const Variant variants[] = {{"q8", cpu::kQ8GroupBlockBytes, cpu::gemm_q8_tile_ref, gk->q8_tile, 255},
-                              {"q8m", cpu::kQ8MinGroupBlockBytes, cpu::gemm_q8m_tile_ref, gk->q8m_tile, 15},
-                              {"q8h", cpu::kQ8HalfGroupBlockBytes, cpu::gemm_q8h_tile_ref, gk->q8h_tile, 255}};
+  const Variant variants[] = {
+      {"q8", cpu::kQ8GroupBlockBytes, cpu::gemm_q8_tile_ref, gk->q8_tile, {{3, 0, 15}, {7, 0, 255}}},
+      {"q8m", cpu::kQ8MinGroupBlockBytes, cpu::gemm_q8m_tile_ref, gk->q8m_tile, {{0, 0, 15}}},
+      {"q8h", cpu::kQ8HalfGroupBlockBytes, cpu::gemm_q8h_tile_ref, gk->q8h_tile, {{0, -32, 31}}}};
   for (const Variant& var : variants)
-    for (int64_t nblk : {1L, 3L, 8L})
-      for (int mr = 1; mr <= gk->q8_mr; mr += mr < 17 ? 4 : 7)
-        for (int nc = 1; nc <= gk->q8_nr; ++nc) {
-          const int groups = (mr + 15) / 16;
-          std::vector<uint8_t> p((size_t)(groups * nblk) * var.block);
-          std::uniform_int_distribution<int> byte(0, var.max_byte);  // Q4_K panels hold nibbles
-          for (uint8_t& v : p) v = (uint8_t)byte(rng);
-          for (int64_t gb = 0; gb < groups * nblk; ++gb) {  // sane row scales, mins, offsets
-            auto* dw = reinterpret_cast<float*>(p.data() + gb * var.block);
-            for (int l = 0; l < 16; ++l) dw[l] = 0.01f * (float)(l + 1);
-            if (var.block == cpu::kQ8MinGroupBlockBytes)
-              for (int l = 0; l < 16; ++l) dw[16 + l] = 0.003f * (float)(l % 5);
-            if (var.block == cpu::kQ8HalfGroupBlockBytes) {
-              auto* off = reinterpret_cast<int32_t*>(dw + 32);
-              for (int l = 0; l < 16; ++l) {
-                dw[16 + l] = 0.02f * (float)(16 - l);
-                off[l] = -300 * l;
-                off[16 + l] = 250 * l - 1000;
+    for (const Form& form : var.forms)
+      for (int64_t nblk : {1L, 3L, 8L})
+        for (int mr = 1; mr <= gk->q8_mr; mr += mr < 17 ? 4 : 7)
+          for (int nc = 1; nc <= gk->q8_nr; ++nc) {
+            const int groups = (mr + 15) / 16;
+            std::vector<uint8_t> p((size_t)(groups * nblk) * var.block);
+            std::uniform_int_distribution<int> byte(form.lo, form.hi);
+            for (uint8_t& v : p) v = (uint8_t)(int8_t)byte(rng);  // the bytes; then the fields over them
+            for (int64_t gb = 0; gb < groups * nblk; ++gb) {      // sane row scales, mins, offsets
+              auto* dw = reinterpret_cast<float*>(p.data() + gb * var.block);
+              for (int l = 0; l < 16; ++l) dw[l] = 0.01f * (float)(l + 1);
+              if (var.block == cpu::kQ8MinGroupBlockBytes)
+                for (int l = 0; l < 16; ++l) dw[16 + l] = 0.003f * (float)(l % 5);
+              if (var.block == cpu::kQ8HalfGroupBlockBytes) {
+                auto* off = reinterpret_cast<int32_t*>(dw + 32);
+                for (int l = 0; l < 16; ++l) {
+                  dw[16 + l] = 0.02f * (float)(16 - l);
+                  off[l] = -300 * l;
+                  off[16 + l] = 250 * l - 1000;
+                }
               }
             }
-          }
-          std::vector<std::vector<cpu::BlockQ8A>> cols((size_t)nc, std::vector<cpu::BlockQ8A>((size_t)nblk));
-          const cpu::BlockQ8A* bp[16];
-          for (int j = 0; j < nc; ++j) {
-            const std::vector<float> x = normal(rng, (size_t)(32 * nblk));
-            cpu::quantize_act(cpu::ActType::q8, Isa::scalar)(x.data(), cols[(size_t)j].data(), 32 * nblk);
-            bp[j] = cols[(size_t)j].data();
-          }
-          for (int shift : {3, 7}) {
+            std::vector<std::vector<cpu::BlockQ8A>> cols((size_t)nc, std::vector<cpu::BlockQ8A>((size_t)nblk));
+            const cpu::BlockQ8A* bp[16];
+            for (int j = 0; j < nc; ++j) {
+              const std::vector<float> x = normal(rng, (size_t)(32 * nblk));
+              cpu::quantize_act(cpu::ActType::q8, Isa::scalar)(x.data(), cols[(size_t)j].data(), 32 * nblk);
+              bp[j] = cols[(size_t)j].data();
+            }
             std::vector<float> c0((size_t)(nc * 64), 7.0f), c1 = c0;
             float *cp0[16], *cp1[16];
             for (int j = 0; j < nc; ++j) {
               cp0[j] = c0.data() + j * 64;
               cp1[j] = c1.data() + j * 64;
             }
-            var.ref(nblk, p.data(), bp, nc, cp0, mr, shift);
-            var.tile(nblk, p.data(), bp, nc, cp1, mr, shift);
+            var.ref(nblk, p.data(), bp, nc, cp0, mr, form.shift);
+            var.tile(nblk, p.data(), bp, nc, cp1, mr, form.shift);
             for (size_t i = 0; i < c0.size(); ++i)  // rows past mr keep their 7
               EXPECT_NEAR(c1[i], c0[i], 1e-5 * std::fabs(c0[i]) + 1e-4)
-                  << var.name << " nblk " << nblk << " mr " << mr << " nc " << nc;
+                  << var.name << " shift " << form.shift << " nblk " << nblk << " mr " << mr << " nc " << nc;
           }
-        }
 }
 
 TEST_P(KernelTest, PanelTransposeMatchesReference) {

@@ -38,12 +38,14 @@ using GemmF32TileFn = void (*)(int64_t kc, const float* p, const float* b, int l
 // q8 tile over nblk blocks of 32: for rows i < mr and columns j < nc,
 //   c[j][i] = sum_blk dw(i, blk) * x.d * (sum_{e < 32} u(i, blk, e) * x.qs[e] - (x.sum << shift)),  x = b[j][blk]
 // with the panel p as groups of 16 rows, each nblk blocks of kQ8GroupBlockBytes: dw[16] floats,
-// then byte (q * 16 + i % 16) * 4 + t holding u for element e = 4q + t.
+// then byte (q * 16 + i % 16) * 4 + t holding u for element e = 4q + t. shift 7: Q8_0 (u = q + 128),
+// shift 3: Q4_0, whose u <= 15 (the AVX2 tile adds their products up in int16).
 // The mins variant (shift unused): blocks of kQ8MinGroupBlockBytes holding dw[16], mw[16], then
-// the bytes as above, and
+// the bytes as above (u <= 15), and
 //   c[j][i] = sum_blk x.d * (dw(i, blk) * sum_{e < 32} u(i, blk, e) * x.qs[e] - mw(i, blk) * x.sum).
 // The halves variant (Q6_K, shift unused): blocks of kQ8HalfGroupBlockBytes holding dw[2][16],
-// off[2][16] (int32), then the bytes as signed w (the activations are the unsigned side, + 128):
+// off[2][16] (int32), then the bytes as signed w in [-32, 31] (the activations are the unsigned
+// side, + 128):
 //   c[j][i] = sum_blk x.d * sum_{h < 2} dw(h, i, blk) *
 //             (off(h, i, blk) + sum_{e in half h} w(i, blk, e) * (x.qs[e] + 128)),
 // the packer storing off = -128 * sum of the half's w, so that the + 128 cancels.

@@ -1,7 +1,7 @@
 // AVX2 register tile of the blocked f32 matrix product (see simd_gemm.h): 16 rows (one packed
 // group, two ymm) x 6 columns = 12 accumulators; per k two panel loads, six broadcasts of b and
 // twelve FMAs, which fills the 16 ymm registers. Rows past mr are computed (the panel is zero
-// there) but not stored. No int8 tile at this level: Q8_0 / Q4_0 batches take the f32 tile.
+// there) but not stored. The q8 tiles (16 x 2, vpmaddubsw) are described where they start.
 // The panel transpose goes in 8 x 8 blocks (three shuffle stages). References: gemm_f32_tile_ref
 // and transpose16_ref in simd_gemm.cpp.
 #include <immintrin.h>
@@ -69,6 +69,132 @@ void f32_tile_any(int64_t kc, const float* p, const float* b, int ldb, int nc, f
   }
 }
 
+// ---- q8 tiles: 16 rows (the two 8-row halves of a packed group) x 2 columns -------------------
+// No VNNI here: vpmaddubsw multiplies unsigned by signed bytes into int16 pair sums (which
+// saturate) and vpmaddwd by ones widens them to int32 lanes, one per row. The kinds differ in
+// what keeps the pair sums in range:
+//   nibbles (Q4_0, Q4_K): weights <= 15, so 8 quads of pair sums add up in int16 first;
+//   bytes   (Q8_0): u = q + 128 would overflow, so the signed q = u ^ 0x80 goes in as |q| with
+//                   its sign moved onto the activations (sum q * x, which is the offset form's value);
+//   halves  (Q6_K): signed 6-bit weights, the activations + 128 as the unsigned side.
+constexpr int kQ8Cols = 2;
+enum class Q8Kind { nibbles, bytes, mins, halves };
+
+template <int NC, Q8Kind KIND>
+void q8_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* const* c, int mr, int shift) {
+  constexpr size_t kBlock = KIND == Q8Kind::mins     ? kQ8MinGroupBlockBytes
+                            : KIND == Q8Kind::halves ? kQ8HalfGroupBlockBytes
+                                                     : kQ8GroupBlockBytes;
+  constexpr size_t kBytesAt = KIND == Q8Kind::mins ? 128 : KIND == Q8Kind::halves ? 256 : 64;
+  const __m256i ones = _mm256_set1_epi16(1), k80 = _mm256_set1_epi8((char)0x80);
+  __m256 acc[2][NC];
+  for (int j = 0; j < NC; ++j) acc[0][j] = acc[1][j] = _mm256_setzero_ps();
+  auto xq = [&](int j, int64_t blk, int q) __attribute__((always_inline)) {  // quad q's 4 bytes, broadcast
+    int32_t x4;
+    std::memcpy(&x4, b[j][blk].qs + 4 * q, 4);
+    return _mm256_set1_epi32(x4);
+  };
+  // acc += int32 sums x (row scale at ds x column scale)
+  auto scale_add = [&](__m256i(&isum)[2][NC], const uint8_t* ds, int64_t blk) __attribute__((always_inline)) {
+#pragma GCC unroll 2
+    for (int j = 0; j < NC; ++j) {
+      const __m256 dx = _mm256_set1_ps(b[j][blk].d);
+      for (int h = 0; h < 2; ++h)
+        acc[h][j] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h][j]),
+                            _mm256_mul_ps(_mm256_loadu_ps(reinterpret_cast<const float*>(ds) + 8 * h), dx), acc[h][j]);
+    }
+  };
+  for (int64_t blk = 0; blk < nblk; ++blk) {
+    const uint8_t* pb = p + (size_t)blk * kBlock;
+    const uint8_t* u = pb + kBytesAt;
+    __m256i isum[2][NC];
+    if constexpr (KIND == Q8Kind::halves) {
+      for (int hv = 0; hv < 2; ++hv) {
+        for (int h = 0; h < 2; ++h) {
+          const __m256i off = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 128 + 64 * hv + 32 * h));
+          for (int j = 0; j < NC; ++j) isum[h][j] = off;
+        }
+#pragma GCC unroll 4
+        for (int q = 4 * hv; q < 4 * hv + 4; ++q) {
+          __m256i w[2];
+          for (int h = 0; h < 2; ++h) w[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u + 64 * q + 32 * h));
+          for (int j = 0; j < NC; ++j) {
+            const __m256i xu = _mm256_xor_si256(xq(j, blk, q), k80);
+            for (int h = 0; h < 2; ++h)
+              isum[h][j] = _mm256_add_epi32(isum[h][j], _mm256_madd_epi16(_mm256_maddubs_epi16(xu, w[h]), ones));
+          }
+        }
+        scale_add(isum, pb + 64 * hv, blk);
+      }
+      continue;
+    }
+    if constexpr (KIND == Q8Kind::bytes) {
+      for (int j = 0; j < NC; ++j) isum[0][j] = isum[1][j] = _mm256_setzero_si256();
+#pragma GCC unroll 1  // (as below: unrolled, the sums become a spilled add tree)
+      for (int q = 0; q < 8; ++q) {
+        __m256i w[2], aw[2];
+        for (int h = 0; h < 2; ++h) {
+          w[h] = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(u + 64 * q + 32 * h)), k80);
+          aw[h] = _mm256_abs_epi8(w[h]);
+        }
+        for (int j = 0; j < NC; ++j) {
+          const __m256i xv = xq(j, blk, q);
+          for (int h = 0; h < 2; ++h)
+            isum[h][j] = _mm256_add_epi32(
+                isum[h][j], _mm256_madd_epi16(_mm256_maddubs_epi16(aw[h], _mm256_sign_epi8(xv, w[h])), ones));
+        }
+      }
+    } else {  // nibbles, mins: int16 pair sums of all 8 quads, then one widening
+      __m256i s16[2][NC];
+      for (int j = 0; j < NC; ++j) s16[0][j] = s16[1][j] = _mm256_setzero_si256();
+        // Not unrolled: GCC would reassociate the 32 products of an unrolled block into an add tree
+        // and spill them.
+#pragma GCC unroll 1
+      for (int q = 0; q < 8; ++q) {
+        __m256i w[2];
+        for (int h = 0; h < 2; ++h) w[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u + 64 * q + 32 * h));
+        for (int j = 0; j < NC; ++j) {
+          const __m256i xv = xq(j, blk, q);
+          for (int h = 0; h < 2; ++h) s16[h][j] = _mm256_add_epi16(s16[h][j], _mm256_maddubs_epi16(w[h], xv));
+        }
+      }
+      for (int j = 0; j < NC; ++j) {
+        const __m256i off =
+            KIND == Q8Kind::mins ? _mm256_setzero_si256() : _mm256_set1_epi32(-(b[j][blk].sum * (1 << shift)));
+        for (int h = 0; h < 2; ++h) isum[h][j] = _mm256_add_epi32(_mm256_madd_epi16(s16[h][j], ones), off);
+      }
+    }
+    scale_add(isum, pb, blk);
+    if constexpr (KIND == Q8Kind::mins)  // acc -= mw * (x.d * x.sum)
+      for (int j = 0; j < NC; ++j) {
+        const __m256 xs = _mm256_set1_ps(b[j][blk].d * (float)b[j][blk].sum);
+        for (int h = 0; h < 2; ++h)
+          acc[h][j] = _mm256_fnmadd_ps(_mm256_loadu_ps(reinterpret_cast<const float*>(pb + 64) + 8 * h), xs, acc[h][j]);
+      }
+  }
+  alignas(32) float t[16];
+#pragma GCC unroll 2
+  for (int j = 0; j < NC; ++j) {
+    _mm256_storeu_ps(mr == 16 ? c[j] : t, acc[0][j]);
+    _mm256_storeu_ps((mr == 16 ? c[j] : t) + 8, acc[1][j]);
+    if (mr < 16) std::memcpy(c[j], t, sizeof(float) * (size_t)mr);
+  }
+}
+
+template <Q8Kind KIND>
+void q8_tile_kind(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
+                  int shift) {
+  if (nc == 1) return q8_tile<1, KIND>(nblk, p, b, c, mr, shift);
+  q8_tile<2, KIND>(nblk, p, b, c, mr, shift);
+}
+
+// Q8_0 / Q4_0 panels: the offset says which (7: Q8_0's bytes, 3: Q4_0's nibbles).
+void q8_tile_any(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr, int shift) {
+  if (shift == 7) return q8_tile_kind<Q8Kind::bytes>(nblk, p, b, nc, c, mr, shift);
+  q8_tile_kind<Q8Kind::nibbles>(nblk, p, b, nc, c, mr, shift);
+}
+
 // The first `lanes` floats of v to dst (vmaskmovps stores are slow on AMD).
 inline void store_lanes(float* dst, int lanes, __m256 v) {
   if (lanes == 8) return _mm256_storeu_ps(dst, v);
@@ -108,7 +234,15 @@ void transpose16(const float* const* src, int nsrc, int64_t n, float* dst, int l
   }
 }
 
-const GemmKernels kKernels{16, kF32Cols, f32_tile_any, 0, 0, nullptr, nullptr, nullptr, transpose16};
+const GemmKernels kKernels{16,
+                           kF32Cols,
+                           f32_tile_any,
+                           16,
+                           kQ8Cols,
+                           q8_tile_any,
+                           q8_tile_kind<Q8Kind::mins>,
+                           q8_tile_kind<Q8Kind::halves>,
+                           transpose16};
 
 }  // namespace
 }  // namespace loom::cpu
