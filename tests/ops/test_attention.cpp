@@ -109,6 +109,34 @@ INSTANTIATE_TEST_SUITE_P(Modes, AttentionRopeTest, testing::ValuesIn(rope_params
                                   std::to_string(p.threads);
                          });
 
+// The kernel keeps each position's angles per thread across nodes and graphs: new positions at
+// the same token index, and new parameters, must not reuse them.
+TEST(AttentionRope, CachedAnglesFollowPositionsAndParameters) {
+  for (int th : {1, 2}) {
+    OpRunner r;
+    const int64_t hd = 16, n_head = 2, T = 3;
+    Tensor* x = r.input(DType::F32, {hd, n_head, T}, "x");
+    Tensor* pos = r.input(DType::I32, {T}, "pos");
+    ops::RopeParams p;
+    p.n_dims = hd;
+    Tensor* out = ops::rope(r.ctx, x, pos, nullptr, p);
+    ops::RopeParams p2 = p;
+    p2.freq_base = 500000.0f;
+    Tensor* out2 = ops::rope(r.ctx, x, pos, nullptr, p2);
+    r.alloc();
+    r.fill_normal(x);
+    // positions change under the same parameters, then the parameters change
+    for (const ops::RopeParams* params : {&p, &p2})
+      for (const std::vector<int32_t>& posv : {std::vector<int32_t>{0, 1, 2}, {7, 8, 9}, {7, 300, 9}}) {
+        r.set_i32(pos, posv);
+        Tensor* y = params == &p ? out : out2;
+        r.compute(y, th);
+        EXPECT_LE(nmse(r.get_f32(y), ref_rope(r.get_f32(x), x->ne, posv, nullptr, *params, false)), 1e-7)
+            << "threads " << th << " base " << params->freq_base << " pos " << posv[1];
+      }
+  }
+}
+
 TEST(AttentionRope, BackInvertsForward) {
   for (int mode : {(int)ops::kRopeNormal, (int)ops::kRopeNeox}) {
     OpRunner r;

@@ -60,23 +60,30 @@ struct RopeAngles {
     bool back = false;
     double base = 0, freq_scale = 0;
     float attn_factor = 0;
-    std::vector<float> ff;  // freq_factors, empty when none
     bool operator==(const Key&) const = default;
   };
   Key key;
+  std::vector<float> ff;        // the freq_factors of key (empty: none)
   std::vector<double> theta;    // theta of pair i per unit position
   std::vector<int64_t> pos_at;  // per token index: the position its entry holds (or INT64_MIN)
   std::vector<float> cs;        // per token index: cos[half], then sin[half]
 
-  // Sets the parameters (clearing the entries when they change).
-  void use(const Key& k) {
-    if (k == key && !theta.empty()) return;
-    key = k;
+  static float ff_at(const Tensor* t, int i) {
+    return *reinterpret_cast<const float*>(static_cast<const char*>(t->data) + i * t->nb[0]);
+  }
+  // Sets the parameters and frequency factors (or null), clearing the entries when they change.
+  void use(const Key& k, const Tensor* f) {
     const int half = k.n_dims / 2;
+    bool same = k == key && !theta.empty() && ff.size() == (f ? (size_t)half : 0);
+    for (int i = 0; same && f && i < half; ++i) same = ff[(size_t)i] == ff_at(f, i);
+    if (same) return;
+    key = k;
+    ff.clear();
+    for (int i = 0; f && i < half; ++i) ff.push_back(ff_at(f, i));
     theta.assign((size_t)half, 0.0);
     for (int i = 0; i < half; ++i) {
       theta[(size_t)i] = k.freq_scale * std::pow(k.base, -2.0 * i / k.n_dims);
-      if (!k.ff.empty()) theta[(size_t)i] /= (double)k.ff[(size_t)i];
+      if (f) theta[(size_t)i] /= (double)ff[(size_t)i];
     }
     pos_at.clear();
     cs.clear();
@@ -115,13 +122,8 @@ void rope(const KernelArgs& args, Tensor* dst, bool back) {
   key.freq_scale = dst->param_f32(4);
   key.attn_factor = dst->param_f32(5);
   const int half = key.n_dims / 2;
-  if (ff) {
-    key.ff.resize((size_t)half);
-    for (int i = 0; i < half; ++i)
-      key.ff[(size_t)i] = *reinterpret_cast<const float*>(static_cast<const char*>(ff->data) + i * ff->nb[0]);
-  }
   thread_local RopeAngles angles;
-  angles.use(key);
+  angles.use(key, ff);
   const bool neox = dst->param_i32(1) == ops::kRopeNeox;
   const int64_t hd = a->ne[0];
   const int n_dims = key.n_dims;

@@ -6,7 +6,8 @@
 // takes one path:
 //   dot     - the per-type fused row kernels, up to kMaxDotCols columns per pass over a block of rows;
 //   gemm    - blocked products over packed panels and register tiles (simd_gemm.h) from
-//             kGemmMinCols columns on levels that have tiles (f32 tiles, or int8 tiles for Q8_0/Q4_0/Q4_K);
+//             kGemmMinCols columns on levels that have tiles (f32 tiles, or int8 tiles for the
+//             quantized types);
 //   strided - a transposed float view of a, gathered into f32 rows first, then the f32 dot.
 #include <algorithm>
 #include <cmath>
@@ -63,15 +64,14 @@ void convert_rows(const Tensor* t, float* dst, int ith, int nth) {
 enum class Path : uint8_t { dot, gemm_f32, gemm_q8, strided };
 
 Path choose_path(const Tensor* a, int64_t ncols, const GemmKernels* gk) {
-  const auto q8 = [&] { return gemm_q8_supported(gk, a->type); };
   if (a->has_flag(kFlagRepacked)) {  // rows in 8-row groups: the level's rows_dot_r8, or a GEMM packing from them
     LOOM_CHECK(repacked_kernels(a->type), unsupported, "MUL_MAT: {} is repacked for kernels this CPU level lacks",
                a->name);
     if (!gk || ncols < kGemmMinCols) return Path::dot;
-    return q8() ? Path::gemm_q8 : Path::gemm_f32;
+    return gemm_q8_supported(gk, a->type) ? Path::gemm_q8 : Path::gemm_f32;
   }
   if (!unit_stride(a)) return Path::strided;
-  if (gk && ncols >= kGemmMinCols) return q8() ? Path::gemm_q8 : Path::gemm_f32;
+  if (gk && ncols >= kGemmMinCols) return gemm_q8_supported(gk, a->type) ? Path::gemm_q8 : Path::gemm_f32;
   return Path::dot;
 }
 

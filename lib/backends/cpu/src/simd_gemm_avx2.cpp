@@ -89,13 +89,13 @@ void q8_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* co
   const __m256i ones = _mm256_set1_epi16(1), k80 = _mm256_set1_epi8((char)0x80);
   __m256 acc[2][NC];
   for (int j = 0; j < NC; ++j) acc[0][j] = acc[1][j] = _mm256_setzero_ps();
-  auto xq = [&](int j, int64_t blk, int q) __attribute__((always_inline)) {  // quad q's 4 bytes, broadcast
+  auto xq = [&](int j, int64_t blk, int q) {  // quad q's 4 bytes, broadcast
     int32_t x4;
     std::memcpy(&x4, b[j][blk].qs + 4 * q, 4);
     return _mm256_set1_epi32(x4);
   };
   // acc += int32 sums x (row scale at ds x column scale)
-  auto scale_add = [&](__m256i(&isum)[2][NC], const uint8_t* ds, int64_t blk) __attribute__((always_inline)) {
+  auto scale_add = [&](__m256i(&isum)[2][NC], const uint8_t* ds, int64_t blk) {
 #pragma GCC unroll 2
     for (int j = 0; j < NC; ++j) {
       const __m256 dx = _mm256_set1_ps(b[j][blk].d);

@@ -4,9 +4,10 @@
 //        on Zen 4; broadcasting from twelve column pointers instead reached 85%).
 //   q8:  32 rows x 6 columns; per block of 32, vpdpbusd of 16 unsigned weight bytes x 4
 //        broadcast activation bytes into int32 lanes seeded with the offset term, then one
-//        convert + FMA by the row scale x column scale into f32 accumulators.
+//        convert + FMA by the row scale x column scale into f32 accumulators. Q4_K's panels add
+//        an FMA per block for the row mins, Q6_K's run each 16-value half with its own scale.
 // Partial tiles (fewer rows or columns) are instantiations with fewer groups / columns and
-// masked stores. References: gemm_f32_tile_ref / gemm_q8_tile_ref in simd_gemm.cpp.
+// masked stores. References: gemm_f32_tile_ref / gemm_q8*_tile_ref in simd_gemm.cpp.
 
 // GCC 12's AVX-512 intrinsics headers trip -Wuninitialized on their own _mm512_undefined_*
 // helpers once inlined; the warning is about the header, not this file.
