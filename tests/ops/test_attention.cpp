@@ -374,7 +374,9 @@ TEST_P(AttentionFlashTest, MatchesExplicitSoftmaxQKV) {
   const auto want = ref_attention(r.get_f32(q), q->ne, r.get_f32(k), k->ne, r.get_f32(v), v->ne, mask ? &mv : nullptr,
                                   mask ? mask->ne : nullptr, c);
   EXPECT_LE(nmse(got, want), 5e-4);
-  EXPECT_LE(nmse(got, want), 1e-9);  // same K/V values, f32 accumulation: far below the limit
+  // same K/V values, f32 accumulation: far below the limit (BF16 K: q rounded to bf16 for the
+  // bf16 GEMM where the CPU has AVX-512 BF16, as llama.cpp rounds it to K's type)
+  EXPECT_LE(nmse(got, want), fp.kv_type == DType::BF16 ? 1e-5 : 1e-9);
   for (float g : got) ASSERT_FALSE(std::isnan(g));
   if (mask && all_masked >= 0) {
     for (int64_t ib = 0; ib < c.b; ++ib)

@@ -47,6 +47,15 @@ const char* isa_name(Isa isa) {
   }
 }
 
+bool has_avx512_bf16() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool bf16 = detected_isa() == Isa::avx512 && __builtin_cpu_supports("avx512bf16");
+  return bf16;
+#else
+  return false;
+#endif
+}
+
 Isa detected_isa() {
   static const Isa isa = detect();
   return isa;

@@ -20,5 +20,8 @@ Isa active_isa();
 // Use `isa` (clamped to detected_isa()) from now on; returns the level in effect. For tests and
 // benchmarks: call it between graph computations, never while one runs.
 Isa force_isa(Isa isa);
+// Whether the CPU has AVX-512 BF16 (vdpbf16ps) on top of the avx512 level: its GEMM then takes
+// BF16 weights as pairs (simd_gemm.h).
+bool has_avx512_bf16();
 
 }  // namespace loom::cpu

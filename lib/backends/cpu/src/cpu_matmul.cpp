@@ -144,8 +144,8 @@ MatmulPlan plan_mul_mat(const Tensor* node, int nth) {
   // Packing b once pays when several panels would each pack it: one matrix whose rows (not
   // columns) are split between the threads, b shared anyway.
   const int64_t M = a->ne[1], batches = b->ne[2] * b->ne[3];
-  p.pack_b = !is_id && p.path == Path::gemm_f32 && !p.private_b && batches == 1 &&
-             (p.convert_b || b->nb[1] % sizeof(float) == 0) &&
+  p.pack_b = !is_id && p.path == Path::gemm_f32 && !gemm_bf16_pairs(*p.gk, a->type, K) && !p.private_b &&
+             batches == 1 && (p.convert_b || b->nb[1] % sizeof(float) == 0) &&
              ceil_div(M, unit_rows(p.path, a->type, M, 1, K, nth, false)) >= nth;
   const size_t bpack_bytes = p.pack_b ? align64(gemm_f32_packed_bytes(*p.gk, K, b->ne[1])) : 0;
 

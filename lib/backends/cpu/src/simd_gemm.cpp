@@ -214,6 +214,23 @@ void gemm_f32_tile_ref(int64_t kc, const float* p, const float* b, int ldb, int 
     }
 }
 
+void gemm_bf16_tile_ref(int64_t kc, const float* p, const float* b, int ldb, int nc, float* const* c, int mr,
+                        bool accumulate) {
+  auto half = [](const float* pair, int t) {
+    uint32_t u;
+    std::memcpy(&u, pair, 4);
+    return bf16_to_f32((bf16_t)(t ? u >> 16 : u & 0xffff));
+  };
+  for (int j = 0; j < nc; ++j)
+    for (int i = 0; i < mr; ++i) {
+      const float* pi = p + (i / kPanelRows) * kc * kPanelRows + i % kPanelRows;
+      float s = accumulate ? c[j][i] : 0.0f;
+      for (int64_t k = 0; k < kc; ++k)
+        for (int t = 0; t < 2; ++t) s += half(pi + k * kPanelRows, t) * half(b + k * ldb + j, t);
+      c[j][i] = s;
+    }
+}
+
 namespace {
 // Both q8 references: MINS reads the Q4_K panel (mins after the scales, no byte offset).
 template <bool MINS>
@@ -365,18 +382,40 @@ void gemm_f32_pack_b(const GemmKernels& gk, int64_t K, int64_t n, const float* c
   }
 }
 
+bool gemm_bf16_pairs(const GemmKernels& gk, DType type, int64_t K) {
+  return gk.bf16_tile && type == DType::BF16 && K % 2 == 0;
+}
+
+// The f32 flavour; for BF16 weights on a level with a bf16 tile (gemm_bf16_pairs) the same loops
+// run over K / 2 pairs: the rows go into the panel as they are, the columns are rounded to bf16
+// pairs block by block.
 void gemm_f32(const GemmKernels& gk, const GemmJob& job, void* scratch) {
+  const bool pairs = gemm_bf16_pairs(gk, job.wk->type, job.K) && !job.bpack && !job.repacked;
+  const int64_t K = pairs ? job.K / 2 : job.K;  // in elements of the panel (floats or pairs)
   const int64_t mc = panel_rows_for(0, job.K, job.r1 - job.r0);
   const int nr = f32_cols(gk);
   float* panel = align64<float>(scratch);
   float* bpack = align64<float>(panel + mc * kGemmKc);
-  float* tmp = align64<float>(bpack + kMaxTileCols * kGemmKc);  // kPanelRows decoded rows
+  float* tmp = align64<float>(bpack + kMaxTileCols * kGemmKc);  // kPanelRows decoded rows (pairs: columns)
   float* cp[kMaxTileCols];
   for (int64_t m0 = job.r0; m0 < job.r1; m0 += mc) {
     const int64_t mrows = std::min(mc, job.r1 - m0);
-    for (int64_t k0 = 0; k0 < job.K; k0 += kGemmKc) {
-      const int64_t kc = std::min(kGemmKc, job.K - k0);
-      pack_f32(gk, job, m0, mrows, k0, kc, panel, tmp);
+    for (int64_t k0 = 0; k0 < K; k0 += kGemmKc) {
+      const int64_t kc = std::min(kGemmKc, K - k0);
+      if (pairs) {  // bf16 rows as kc pairs from pair k0
+        const float* rows[kPanelRows];
+        for (int64_t g = 0; g * kPanelRows < mrows; ++g) {
+          const int live = (int)std::min<int64_t>(kPanelRows, mrows - g * kPanelRows);
+          for (int l = 0; l < live; ++l)
+            rows[l] = reinterpret_cast<const float*>(job.a + (m0 + g * kPanelRows + l) * job.lda) + k0;
+          float* pg = panel + g * kc * kPanelRows;
+          gk.transpose16(rows, live, kc, pg, kPanelRows);
+          for (int64_t k = 0; live < kPanelRows && k < kc; ++k)  // rows past mrows: zeros
+            std::memset(pg + k * kPanelRows + live, 0, sizeof(float) * (size_t)(kPanelRows - live));
+        }
+      } else {
+        pack_f32(gk, job, m0, mrows, k0, kc, panel, tmp);
+      }
       for (int64_t j0 = 0; j0 < job.n; j0 += nr) {
         const int nc = (int)std::min<int64_t>(nr, job.n - j0);
         const float* bp = bpack;
@@ -384,13 +423,19 @@ void gemm_f32(const GemmKernels& gk, const GemmJob& job, void* scratch) {
           bp = job.bpack + packed_block(gk, job.n, k0 / kGemmKc, j0 / nr);
         } else {
           const float* cols[kMaxTileCols];  // columns -> [k][nr]
-          for (int j = 0; j < nc; ++j) cols[j] = static_cast<const float*>(job.b[j0 + j]) + k0;
+          for (int j = 0; j < nc; ++j) {
+            cols[j] = static_cast<const float*>(job.b[j0 + j]) + (pairs ? 2 * k0 : k0);
+            if (pairs) {  // 2 kc values -> kc bf16 pairs
+              gk.to_bf16(cols[j], tmp + j * kGemmKc, 2 * kc);
+              cols[j] = tmp + j * kGemmKc;
+            }
+          }
           gk.transpose16(cols, nc, kc, bpack, nr);
         }
         for (int64_t i0 = 0; i0 < mrows; i0 += gk.f32_mr) {
           for (int j = 0; j < nc; ++j) cp[j] = job.d[j0 + j] + m0 + i0;
-          gk.f32_tile(kc, panel + (i0 / kPanelRows) * kc * kPanelRows, bp, nr, nc, cp,
-                      (int)std::min<int64_t>(gk.f32_mr, mrows - i0), k0 > 0);
+          (pairs ? gk.bf16_tile : gk.f32_tile)(kc, panel + (i0 / kPanelRows) * kc * kPanelRows, bp, nr, nc, cp,
+                                               (int)std::min<int64_t>(gk.f32_mr, mrows - i0), k0 > 0);
         }
       }
     }

@@ -35,6 +35,9 @@ inline constexpr size_t kQ8HalfGroupBlockBytes = 4 * 16 * sizeof(float) + 32 * 1
 // packed block of columns, k-major (ldb >= nc).
 using GemmF32TileFn = void (*)(int64_t kc, const float* p, const float* b, int ldb, int nc, float* const* c, int mr,
                                bool accumulate);
+// bf16 tile: the f32 tile's shapes over kc pairs, each 32-bit element of p and b holding two
+// bf16 values (element 2k in the low half), and
+//   c[j][i] = (accumulate ? c[j][i] : 0) + sum_{k < kc} sum_{t < 2} P(i, k)_t * b[k * ldb + j]_t.
 // q8 tile over nblk blocks of 32: for rows i < mr and columns j < nc,
 //   c[j][i] = sum_blk dw(i, blk) * x.d * (sum_{e < 32} u(i, blk, e) * x.qs[e] - (x.sum << shift)),  x = b[j][blk]
 // with the panel p as groups of 16 rows, each nblk blocks of kQ8GroupBlockBytes: dw[16] floats,
@@ -64,6 +67,8 @@ struct GemmKernels {
   GemmQ8TileFn q8m_tile;  // with row mins (same rows and columns as q8_tile)
   GemmQ8TileFn q8h_tile;  // with 16-value halves (same rows and columns)
   Transpose16Fn transpose16;
+  GemmF32TileFn bf16_tile = nullptr;  // f32_mr x f32_nr over bf16 pairs, where the CPU has AVX-512 BF16
+  void (*to_bf16)(const float* src, void* dst, int64_t n) = nullptr;  // n floats -> bf16, nearest even
 };
 
 // Tiles of a level (nullptr for scalar: the dot kernels serve every width there).
@@ -73,6 +78,8 @@ const GemmKernels* gemm_kernels_avx512();
 // The readable references of the tiles (any mr <= 32, nc <= 16).
 void gemm_f32_tile_ref(int64_t kc, const float* p, const float* b, int ldb, int nc, float* const* c, int mr,
                        bool accumulate);
+void gemm_bf16_tile_ref(int64_t kc, const float* p, const float* b, int ldb, int nc, float* const* c, int mr,
+                        bool accumulate);
 void gemm_q8_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
                       int shift);
 void gemm_q8m_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
@@ -106,6 +113,10 @@ size_t gemm_q8_block_bytes(DType type);
 int64_t gemm_panel_rows(size_t q8_block, int64_t K);
 // Per-thread scratch of the driver for K and jobs of up to max_rows rows.
 size_t gemm_scratch_bytes(size_t q8_block, int64_t K, int64_t max_rows);
+// Whether gemm_f32 multiplies weights of `type` as bf16 pairs (the columns rounded to bf16, as
+// llama.cpp does for BF16 weights): BF16 with an even K on a level with a bf16 tile. Such jobs
+// pack their columns themselves (no gemm_f32_pack_b).
+bool gemm_bf16_pairs(const GemmKernels& gk, DType type, int64_t K);
 void gemm_f32(const GemmKernels& gk, const GemmJob& job, void* scratch);
 // Packed b for gemm_f32: per block of kGemmKc of K, per group of f32_nr columns, the k-major
 // [kc][f32_nr] block gemm_f32 would transpose. Items are (K block, column group) pairs, so

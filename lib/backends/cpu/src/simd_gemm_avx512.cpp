@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "loom/core/fp16.h"
 #include "simd_gemm.h"
 
 #pragma GCC push_options
@@ -33,15 +34,27 @@ constexpr int kQ8Cols = 6;
 
 inline __mmask16 row_mask(int rows) { return rows >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rows) - 1); }
 
-// G groups of 16 rows x NC columns over kc.
+// The accumulators of a G x NC tile from c (or zeros), and back to c; rows past mr untouched.
 template <int G, int NC>
-void f32_tile(int64_t kc, const float* p, const float* b, int ldb, float* const* c, int mr, bool accumulate) {
-  __m512 acc[G][NC];
+inline void load_tile(__m512 (&acc)[G][NC], float* const* c, int mr, bool accumulate) {
   const __mmask16 last = row_mask(mr - 16 * (G - 1));
   for (int j = 0; j < NC; ++j)
     for (int g = 0; g < G; ++g)
       acc[g][j] = accumulate ? _mm512_maskz_loadu_ps(g == G - 1 ? last : (__mmask16)0xffff, c[j] + 16 * g)
                              : _mm512_setzero_ps();
+}
+template <int G, int NC>
+inline void store_tile(const __m512 (&acc)[G][NC], float* const* c, int mr) {
+  const __mmask16 last = row_mask(mr - 16 * (G - 1));
+  for (int j = 0; j < NC; ++j)
+    for (int g = 0; g < G; ++g) _mm512_mask_storeu_ps(c[j] + 16 * g, g == G - 1 ? last : (__mmask16)0xffff, acc[g][j]);
+}
+
+// G groups of 16 rows x NC columns over kc.
+template <int G, int NC>
+void f32_tile(int64_t kc, const float* p, const float* b, int ldb, float* const* c, int mr, bool accumulate) {
+  __m512 acc[G][NC];
+  load_tile(acc, c, mr, accumulate);
   const int64_t gstride = kc * kPanelRows;
   for (int64_t k = 0; k < kc; ++k, b += ldb) {
     __m512 a[G];
@@ -52,8 +65,7 @@ void f32_tile(int64_t kc, const float* p, const float* b, int ldb, float* const*
       for (int g = 0; g < G; ++g) acc[g][j] = _mm512_fmadd_ps(a[g], bv, acc[g][j]);
     }
   }
-  for (int j = 0; j < NC; ++j)
-    for (int g = 0; g < G; ++g) _mm512_mask_storeu_ps(c[j] + 16 * g, g == G - 1 ? last : (__mmask16)0xffff, acc[g][j]);
+  store_tile(acc, c, mr);
 }
 
 template <int G>
@@ -116,9 +128,7 @@ void q8_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* co
       }
     }
   }
-  const __mmask16 last = row_mask(mr - 16 * (G - 1));
-  for (int j = 0; j < NC; ++j)
-    for (int g = 0; g < G; ++g) _mm512_mask_storeu_ps(c[j] + 16 * g, g == G - 1 ? last : (__mmask16)0xffff, acc[g][j]);
+  store_tile(acc, c, mr);
 }
 
 // The halves variant (Q6_K): per block and 16-value half, the integer sums start at the row
@@ -163,9 +173,7 @@ void q8h_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* c
       }
     }
   }
-  const __mmask16 last = row_mask(mr - 16 * (G - 1));
-  for (int j = 0; j < NC; ++j)
-    for (int g = 0; g < G; ++g) _mm512_mask_storeu_ps(c[j] + 16 * g, g == G - 1 ? last : (__mmask16)0xffff, acc[g][j]);
+  store_tile(acc, c, mr);
 }
 
 void q8h_tile_any(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr, int) {
@@ -225,13 +233,60 @@ void transpose16(const float* const* src, int nsrc, int64_t n, float* dst, int l
 const GemmKernels kKernels{32,           kF32Cols,   f32_tile_any, 32, kQ8Cols, q8_tile_any<false>, q8_tile_any<true>,
                            q8h_tile_any, transpose16};
 
+// ---- bf16 pairs (AVX-512 BF16, where the CPU has it) ---------------------------------------------
+// The f32 tile's loop with vdpbf16ps: each 32-bit lane of the panel and each broadcast column
+// element hold two bf16 values, so one instruction does the work of two FMAs.
+#define LOOM_BF16_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+template <int G, int NC>
+LOOM_BF16_TARGET void bf16_tile(int64_t kc, const float* p, const float* b, int ldb, float* const* c, int mr,
+                                bool accumulate) {
+  __m512 acc[G][NC];
+  load_tile(acc, c, mr, accumulate);
+  const int64_t gstride = kc * kPanelRows;
+  for (int64_t k = 0; k < kc; ++k, b += ldb) {
+    __m512bh a[G];
+    for (int g = 0; g < G; ++g) a[g] = (__m512bh)_mm512_loadu_ps(p + g * gstride + k * kPanelRows);
+#pragma GCC unroll 12
+    for (int j = 0; j < NC; ++j) {
+      const __m512bh bv = (__m512bh)_mm512_set1_ps(b[j]);
+      for (int g = 0; g < G; ++g) acc[g][j] = _mm512_dpbf16_ps(acc[g][j], a[g], bv);
+    }
+  }
+  store_tile(acc, c, mr);
+}
+
+LOOM_BF16_TARGET void bf16_tile_any(int64_t kc, const float* p, const float* b, int ldb, int nc, float* const* c,
+                                    int mr, bool accumulate) {
+  if (mr > 16) return with_count<kF32Cols>(nc, [&]<int NC>() { bf16_tile<2, NC>(kc, p, b, ldb, c, mr, accumulate); });
+  with_count<kF32Cols>(nc, [&]<int NC>() { bf16_tile<1, NC>(kc, p, b, ldb, c, mr, accumulate); });
+}
+
+LOOM_BF16_TARGET void to_bf16(const float* src, void* dst, int64_t n) {
+  auto* d = static_cast<uint16_t*>(dst);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
+  for (; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+}
+
+GemmKernels with_bf16() {
+  GemmKernels k = kKernels;
+  k.bf16_tile = bf16_tile_any;
+  k.to_bf16 = to_bf16;
+  return k;
+}
+
 }  // namespace
 }  // namespace loom::cpu
 
 #pragma GCC pop_options
 
 namespace loom::cpu {
-const GemmKernels* gemm_kernels_avx512() { return &kKernels; }
+const GemmKernels* gemm_kernels_avx512() {
+  static const GemmKernels bf16 = with_bf16();
+  return has_avx512_bf16() ? &bf16 : &kKernels;
+}
 }  // namespace loom::cpu
 
 #pragma GCC diagnostic pop
