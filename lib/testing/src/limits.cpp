@@ -99,6 +99,22 @@ __attribute__((target("avx2,avxvnni"))) double vnni_avx2(int64_t iters) {
   return (double)iters * 12 * 32 * 2;
 }
 
+// ---- bf16 dot products (two bf16 products summed into each f32 lane) ------------------------------
+
+__attribute__((target("avx512f,avx512bf16"))) double bf16_avx512(int64_t iters) {
+  __m512 a[12];
+  for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_ps((float)j);
+  const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80), y = (__m512bh)_mm512_set1_epi32(0x3c003c00);  // 1, 2^-7
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < 12; ++j) a[j] = _mm512_dpbf16_ps(a[j], x, y);
+  __m512 s = a[0];
+  for (int j = 1; j < 12; ++j) s = _mm512_add_ps(s, a[j]);
+  float out[16];
+  _mm512_storeu_ps(out, s);
+  g_sink += (uint64_t)out[0];
+  return (double)iters * 12 * 32 * 2;
+}
+
 // ---- memory reads ------------------------------------------------------------------------------
 // Sums 64-bit words of [p, p + n) with several accumulators; returns the bytes read.
 
@@ -250,6 +266,10 @@ MachineLimits measure_limits(int n_threads, double seconds, size_t read_bytes) {
     m.int8_isa = "avxvnni";
     m.int8_gops = peak(m.threads, seconds, vnni_avx2) / 1e9;
   }
+  if (__builtin_cpu_supports("avx512bf16")) {
+    m.bf16_isa = "avx512bf16";
+    m.bf16_gflops = peak(m.threads, seconds, bf16_avx512) / 1e9;
+  }
   m.read_bytes = read_bytes;
   m.read_gbps = read_bandwidth(m.threads, seconds, read_bytes) / 1e9;
   return m;
@@ -263,6 +283,11 @@ std::string limits_text(const MachineLimits& m) {
   } else {
     s += fmt::format("  {:<32}{:>10.2f} GOPS\n", "INT8 dot peak (" + m.int8_isa + "):", m.int8_gops);
   }
+  if (m.bf16_isa.empty()) {
+    s += "  BF16 dot peak: not available (no AVX-512 BF16)\n";
+  } else {
+    s += fmt::format("  {:<32}{:>10.2f} GFLOPS\n", "BF16 dot peak (" + m.bf16_isa + "):", m.bf16_gflops);
+  }
   s += fmt::format("  {:<32}{:>10.2f} GB/s\n", fmt::format("read bandwidth ({} MiB):", m.read_bytes >> 20), m.read_gbps);
   return s;
 }
@@ -274,6 +299,8 @@ std::string limits_json(const MachineLimits& m) {
                       {"fp32_gflops", m.fp32_gflops},
                       {"int8_isa", m.int8_isa.empty() ? nlohmann::json(nullptr) : nlohmann::json(m.int8_isa)},
                       {"int8_gops", m.int8_gops},
+                      {"bf16_isa", m.bf16_isa.empty() ? nlohmann::json(nullptr) : nlohmann::json(m.bf16_isa)},
+                      {"bf16_gflops", m.bf16_gflops},
                       {"read_bytes", m.read_bytes},
                       {"read_gbps", m.read_gbps}};
   return j.dump(2) + "\n";

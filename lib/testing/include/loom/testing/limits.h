@@ -1,6 +1,7 @@
 // This machine's limits, measured with all threads: FP32 FMA peak (AVX-512F or AVX2+FMA loop,
-// chosen at run time), int8 dot-product peak (AVX-512 VNNI or AVX-VNNI, when present) and read
-// bandwidth over a buffer far larger than the caches. The bar for kernels (docs/PERFORMANCE.md).
+// chosen at run time), int8 dot-product peak (AVX-512 VNNI or AVX-VNNI, when present), BF16
+// dot-product peak (AVX-512 BF16, when present) and read bandwidth over a buffer far larger
+// than the caches. The bar for kernels (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cstddef>
@@ -15,6 +16,8 @@ struct MachineLimits {
   double fp32_gflops = 0.0;
   std::string int8_isa;          // "avx512vnni", "avxvnni" or "" (none: int8_gops is 0)
   double int8_gops = 0.0;        // multiply-adds count 2 ops
+  std::string bf16_isa;          // "avx512bf16" or "" (none: bf16_gflops is 0)
+  double bf16_gflops = 0.0;      // vdpbf16ps: 2 multiply-adds per lane
   size_t read_bytes = 0;         // buffer size of the bandwidth test
   double read_gbps = 0.0;        // 1e9 bytes per second
 };
