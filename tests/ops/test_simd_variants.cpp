@@ -408,6 +408,26 @@ TEST_P(MatmulLevelTest, EveryTypeEveryPathOddShapes) {
       }
 }
 
+// Columns large enough to be packed once per node and shared by the threads (gemm_f32_pack_b),
+// for every plain float type (BF16: as bf16 pairs where the CPU has AVX-512 BF16; an odd K
+// keeps f32 columns).
+TEST_P(MatmulLevelTest, SharedPackedColumnsForPlainFloats) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t K : {256L, 301L}) {
+      const int64_t M = 96, N = 40000 / K + 16;  // more b values than a thread prepares alone
+      OpRunner r;
+      Tensor* a = r.input(t, {K, M}, "a");
+      Tensor* b = r.input(DType::F32, {K, N}, "b");
+      Tensor* out = ops::mul_mat(r.ctx, a, b);
+      r.alloc();
+      r.fill_normal(a);
+      r.fill_normal(b);
+      r.compute(out, 2);
+      EXPECT_LE(nmse(r.get_f32(out), ref_mul_mat(r.get_f32(a), a->ne, r.get_f32(b), b->ne)), limit_for(t))
+          << dtype_name(t) << " K " << K;
+    }
+}
+
 // Q8_0 / Q4_0 weights repacked as the model loader places them (where the level has the kernels):
 // the dot path (N < 16) and the int8 GEMM (N >= 16), M a multiple of 8 but not of 16.
 TEST_P(MatmulLevelTest, RepackedWeightsDotAndGemm) {

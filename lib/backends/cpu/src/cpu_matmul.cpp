@@ -144,10 +144,10 @@ MatmulPlan plan_mul_mat(const Tensor* node, int nth) {
   // Packing b once pays when several panels would each pack it: one matrix whose rows (not
   // columns) are split between the threads, b shared anyway.
   const int64_t M = a->ne[1], batches = b->ne[2] * b->ne[3];
-  p.pack_b = !is_id && p.path == Path::gemm_f32 && !gemm_bf16_pairs(*p.gk, a->type, K) && !p.private_b &&
-             batches == 1 && (p.convert_b || b->nb[1] % sizeof(float) == 0) &&
+  p.pack_b = !is_id && p.path == Path::gemm_f32 && !p.private_b && batches == 1 &&
+             (p.convert_b || b->nb[1] % sizeof(float) == 0) &&
              ceil_div(M, unit_rows(p.path, a->type, M, 1, K, nth, false)) >= nth;
-  const size_t bpack_bytes = p.pack_b ? align64(gemm_f32_packed_bytes(*p.gk, K, b->ne[1])) : 0;
+  const size_t bpack_bytes = p.pack_b ? align64(gemm_f32_packed_bytes(*p.gk, a->type, K, b->ne[1])) : 0;
 
   size_t off = 0;
   if (!p.private_b) {
@@ -319,8 +319,8 @@ void mul_mat(const KernelArgs& args, Tensor* dst) {
     bpack = reinterpret_cast<float*>(scratch_base(args) + p.bpack_off);
     const size_t stride = (p.convert_b ? v.f32_row : b->nb[1]) / sizeof(float);  // floats between columns
     int64_t i0, i1;
-    split_rows(gemm_f32_pack_items(*p.gk, K, N), args.ith, args.nth, i0, i1);
-    gemm_f32_pack_b(*p.gk, K, N, v.f(0, 0, 0), stride, bpack, i0, i1);
+    split_rows(gemm_f32_pack_items(*p.gk, a->type, K, N), args.ith, args.nth, i0, i1);
+    gemm_f32_pack_b(*p.gk, a->type, K, N, v.f(0, 0, 0), stride, bpack, i0, i1);
     args.barrier();
   }
 

@@ -29,9 +29,10 @@ T* align64(void* p) {
   return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(p) + 63) / 64 * 64);
 }
 
-// rows [m0, m0 + mrows) x elements [k0, k0 + kc) of a -> f32 panel (rows past mrows zero).
+// rows [m0, m0 + mrows) x elements [k0, k0 + kc) of a -> f32 panel (rows past mrows zero);
+// pairs (gemm_bf16_pairs): the elements are the BF16 rows' pairs, which go in as they are.
 // tmp: 16 * kc floats for decoded rows.
-void pack_f32(const GemmKernels& gk, const GemmJob& job, int64_t m0, int64_t mrows, int64_t k0, int64_t kc,
+void pack_f32(const GemmKernels& gk, const GemmJob& job, bool pairs, int64_t m0, int64_t mrows, int64_t k0, int64_t kc,
               float* panel, float* tmp) {
   const WeightKernels& wk = *job.wk;
   static const float kZeros[kPanelRows] = {};
@@ -45,7 +46,7 @@ void pack_f32(const GemmKernels& gk, const GemmJob& job, int64_t m0, int64_t mro
         continue;
       }
       const char* row = job.a + (m0 + g * kPanelRows + l) * job.lda;
-      if (wk.type == DType::F32) {
+      if (wk.type == DType::F32 || pairs) {
         rows[l] = reinterpret_cast<const float*>(row) + k0;
       } else if (job.repacked) {  // the row's blocks out of its 8-row group (cpu_repack.h)
         const int64_t r = m0 + g * kPanelRows + l, i = r % kRepackRows;
@@ -361,76 +362,78 @@ int64_t k_blocks(int64_t K) { return (K + kGemmKc - 1) / kGemmKc; }
 size_t packed_block(const GemmKernels& gk, int64_t n, int64_t kb, int64_t g) {
   return (size_t)(kb * col_groups(gk, n) + g) * (size_t)(kGemmKc * f32_cols(gk));
 }
+
+// Panel elements of a row of K values: K / 2 bf16 pairs, or K floats.
+int64_t panel_k(bool pairs, int64_t K) { return pairs ? K / 2 : K; }
+// Columns j < nc (f32, cols[j] from value 0) -> the k-major [kc][nr] block of panel elements
+// [k0, k0 + kc): a transpose, after rounding the block's 2 kc values to bf16 pairs in tmp
+// (kMaxTileCols * kGemmKc floats) when pairs.
+void pack_cols(const GemmKernels& gk, bool pairs, const float* const* cols, int nc, int64_t k0, int64_t kc, float* tmp,
+               float* out, int nr) {
+  const float* src[kMaxTileCols];
+  for (int j = 0; j < nc; ++j) {
+    src[j] = cols[j] + (pairs ? 2 * k0 : k0);
+    if (pairs) {
+      gk.to_bf16(src[j], tmp + j * kGemmKc, 2 * kc);
+      src[j] = tmp + j * kGemmKc;
+    }
+  }
+  gk.transpose16(src, nc, kc, out, nr);
+}
 }  // namespace
 
-int64_t gemm_f32_pack_items(const GemmKernels& gk, int64_t K, int64_t n) { return k_blocks(K) * col_groups(gk, n); }
-
-size_t gemm_f32_packed_bytes(const GemmKernels& gk, int64_t K, int64_t n) {
-  return sizeof(float) * packed_block(gk, n, k_blocks(K), 0);
+bool gemm_bf16_pairs(const GemmKernels& gk, DType type, int64_t K) {
+  return gk.bf16_tile && type == DType::BF16 && K % 2 == 0;
 }
 
-void gemm_f32_pack_b(const GemmKernels& gk, int64_t K, int64_t n, const float* cols, size_t col_stride, float* out,
-                     int64_t item0, int64_t item1) {
+int64_t gemm_f32_pack_items(const GemmKernels& gk, DType type, int64_t K, int64_t n) {
+  return k_blocks(panel_k(gemm_bf16_pairs(gk, type, K), K)) * col_groups(gk, n);
+}
+
+size_t gemm_f32_packed_bytes(const GemmKernels& gk, DType type, int64_t K, int64_t n) {
+  return sizeof(float) * packed_block(gk, n, k_blocks(panel_k(gemm_bf16_pairs(gk, type, K), K)), 0);
+}
+
+void gemm_f32_pack_b(const GemmKernels& gk, DType type, int64_t K, int64_t n, const float* cols, size_t col_stride,
+                     float* out, int64_t item0, int64_t item1) {
+  const bool pairs = gemm_bf16_pairs(gk, type, K);
+  const int64_t kp = panel_k(pairs, K);
   const int nr = f32_cols(gk);
   const int64_t groups = col_groups(gk, n);
+  alignas(64) float tmp[kMaxTileCols * kGemmKc];  // bf16 columns (16 KiB)
   for (int64_t it = item0; it < item1; ++it) {
     const int64_t kb = it / groups, g = it % groups, k0 = kb * kGemmKc;
     const int nc = (int)std::min<int64_t>(nr, n - g * nr);
     const float* src[kMaxTileCols];
-    for (int j = 0; j < nc; ++j) src[j] = cols + (size_t)(g * nr + j) * col_stride + k0;
-    gk.transpose16(src, nc, std::min(kGemmKc, K - k0), out + packed_block(gk, n, kb, g), nr);
+    for (int j = 0; j < nc; ++j) src[j] = cols + (size_t)(g * nr + j) * col_stride;
+    pack_cols(gk, pairs, src, nc, k0, std::min(kGemmKc, kp - k0), tmp, out + packed_block(gk, n, kb, g), nr);
   }
-}
-
-bool gemm_bf16_pairs(const GemmKernels& gk, DType type, int64_t K) {
-  return gk.bf16_tile && type == DType::BF16 && K % 2 == 0;
 }
 
 // The f32 flavour; for BF16 weights on a level with a bf16 tile (gemm_bf16_pairs) the same loops
 // run over K / 2 pairs: the rows go into the panel as they are, the columns are rounded to bf16
 // pairs block by block.
 void gemm_f32(const GemmKernels& gk, const GemmJob& job, void* scratch) {
-  const bool pairs = gemm_bf16_pairs(gk, job.wk->type, job.K) && !job.bpack && !job.repacked;
-  const int64_t K = pairs ? job.K / 2 : job.K;  // in elements of the panel (floats or pairs)
+  const bool pairs = gemm_bf16_pairs(gk, job.wk->type, job.K);
+  const int64_t K = panel_k(pairs, job.K);
   const int64_t mc = panel_rows_for(0, job.K, job.r1 - job.r0);
   const int nr = f32_cols(gk);
   float* panel = align64<float>(scratch);
   float* bpack = align64<float>(panel + mc * kGemmKc);
-  float* tmp = align64<float>(bpack + kMaxTileCols * kGemmKc);  // kPanelRows decoded rows (pairs: columns)
+  float* tmp = align64<float>(bpack + kMaxTileCols * kGemmKc);  // kPanelRows decoded rows, or bf16 columns
   float* cp[kMaxTileCols];
   for (int64_t m0 = job.r0; m0 < job.r1; m0 += mc) {
     const int64_t mrows = std::min(mc, job.r1 - m0);
     for (int64_t k0 = 0; k0 < K; k0 += kGemmKc) {
       const int64_t kc = std::min(kGemmKc, K - k0);
-      if (pairs) {  // bf16 rows as kc pairs from pair k0
-        const float* rows[kPanelRows];
-        for (int64_t g = 0; g * kPanelRows < mrows; ++g) {
-          const int live = (int)std::min<int64_t>(kPanelRows, mrows - g * kPanelRows);
-          for (int l = 0; l < live; ++l)
-            rows[l] = reinterpret_cast<const float*>(job.a + (m0 + g * kPanelRows + l) * job.lda) + k0;
-          float* pg = panel + g * kc * kPanelRows;
-          gk.transpose16(rows, live, kc, pg, kPanelRows);
-          for (int64_t k = 0; live < kPanelRows && k < kc; ++k)  // rows past mrows: zeros
-            std::memset(pg + k * kPanelRows + live, 0, sizeof(float) * (size_t)(kPanelRows - live));
-        }
-      } else {
-        pack_f32(gk, job, m0, mrows, k0, kc, panel, tmp);
-      }
+      pack_f32(gk, job, pairs, m0, mrows, k0, kc, panel, tmp);
       for (int64_t j0 = 0; j0 < job.n; j0 += nr) {
         const int nc = (int)std::min<int64_t>(nr, job.n - j0);
         const float* bp = bpack;
         if (job.bpack) {
           bp = job.bpack + packed_block(gk, job.n, k0 / kGemmKc, j0 / nr);
         } else {
-          const float* cols[kMaxTileCols];  // columns -> [k][nr]
-          for (int j = 0; j < nc; ++j) {
-            cols[j] = static_cast<const float*>(job.b[j0 + j]) + (pairs ? 2 * k0 : k0);
-            if (pairs) {  // 2 kc values -> kc bf16 pairs
-              gk.to_bf16(cols[j], tmp + j * kGemmKc, 2 * kc);
-              cols[j] = tmp + j * kGemmKc;
-            }
-          }
-          gk.transpose16(cols, nc, kc, bpack, nr);
+          pack_cols(gk, pairs, reinterpret_cast<const float* const*>(job.b + j0), nc, k0, kc, tmp, bpack, nr);
         }
         for (int64_t i0 = 0; i0 < mrows; i0 += gk.f32_mr) {
           for (int j = 0; j < nc; ++j) cp[j] = job.d[j0 + j] + m0 + i0;

@@ -114,17 +114,17 @@ int64_t gemm_panel_rows(size_t q8_block, int64_t K);
 // Per-thread scratch of the driver for K and jobs of up to max_rows rows.
 size_t gemm_scratch_bytes(size_t q8_block, int64_t K, int64_t max_rows);
 // Whether gemm_f32 multiplies weights of `type` as bf16 pairs (the columns rounded to bf16, as
-// llama.cpp does for BF16 weights): BF16 with an even K on a level with a bf16 tile. Such jobs
-// pack their columns themselves (no gemm_f32_pack_b).
+// llama.cpp does for BF16 weights): BF16 with an even K on a level with a bf16 tile.
 bool gemm_bf16_pairs(const GemmKernels& gk, DType type, int64_t K);
 void gemm_f32(const GemmKernels& gk, const GemmJob& job, void* scratch);
-// Packed b for gemm_f32: per block of kGemmKc of K, per group of f32_nr columns, the k-major
-// [kc][f32_nr] block gemm_f32 would transpose. Items are (K block, column group) pairs, so
-// threads can share the packing; column j is cols + j * col_stride floats.
-int64_t gemm_f32_pack_items(const GemmKernels& gk, int64_t K, int64_t n);
-size_t gemm_f32_packed_bytes(const GemmKernels& gk, int64_t K, int64_t n);
-void gemm_f32_pack_b(const GemmKernels& gk, int64_t K, int64_t n, const float* cols, size_t col_stride, float* out,
-                     int64_t item0, int64_t item1);
+// Packed b for gemm_f32 over weights of `type`: per block of kGemmKc panel elements (floats, or
+// bf16 pairs), per group of f32_nr columns, the k-major [kc][f32_nr] block gemm_f32 would
+// make. Items are (K block, column group) pairs, so threads can share the packing; column j is
+// cols + j * col_stride floats.
+int64_t gemm_f32_pack_items(const GemmKernels& gk, DType type, int64_t K, int64_t n);
+size_t gemm_f32_packed_bytes(const GemmKernels& gk, DType type, int64_t K, int64_t n);
+void gemm_f32_pack_b(const GemmKernels& gk, DType type, int64_t K, int64_t n, const float* cols, size_t col_stride,
+                     float* out, int64_t item0, int64_t item1);
 void gemm_q8(const GemmKernels& gk, const GemmJob& job, void* scratch);
 
 }  // namespace loom::cpu
