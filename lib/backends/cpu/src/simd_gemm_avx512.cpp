@@ -90,15 +90,12 @@ void q8_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* co
     for (int g = 0; g < G; ++g) acc[g][j] = _mm512_setzero_ps();
   const BlockQ8A* bj[NC];
   for (int j = 0; j < NC; ++j) bj[j] = b[j];
-  const __m128i sh = _mm_cvtsi32_si128(shift);
   const size_t gstride = (size_t)nblk * kBlock;
   for (int64_t blk = 0; blk < nblk; ++blk) {
     const uint8_t* pb = p + (size_t)blk * kBlock;
-    __m512i isum[G][NC];
-    for (int j = 0; j < NC; ++j) {
-      const __m512i off = MINS ? _mm512_setzero_si512() : _mm512_sll_epi32(_mm512_set1_epi32(-bj[j][blk].sum), sh);
-      for (int g = 0; g < G; ++g) isum[g][j] = off;
-    }
+    __m512i isum[G][NC];  // from zero (no register copies); the offset comes off with the scales
+    for (int j = 0; j < NC; ++j)
+      for (int g = 0; g < G; ++g) isum[g][j] = _mm512_setzero_si512();
 #pragma GCC unroll 8
     for (int q = 0; q < 8; ++q) {
       __m512i w[G];
@@ -116,6 +113,10 @@ void q8_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* co
 #pragma GCC unroll 6
     for (int j = 0; j < NC; ++j) {
       const __m512 dx = _mm512_set1_ps(bj[j][blk].d);
+      if constexpr (!MINS) {
+        const __m512i off = _mm512_set1_epi32(bj[j][blk].sum << shift);
+        for (int g = 0; g < G; ++g) isum[g][j] = _mm512_sub_epi32(isum[g][j], off);
+      }
       for (int g = 0; g < G; ++g)
         acc[g][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[g][j]), _mm512_mul_ps(dw[g], dx), acc[g][j]);
     }
