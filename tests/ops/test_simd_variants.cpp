@@ -92,6 +92,28 @@ TEST_P(KernelTest, RowConversionIsBitExact) {
     }
 }
 
+TEST_P(KernelTest, HalfRowWritesAreBitExact) {
+  // specials (zeros, infinities, NaNs with payloads, the largest half and just past it, half
+  // subnormals and ties), then random bit patterns over every exponent
+  std::vector<float> x;
+  for (uint32_t b : {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u,
+                     0x7fffffffu, 0x477fe000u, 0x477ff000u, 0x477fefffu, 0x33800000u, 0x33000000u, 0x33000001u,
+                     0x387fc000u, 0x38800000u, 0x3f808000u, 0x3f818000u, 0x00000001u, 0x3f7fffffu})
+    x.push_back(std::bit_cast<float>(b));
+  std::mt19937 rng(9);
+  while (x.size() < 1037) x.push_back(std::bit_cast<float>((uint32_t)rng()));
+  for (DType t : {DType::F16, DType::BF16})
+    for (size_t n : {x.size(), (size_t)7, (size_t)16}) {
+      std::vector<uint16_t> want(n), got(n, 0x1234);
+      dtype_info(t).from_float(x.data(), want.data(), (int64_t)n);
+      cpu::row_from_f32_kernel(t, GetParam())(x.data(), got.data(), (int64_t)n);
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_EQ(want[i], got[i]) << dtype_name(t) << " element " << i << " bits " << std::hex
+                                   << std::bit_cast<uint32_t>(x[i]);
+    }
+  EXPECT_EQ(cpu::row_from_f32_kernel(DType::Q8_0, GetParam()), nullptr);
+}
+
 // rows_dot of every type for nr rows x nc columns against the scalar kernel (which the op tests
 // pin to double references), within a few float roundings of sum |a_k x_k|.
 TEST_P(KernelTest, RowsDotMatchesScalarEveryTypeAndWidth) {

@@ -185,6 +185,20 @@ QuantizeActFn quantize_act(ActType act, Isa isa) {
 }
 QuantizeActFn quantize_act(ActType act) { return quantize_act(act, active_isa()); }
 
+RowFromF32Fn row_from_f32_kernel(DType type, Isa isa) {
+  if ((int)isa > (int)detected_isa()) isa = detected_isa();
+  if (type != DType::F16 && type != DType::BF16) return nullptr;
+  switch (isa) {
+    case Isa::avx512:
+      return row_from_f32_avx512(type);
+    case Isa::avx2:
+      return row_from_f32_avx2(type);
+    default:
+      return type == DType::F16 ? f32_to_f16_row : f32_to_bf16_row;
+  }
+}
+RowFromF32Fn row_from_f32_kernel(DType type) { return row_from_f32_kernel(type, active_isa()); }
+
 void scale_f32(int64_t n, float s, float* __restrict y) {
   for (int64_t i = 0; i < n; ++i) y[i] *= s;
 }

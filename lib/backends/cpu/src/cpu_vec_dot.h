@@ -82,6 +82,9 @@ using RowsAxpyFn = void (*)(int64_t n, int64_t m, const void* x, size_t ldx, con
                             float* y, size_t ldy);
 // K f32 values -> one prepared column (q8: K % 32 == 0, q8k: K % 256 == 0).
 using QuantizeActFn = void (*)(const float* x, void* dst, int64_t K);
+// dst[0, n) = src as a contiguous F16 or BF16 row, bit for bit what the core conversions
+// (loom/core/fp16.h: round to nearest even, one quiet NaN) give.
+using RowFromF32Fn = void (*)(const float* src, void* dst, int64_t n);
 
 struct WeightKernels {
   DType type;
@@ -112,6 +115,12 @@ const WeightKernels* weight_kernels_avx512(DType type);
 QuantizeActFn quantize_act_scalar(ActType act);
 QuantizeActFn quantize_act_avx2(ActType act);
 QuantizeActFn quantize_act_avx512(ActType act);
+// F16 / BF16 rows from f32 at the active level (or at `isa`): the KV cache writes (SET_ROWS) and
+// CPYs to half types; nullptr for other types.
+RowFromF32Fn row_from_f32_kernel(DType type);
+RowFromF32Fn row_from_f32_kernel(DType type, Isa isa);
+RowFromF32Fn row_from_f32_avx2(DType type);
+RowFromF32Fn row_from_f32_avx512(DType type);
 
 // The entry of a level's table for `type` (nullptr when the level has none).
 template <size_t N>

@@ -176,6 +176,42 @@ const WeightKernels kKernels[] = {
      rows_dot_q6_k_avx2, nullptr},
 };
 
+// f32 -> F16 through vcvtps2ph (round to nearest even); a group of 8 holding a NaN goes through
+// the core conversion (its one quiet NaN).
+void f32_to_f16_fast(const float* src, void* dst, int64_t n) {
+  auto* d = static_cast<uint16_t*>(dst);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(src + i);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q))) {
+      for (int l = 0; l < 8; ++l) d[i + l] = f32_to_fp16(src[i + l]);
+      continue;
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) d[i] = f32_to_fp16(src[i]);
+}
+
+// f32 -> BF16: x + 0x7fff + (bit 16 of x), the top half (round to nearest even); NaN keeps its
+// top half with the quiet bit, as the core conversion.
+void f32_to_bf16_fast(const float* src, void* dst, int64_t n) {
+  auto* d = static_cast<uint16_t*>(dst);
+  const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7fff);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
+    const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(half, odd)), 16);
+    const __m256i nan =
+        _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    const __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+    const __m256i v = _mm256_blendv_epi8(r, q, nan);  // 8 x 16 bits in the low halves of the lanes
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), _mm256_castsi256_si128(packed));
+  }
+  for (; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+}
+
 }  // namespace
 }  // namespace loom::cpu
 
@@ -184,6 +220,10 @@ const WeightKernels kKernels[] = {
 namespace loom::cpu {
 
 const WeightKernels* weight_kernels_avx2(DType type) { return find_kernels(kKernels, type); }
+
+RowFromF32Fn row_from_f32_avx2(DType type) {
+  return type == DType::F16 ? f32_to_f16_fast : type == DType::BF16 ? f32_to_bf16_fast : nullptr;
+}
 
 QuantizeActFn quantize_act_avx2(ActType act) { return pick_quantizer(act, quantize_q8_avx2, quantize_q8k_avx2); }
 

@@ -211,6 +211,42 @@ const WeightKernels kKernels[] = {
      rows_dot_q6_k_avx512, nullptr},
 };
 
+// f32 -> F16 through vcvtps2ph (round to nearest even, subnormals and overflow to inf as the
+// core conversion); NaN lanes become the core's one quiet NaN with the sign.
+void f32_to_f16_fast(const float* src, void* dst, int64_t n) {
+  auto* d = static_cast<uint16_t*>(dst);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_loadu_ps(src + i);
+    __m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    if (nan) {
+      const __m256i sign = _mm256_and_si256(h, _mm256_set1_epi16((short)0x8000));
+      h = _mm256_mask_mov_epi16(h, nan, _mm256_or_si256(sign, _mm256_set1_epi16(0x7e00)));
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), h);
+  }
+  for (; i < n; ++i) d[i] = f32_to_fp16(src[i]);
+}
+
+// f32 -> BF16: x + 0x7fff + (bit 16 of x), the top half (round to nearest even); NaN keeps its
+// top half with the quiet bit, as the core conversion.
+void f32_to_bf16_fast(const float* src, void* dst, int64_t n) {
+  auto* d = static_cast<uint16_t*>(dst);
+  const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i x = _mm512_loadu_si512(src + i);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), one);
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(half, odd)), 16);
+    const __mmask16 nan =
+        _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), _mm512_cvtepi32_epi16(r));
+  }
+  for (; i < n; ++i) d[i] = f32_to_bf16(src[i]);
+}
+
 }  // namespace
 }  // namespace loom::cpu
 
@@ -219,6 +255,10 @@ const WeightKernels kKernels[] = {
 namespace loom::cpu {
 
 const WeightKernels* weight_kernels_avx512(DType type) { return find_kernels(kKernels, type); }
+
+RowFromF32Fn row_from_f32_avx512(DType type) {
+  return type == DType::F16 ? f32_to_f16_fast : type == DType::BF16 ? f32_to_bf16_fast : nullptr;
+}
 
 QuantizeActFn quantize_act_avx512(ActType act) { return pick_quantizer(act, quantize_q8_avx512, quantize_q8k_avx512); }
 
