@@ -165,12 +165,13 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
     const char* vbase = row_ptr(v, 0, ikv, ib);
 
     for (int64_t j0 = 0; j0 < f.n_kv; j0 += kKeyTile) {
-      const int64_t kt = std::min(kKeyTile, f.n_kv - j0);
+      int64_t kt = std::min(kKeyTile, f.n_kv - j0);
       if (stream) prefetch_rows(kbase + j0 * k->nb[1], k->nb[1], kt, vbase + j0 * v->nb[1], v->nb[1]);
-      // the tile's mask as f32 per row (rows of one mask row share it); skip the tile if no row
-      // can see any of its keys
+      // the tile's mask as f32 per row (rows of one mask row share it); the tile ends after the
+      // last key some row can see (a causal prompt's diagonal tile: those keys' P would be 0)
+      // and is skipped if no row sees any
       if (mask) {
-        bool visible = false;
+        int64_t width = 0;
         for (int64_t r = 0; r < R; ++r) {
           if (r > 0 && mrow[r] == mrow[r - 1]) {
             mseg[r] = mseg[r - 1];
@@ -182,9 +183,14 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
             mk->to_f32(mrow[r] + j0 * mask->nb[0], mconv + r * kKeyTile, kt);
             mseg[r] = mconv + r * kKeyTile;
           }
-          visible = visible || vm.max(mseg[r], kt) != kNegInf;
+          for (int64_t j = kt - 1; j >= width; --j)
+            if (mseg[r][j] != kNegInf) {
+              width = j + 1;
+              break;
+            }
         }
-        if (!visible) continue;
+        if (width == 0) continue;
+        kt = width;
       }
       // S = (scale q) K^T for this tile: rows r, keys j
       if (stream) {
