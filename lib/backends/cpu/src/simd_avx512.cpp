@@ -64,6 +64,7 @@ template <DType T, int NC>
 inline void dot_row(int64_t K, const void* a, const float* const* b, float* out) {
   constexpr int U = NC == 1 ? 4 : NC == 2 ? 2 : 1;
   __m512 acc[NC][U];
+#pragma GCC unroll 8  // a loop GCC would turn into a memset of the array (then reloaded)
   for (int c = 0; c < NC; ++c)
     for (int u = 0; u < U; ++u) acc[c][u] = _mm512_setzero_ps();
   int64_t k = 0;

@@ -23,6 +23,7 @@ constexpr int kF32Cols = 6;
 template <int NC>
 void f32_tile(int64_t kc, const float* p, const float* b, int ldb, float* const* c, int mr, bool accumulate) {
   __m256 acc[2][NC];
+#pragma GCC unroll 8  // not a memset of the array (simd_gemm_avx512.cpp)
   for (int j = 0; j < NC; ++j)
     for (int h = 0; h < 2; ++h) acc[h][j] = _mm256_setzero_ps();
   for (int64_t k = 0; k < kc; ++k, b += ldb) {

@@ -35,9 +35,12 @@ constexpr int kQ8Cols = 6;
 inline __mmask16 row_mask(int rows) { return rows >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rows) - 1); }
 
 // The accumulators of a G x NC tile from c (or zeros), and back to c; rows past mr untouched.
+// (The "unroll 16" pragmas keep GCC from turning the zeroing loops into a memset of the whole
+// accumulator array on every call -- a microcoded rep stos, 2.5% of a q8 tile's time.)
 template <int G, int NC>
 inline void load_tile(__m512 (&acc)[G][NC], float* const* c, int mr, bool accumulate) {
   const __mmask16 last = row_mask(mr - 16 * (G - 1));
+#pragma GCC unroll 16
   for (int j = 0; j < NC; ++j)
     for (int g = 0; g < G; ++g)
       acc[g][j] = accumulate ? _mm512_maskz_loadu_ps(g == G - 1 ? last : (__mmask16)0xffff, c[j] + 16 * g)
@@ -46,6 +49,7 @@ inline void load_tile(__m512 (&acc)[G][NC], float* const* c, int mr, bool accumu
 template <int G, int NC>
 inline void store_tile(const __m512 (&acc)[G][NC], float* const* c, int mr) {
   const __mmask16 last = row_mask(mr - 16 * (G - 1));
+#pragma GCC unroll 16
   for (int j = 0; j < NC; ++j)
     for (int g = 0; g < G; ++g) _mm512_mask_storeu_ps(c[j] + 16 * g, g == G - 1 ? last : (__mmask16)0xffff, acc[g][j]);
 }
@@ -86,6 +90,7 @@ void q8_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* co
   constexpr size_t kBlock = MINS ? kQ8MinGroupBlockBytes : kQ8GroupBlockBytes;
   constexpr size_t kBytesAt = MINS ? 128 : 64;
   __m512 acc[G][NC];
+#pragma GCC unroll 16
   for (int j = 0; j < NC; ++j)
     for (int g = 0; g < G; ++g) acc[g][j] = _mm512_setzero_ps();
   const BlockQ8A* bj[NC];
@@ -94,6 +99,7 @@ void q8_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* co
   for (int64_t blk = 0; blk < nblk; ++blk) {
     const uint8_t* pb = p + (size_t)blk * kBlock;
     __m512i isum[G][NC];  // from zero (no register copies); the offset comes off with the scales
+#pragma GCC unroll 16
     for (int j = 0; j < NC; ++j)
       for (int g = 0; g < G; ++g) isum[g][j] = _mm512_setzero_si512();
 #pragma GCC unroll 8
@@ -138,6 +144,7 @@ void q8_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* co
 template <int G, int NC>
 void q8h_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* const* c, int mr) {
   __m512 acc[G][NC];
+#pragma GCC unroll 16
   for (int j = 0; j < NC; ++j)
     for (int g = 0; g < G; ++g) acc[g][j] = _mm512_setzero_ps();
   const BlockQ8A* bj[NC];
