@@ -171,7 +171,7 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
       // last key some row can see (a causal prompt's diagonal tile: those keys' P would be 0)
       // and is skipped if no row sees any
       if (mask) {
-        int64_t width = 0;
+        int32_t seen[kKeyTile] = {};  // key j visible to some row (a loop without exits: vectorized)
         for (int64_t r = 0; r < R; ++r) {
           if (r > 0 && mrow[r] == mrow[r - 1]) {
             mseg[r] = mseg[r - 1];
@@ -183,14 +183,11 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
             mk->to_f32(mrow[r] + j0 * mask->nb[0], mconv + r * kKeyTile, kt);
             mseg[r] = mconv + r * kKeyTile;
           }
-          for (int64_t j = kt - 1; j >= width; --j)
-            if (mseg[r][j] != kNegInf) {
-              width = j + 1;
-              break;
-            }
+          const float* m = mseg[r];
+          for (int64_t j = 0; j < kt; ++j) seen[j] |= (int32_t)(m[j] != kNegInf);
         }
-        if (width == 0) continue;
-        kt = width;
+        while (kt > 0 && !seen[kt - 1]) --kt;
+        if (kt == 0) continue;
       }
       // S = (scale q) K^T for this tile: rows r, keys j
       if (stream) {
