@@ -106,12 +106,12 @@ TEST_P(KernelTest, HalfRowWritesAreBitExact) {
     for (size_t n : {x.size(), (size_t)7, (size_t)16}) {
       std::vector<uint16_t> want(n), got(n, 0x1234);
       dtype_info(t).from_float(x.data(), want.data(), (int64_t)n);
-      cpu::row_from_f32_kernel(t, GetParam())(x.data(), got.data(), (int64_t)n);
+      cpu::weight_kernels(t, GetParam())->from_f32(x.data(), got.data(), (int64_t)n);
       for (size_t i = 0; i < n; ++i)
         ASSERT_EQ(want[i], got[i]) << dtype_name(t) << " element " << i << " bits " << std::hex
                                    << std::bit_cast<uint32_t>(x[i]);
     }
-  EXPECT_EQ(cpu::row_from_f32_kernel(DType::Q8_0, GetParam()), nullptr);
+  EXPECT_EQ(cpu::weight_kernels(DType::Q8_0, GetParam())->from_f32, nullptr);
 }
 
 // rows_dot of every type for nr rows x nc columns against the scalar kernel (which the op tests

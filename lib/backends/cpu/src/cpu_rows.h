@@ -96,8 +96,8 @@ inline void row_to_f32(DType type, const char* src, size_t nb0, int64_t n, float
 inline void row_from_f32(DType type, const float* src, char* dst, size_t nb0, int64_t n) {
   const DTypeInfo& info = dtype_info(type);
   if (nb0 == info.type_size || info.block_size > 1) {
-    const RowFromF32Fn fast = row_from_f32_kernel(type);  // F16 / BF16 at the active level
-    (fast ? fast : info.from_float)(src, dst, n);
+    const WeightKernels* wk = weight_kernels(type);  // F16 / BF16: the active level's writer
+    (wk && wk->from_f32 ? wk->from_f32 : info.from_float)(src, dst, n);
     return;
   }
   for (int64_t i = 0; i < n; ++i) store_f32(type, dst + i * nb0, src[i]);

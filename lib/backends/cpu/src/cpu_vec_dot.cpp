@@ -140,9 +140,9 @@ const WeightKernels kKernels[] = {
     {DType::F32, 1, sizeof(float), dot_cols<DecF32>, to_f32<DecF32>, axpy<DecF32>, ActType::f32, rows_dot_f32<DecF32>,
      rows_axpy<DecF32>},
     {DType::F16, 1, sizeof(fp16_t), dot_cols<DecF16>, to_f32<DecF16>, axpy<DecF16>, ActType::f32, rows_dot_f32<DecF16>,
-     rows_axpy<DecF16>},
+     rows_axpy<DecF16>, nullptr, f32_to_f16_row},
     {DType::BF16, 1, sizeof(bf16_t), dot_cols<DecBF16>, to_f32<DecBF16>, axpy<DecBF16>, ActType::f32,
-     rows_dot_f32<DecBF16>, rows_axpy<DecBF16>},
+     rows_dot_f32<DecBF16>, rows_axpy<DecBF16>, nullptr, f32_to_bf16_row},
     {DType::Q8_0, kQK8_0, sizeof(BlockQ8_0), dot_cols<DecQ8_0>, to_f32<DecQ8_0>, nullptr, ActType::q8,
      rows_dot_q<BlockQ8_0, BlockQ8A, dot_q8_0>, nullptr, rows_dot_r8<DType::Q8_0>},
     {DType::Q4_0, kQK4_0, sizeof(BlockQ4_0), dot_cols<DecQ4_0>, to_f32<DecQ4_0>, nullptr, ActType::q8,
@@ -184,20 +184,6 @@ QuantizeActFn quantize_act(ActType act, Isa isa) {
   }
 }
 QuantizeActFn quantize_act(ActType act) { return quantize_act(act, active_isa()); }
-
-RowFromF32Fn row_from_f32_kernel(DType type, Isa isa) {
-  if ((int)isa > (int)detected_isa()) isa = detected_isa();
-  if (type != DType::F16 && type != DType::BF16) return nullptr;
-  switch (isa) {
-    case Isa::avx512:
-      return row_from_f32_avx512(type);
-    case Isa::avx2:
-      return row_from_f32_avx2(type);
-    default:
-      return type == DType::F16 ? f32_to_f16_row : f32_to_bf16_row;
-  }
-}
-RowFromF32Fn row_from_f32_kernel(DType type) { return row_from_f32_kernel(type, active_isa()); }
 
 void scale_f32(int64_t n, float s, float* __restrict y) {
   for (int64_t i = 0; i < n; ++i) y[i] *= s;

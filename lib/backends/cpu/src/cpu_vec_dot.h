@@ -99,6 +99,8 @@ struct WeightKernels {
   // rows_dot over repacked 8-row groups (cpu_repack.h; nr a multiple of 8, a a group's first
   // row); nullptr where the level does not repack the type.
   RowsDotFn rows_dot_r8 = nullptr;
+  // F16 / BF16: f32 -> a row of the type (the KV cache's SET_ROWS, CPY); nullptr elsewhere.
+  RowFromF32Fn from_f32 = nullptr;
 };
 
 // Kernels of a weight type at the active level (or at `isa`), nullptr when the type has none (I32).
@@ -115,12 +117,6 @@ const WeightKernels* weight_kernels_avx512(DType type);
 QuantizeActFn quantize_act_scalar(ActType act);
 QuantizeActFn quantize_act_avx2(ActType act);
 QuantizeActFn quantize_act_avx512(ActType act);
-// F16 / BF16 rows from f32 at the active level (or at `isa`): the KV cache writes (SET_ROWS) and
-// CPYs to half types; nullptr for other types.
-RowFromF32Fn row_from_f32_kernel(DType type);
-RowFromF32Fn row_from_f32_kernel(DType type, Isa isa);
-RowFromF32Fn row_from_f32_avx2(DType type);
-RowFromF32Fn row_from_f32_avx512(DType type);
 
 // The entry of a level's table for `type` (nullptr when the level has none).
 template <size_t N>

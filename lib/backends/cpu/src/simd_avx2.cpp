@@ -159,23 +159,6 @@ void rows_axpy_fast(int64_t n, int64_t m, const void* x, size_t ldx, const float
   });
 }
 
-const WeightKernels kKernels[] = {
-    {DType::F32, 1, sizeof(float), dot_cols_fast<DType::F32>, to_f32_fast<DType::F32>, axpy_fast<DType::F32>,
-     ActType::f32, rows_dot_fast<DType::F32>, rows_axpy_fast<DType::F32>},
-    {DType::F16, 1, sizeof(fp16_t), dot_cols_fast<DType::F16>, to_f32_fast<DType::F16>, axpy_fast<DType::F16>,
-     ActType::f32, rows_dot_fast<DType::F16>, rows_axpy_fast<DType::F16>},
-    {DType::BF16, 1, sizeof(bf16_t), dot_cols_fast<DType::BF16>, to_f32_fast<DType::BF16>, axpy_fast<DType::BF16>,
-     ActType::f32, rows_dot_fast<DType::BF16>, rows_axpy_fast<DType::BF16>},
-    {DType::Q8_0, kQK8_0, sizeof(BlockQ8_0), dot_cols<DecQ8_0>, to_f32<DecQ8_0>, nullptr, ActType::q8,
-     rows_dot_q8_0_avx2, nullptr, rows_dot_q8_0_r8_avx2},
-    {DType::Q4_0, kQK4_0, sizeof(BlockQ4_0), dot_cols<DecQ4_0>, to_f32<DecQ4_0>, nullptr, ActType::q8,
-     rows_dot_q4_0_avx2, nullptr, rows_dot_q4_0_r8_avx2},
-    {DType::Q4_K, kQK_K, sizeof(BlockQ4_K), dot_cols<DecQ4_K>, to_f32<DecQ4_K>, nullptr, ActType::q8k,
-     rows_dot_q4_k_avx2, nullptr},
-    {DType::Q6_K, kQK_K, sizeof(BlockQ6_K), dot_cols<DecQ6_K>, to_f32<DecQ6_K>, nullptr, ActType::q8k,
-     rows_dot_q6_k_avx2, nullptr},
-};
-
 // f32 -> F16 through vcvtps2ph (round to nearest even); a group of 8 holding a NaN goes through
 // the core conversion (its one quiet NaN).
 void f32_to_f16_fast(const float* src, void* dst, int64_t n) {
@@ -212,6 +195,23 @@ void f32_to_bf16_fast(const float* src, void* dst, int64_t n) {
   for (; i < n; ++i) d[i] = f32_to_bf16(src[i]);
 }
 
+const WeightKernels kKernels[] = {
+    {DType::F32, 1, sizeof(float), dot_cols_fast<DType::F32>, to_f32_fast<DType::F32>, axpy_fast<DType::F32>,
+     ActType::f32, rows_dot_fast<DType::F32>, rows_axpy_fast<DType::F32>},
+    {DType::F16, 1, sizeof(fp16_t), dot_cols_fast<DType::F16>, to_f32_fast<DType::F16>, axpy_fast<DType::F16>,
+     ActType::f32, rows_dot_fast<DType::F16>, rows_axpy_fast<DType::F16>, nullptr, f32_to_f16_fast},
+    {DType::BF16, 1, sizeof(bf16_t), dot_cols_fast<DType::BF16>, to_f32_fast<DType::BF16>, axpy_fast<DType::BF16>,
+     ActType::f32, rows_dot_fast<DType::BF16>, rows_axpy_fast<DType::BF16>, nullptr, f32_to_bf16_fast},
+    {DType::Q8_0, kQK8_0, sizeof(BlockQ8_0), dot_cols<DecQ8_0>, to_f32<DecQ8_0>, nullptr, ActType::q8,
+     rows_dot_q8_0_avx2, nullptr, rows_dot_q8_0_r8_avx2},
+    {DType::Q4_0, kQK4_0, sizeof(BlockQ4_0), dot_cols<DecQ4_0>, to_f32<DecQ4_0>, nullptr, ActType::q8,
+     rows_dot_q4_0_avx2, nullptr, rows_dot_q4_0_r8_avx2},
+    {DType::Q4_K, kQK_K, sizeof(BlockQ4_K), dot_cols<DecQ4_K>, to_f32<DecQ4_K>, nullptr, ActType::q8k,
+     rows_dot_q4_k_avx2, nullptr},
+    {DType::Q6_K, kQK_K, sizeof(BlockQ6_K), dot_cols<DecQ6_K>, to_f32<DecQ6_K>, nullptr, ActType::q8k,
+     rows_dot_q6_k_avx2, nullptr},
+};
+
 }  // namespace
 }  // namespace loom::cpu
 
@@ -220,10 +220,6 @@ void f32_to_bf16_fast(const float* src, void* dst, int64_t n) {
 namespace loom::cpu {
 
 const WeightKernels* weight_kernels_avx2(DType type) { return find_kernels(kKernels, type); }
-
-RowFromF32Fn row_from_f32_avx2(DType type) {
-  return type == DType::F16 ? f32_to_f16_fast : type == DType::BF16 ? f32_to_bf16_fast : nullptr;
-}
 
 QuantizeActFn quantize_act_avx2(ActType act) { return pick_quantizer(act, quantize_q8_avx2, quantize_q8k_avx2); }
 

@@ -68,7 +68,7 @@ struct GemmKernels {
   GemmQ8TileFn q8h_tile;  // with 16-value halves (same rows and columns)
   Transpose16Fn transpose16;
   GemmF32TileFn bf16_tile = nullptr;  // f32_mr x f32_nr over bf16 pairs, where the CPU has AVX-512 BF16
-  void (*to_bf16)(const float* src, void* dst, int64_t n) = nullptr;  // n floats -> bf16, nearest even
+  RowFromF32Fn to_bf16 = nullptr;     // n floats -> bf16 (the level's BF16 row writer), with bf16_tile
 };
 
 // Tiles of a level (nullptr for scalar: the dot kernels serve every width there).

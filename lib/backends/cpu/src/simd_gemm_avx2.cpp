@@ -147,10 +147,10 @@ void q8_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* co
         }
       }
     } else {  // nibbles, mins: int16 pair sums of all 8 quads, then one widening
+      // Not unrolled: GCC would reassociate the 32 products of an unrolled block into an add tree
+      // and spill them.
       __m256i s16[2][NC];
       for (int j = 0; j < NC; ++j) s16[0][j] = s16[1][j] = _mm256_setzero_si256();
-        // Not unrolled: GCC would reassociate the 32 products of an unrolled block into an add tree
-        // and spill them.
 #pragma GCC unroll 1
       for (int q = 0; q < 8; ++q) {
         __m256i w[2];

@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "loom/core/fp16.h"
+#include "cpu_vec_dot.h"
 #include "simd_gemm.h"
 
 #pragma GCC push_options
@@ -270,18 +270,10 @@ LOOM_BF16_TARGET void bf16_tile_any(int64_t kc, const float* p, const float* b, 
   with_count<kF32Cols>(nc, [&]<int NC>() { bf16_tile<1, NC>(kc, p, b, ldb, c, mr, accumulate); });
 }
 
-LOOM_BF16_TARGET void to_bf16(const float* src, void* dst, int64_t n) {
-  auto* d = static_cast<uint16_t*>(dst);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
-  for (; i < n; ++i) d[i] = f32_to_bf16(src[i]);
-}
-
 GemmKernels with_bf16() {
   GemmKernels k = kKernels;
   k.bf16_tile = bf16_tile_any;
-  k.to_bf16 = to_bf16;
+  k.to_bf16 = weight_kernels_avx512(DType::BF16)->from_f32;  // the level's BF16 row writer
   return k;
 }
 
