@@ -163,13 +163,15 @@ TEST_P(KernelTest, RowsDotMatchesScalarEveryTypeAndWidth) {
   }
 }
 
-// Repacked Q8_0 / Q4_0 rows (cpu_repack.h): the layout round-trips, and each level's rows_dot_r8
-// gives the scalar GGUF-row kernel's results.
+// Repacked Q8_0 / Q4_0 / Q4_K rows (cpu_repack.h): the layout round-trips, and each level's
+// rows_dot_r8 gives the scalar GGUF-row kernel's results.
 TEST_P(KernelTest, RepackedRowsDotMatchesScalar) {
   std::mt19937 rng(15);
-  for (DType t : {DType::Q8_0, DType::Q4_0})
-    for (int64_t K : {32L, 96L, 352L})
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K})
+    for (int64_t kb : {1L, 3L, 11L})
       for (int64_t nr : {8L, 24L}) {
+        const int64_t K = kb * dtype_info(t).block_size;
+        const cpu::ActType act_type = t == DType::Q4_K ? cpu::ActType::q8k : cpu::ActType::q8;
         const auto rows = make_rows(t, normal(rng, (size_t)(K * nr)), K, nr);
         const size_t lda = rows.size() / (size_t)nr;
         std::vector<uint8_t> packed(rows.size()), back(rows.size());
@@ -177,17 +179,21 @@ TEST_P(KernelTest, RepackedRowsDotMatchesScalar) {
         cpu::unpack_rows(t, packed.data(), back.data(), nr, K);
         ASSERT_EQ(back, rows) << dtype_name(t);
         ASSERT_NE(packed, rows);
+        std::vector<float> want_f((size_t)K), got_f((size_t)K);  // the f32 GEMM's decoding of a row
+        const int64_t fr = nr - 3;
+        dtype_info(t).to_float(rows.data() + fr * lda, want_f.data(), K);
+        cpu::repacked_to_f32(t, packed.data() + fr / 8 * 8 * lda, (int)(fr % 8), 0, kb, got_f.data());
+        ASSERT_EQ(got_f, want_f) << dtype_name(t);
         const cpu::RowsDotFn r8 = cpu::weight_kernels(t, GetParam())->rows_dot_r8;
         if (!r8) continue;
         for (int nc = 1; nc <= cpu::kMaxDotCols; ++nc) {
           const std::vector<float> xv = normal(rng, (size_t)(K * nc));
-          std::vector<std::vector<uint8_t>> act((size_t)nc,
-                                                std::vector<uint8_t>(cpu::act_row_bytes(cpu::ActType::q8, K)));
+          std::vector<std::vector<uint8_t>> act((size_t)nc, std::vector<uint8_t>(cpu::act_row_bytes(act_type, K)));
           std::vector<float> want((size_t)(nr * nc)), got((size_t)(nr * nc), NAN);
           const void* bp[cpu::kMaxDotCols];
           float *wp[cpu::kMaxDotCols], *gp[cpu::kMaxDotCols];
           for (int c = 0; c < nc; ++c) {
-            cpu::quantize_act(cpu::ActType::q8, Isa::scalar)(xv.data() + c * K, act[(size_t)c].data(), K);
+            cpu::quantize_act(act_type, Isa::scalar)(xv.data() + c * K, act[(size_t)c].data(), K);
             bp[c] = act[(size_t)c].data();
             wp[c] = want.data() + c * nr;
             gp[c] = got.data() + c * nr;
@@ -204,10 +210,10 @@ TEST_P(KernelTest, RepackedRowsDotMatchesScalar) {
 // Matrices of 4 MiB and more are repacked on every core (the groups split between threads).
 TEST(RepackLayout, BigMatricesRoundTripOnAllThreads) {
   std::mt19937 rng(16);
-  for (DType t : {DType::Q8_0, DType::Q4_0}) {
-    const int64_t K = 4096, nrows = 1032;  // 129 groups, > 4 MiB of Q8_0 and of Q4_0 blocks x 2
-    const size_t bytes = (size_t)nrows * (size_t)(K / 32) * dtype_info(t).type_size * (t == DType::Q4_0 ? 2 : 1);
-    const int64_t rows = (int64_t)(bytes / ((size_t)(K / 32) * dtype_info(t).type_size));
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K}) {
+    const int64_t K = 4096, nrows = 1032, nblk = K / dtype_info(t).block_size;  // 129 groups
+    const size_t bytes = (size_t)nrows * (size_t)nblk * dtype_info(t).type_size * (t == DType::Q8_0 ? 1 : 2);
+    const int64_t rows = (int64_t)(bytes / ((size_t)nblk * dtype_info(t).type_size));  // > 4 MiB
     std::vector<uint8_t> src(bytes), packed(bytes), back(bytes);
     std::uniform_int_distribution<int> byte(0, 255);
     for (uint8_t& v : src) v = (uint8_t)byte(rng);
@@ -216,7 +222,7 @@ TEST(RepackLayout, BigMatricesRoundTripOnAllThreads) {
     EXPECT_EQ(back, src) << dtype_name(t);
     // spot check one row's block against the single-threaded unpacker
     std::vector<uint8_t> blk(dtype_info(t).type_size);
-    const int64_t r = rows - 3, lda = (K / 32) * (int64_t)dtype_info(t).type_size;
+    const int64_t r = rows - 3, lda = nblk * (int64_t)dtype_info(t).type_size;
     cpu::unpack_blocks(t, packed.data() + (r / 8) * 8 * lda, (int)(r % 8), 5, 1, blk.data());
     EXPECT_EQ(0, std::memcmp(blk.data(), src.data() + r * lda + 5 * (int64_t)blk.size(), blk.size()));
   }
@@ -450,13 +456,14 @@ TEST_P(MatmulLevelTest, SharedPackedColumnsForPlainFloats) {
     }
 }
 
-// Q8_0 / Q4_0 weights repacked as the model loader places them (where the level has the kernels):
-// the dot path (N < 16) and the int8 GEMM (N >= 16), M a multiple of 8 but not of 16.
+// Q8_0 / Q4_0 / Q4_K weights repacked as the model loader places them (where the level has the
+// kernels): the dot path (N < 16) and the int8 GEMM (N >= 16), M a multiple of 8 but not of 16.
 TEST_P(MatmulLevelTest, RepackedWeightsDotAndGemm) {
-  for (DType t : {DType::Q8_0, DType::Q4_0})
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K})
     for (int64_t N : {1L, 3L, 8L, 16L, 29L})
       for (int th : {1, 2}) {
-        const int64_t K = 96, M = 40;
+        const int64_t K = t == DType::Q4_K ? 512 : 96, M = 40;
+        if (!cpu::repacked_kernels(t)) continue;
         OpRunner r;
         Tensor* a = r.input(t, {K, M}, "a");
         Tensor* b = r.input(DType::F32, {K, N}, "b");
@@ -512,6 +519,7 @@ TEST_P(MatmulLevelTest, ExpertsMixCrowdedAndSparse) {
   for (DType t : kWeightTypes) cases.emplace_back(t, false);
   cases.emplace_back(DType::Q8_0, true);
   cases.emplace_back(DType::Q4_0, true);
+  cases.emplace_back(DType::Q4_K, true);
   for (auto [t, repack] : cases) {
     OpRunner r;
     const int64_t bs = dtype_info(t).block_size;

@@ -1,4 +1,4 @@
-// Repacked Q8_0 / Q4_0 rows (cpu_repack.h): the layout conversions, the reference kernel, and
+// Repacked Q8_0 / Q4_0 / Q4_K rows (cpu_repack.h): the layout conversions, the reference kernel, and
 // the entry point the model loader calls to place a weight repacked.
 #include "cpu_repack.h"
 
@@ -16,11 +16,44 @@ namespace loom::cpu {
 namespace {
 
 size_t block_bytes(DType type) { return dtype_info(type).type_size; }
+int64_t block_values(DType type) { return dtype_info(type).block_size; }
 int quads(DType type) { return type == DType::Q8_0 ? 8 : 4; }
+
+// Q4_K group block (cpu_repack.h) offsets.
+constexpr size_t kQ4kScaleLo = 4 * kRepackRows, kQ4kScaleHi = kQ4kScaleLo + 64, kQ4kQuads = kQ4kScaleHi + 32;
+static_assert(kQ4kQuads == kQ4kRepackQuads);
+
+// GGUF Q4_K block <-> row i of a group block at p.
+void put_block_q4k(const uint8_t* blk, int i, uint8_t* p) {
+  BlockQ4_K w;
+  std::memcpy(&w, blk, sizeof(w));
+  std::memcpy(p + 2 * i, &w.d, sizeof(fp16_t));
+  std::memcpy(p + 2 * (kRepackRows + i), &w.dmin, sizeof(fp16_t));
+  uint8_t hi[4] = {};
+  for (int j = 0; j < 8; ++j) {
+    const ScaleMin sm = q4_k_scale_min(w.scales, j);
+    p[kQ4kScaleLo + j * kRepackRows + i] = (uint8_t)((sm.sc & 15) | ((sm.m & 15) << 4));
+    hi[j % 4] |= (uint8_t)(((sm.sc >> 4) | ((sm.m >> 4) << 2)) << (j < 4 ? 0 : 4));
+  }
+  for (int jj = 0; jj < 4; ++jj) p[kQ4kScaleHi + jj * kRepackRows + i] = hi[jj];
+  for (int q = 0; q < 32; ++q) std::memcpy(p + kQ4kQuads + (q * kRepackRows + i) * 4, w.qs + 4 * q, 4);
+}
+void get_block_q4k(const uint8_t* p, int i, uint8_t* blk) {
+  BlockQ4_K w{};
+  std::memcpy(&w.d, p + 2 * i, sizeof(fp16_t));
+  std::memcpy(&w.dmin, p + 2 * (kRepackRows + i), sizeof(fp16_t));
+  for (int j = 0; j < 8; ++j) {
+    const ScaleMin sm = repacked_q4k_scale_min(p, i, j);
+    q4_k_set_scale_min(w.scales, j, sm.sc, sm.m);
+  }
+  for (int q = 0; q < 32; ++q) std::memcpy(w.qs + 4 * q, p + kQ4kQuads + (q * kRepackRows + i) * 4, 4);
+  std::memcpy(blk, &w, sizeof(w));
+}
 
 // GGUF block (34 / 18 bytes) <-> row i of a group block at p: the scale, then 4 bytes per quad
 // (Q8_0 flipped to unsigned q + 128). Whole-word copies: this runs for every weight at load.
 void put_block(DType type, const uint8_t* blk, int i, uint8_t* p) {
+  if (type == DType::Q4_K) return put_block_q4k(blk, i, p);
   std::memcpy(p + 2 * i, blk, sizeof(fp16_t));
   uint8_t qs[32];
   const int n = 4 * quads(type);
@@ -30,6 +63,7 @@ void put_block(DType type, const uint8_t* blk, int i, uint8_t* p) {
   for (int q = 0; q < quads(type); ++q) std::memcpy(p + 16 + (q * kRepackRows + i) * 4, qs + 4 * q, 4);
 }
 void get_block(DType type, const uint8_t* p, int i, uint8_t* blk) {
+  if (type == DType::Q4_K) return get_block_q4k(p, i, blk);
   std::memcpy(blk, p + 2 * i, sizeof(fp16_t));
   uint8_t qs[32];
   for (int q = 0; q < quads(type); ++q) std::memcpy(qs + 4 * q, p + 16 + (q * kRepackRows + i) * 4, 4);
@@ -60,7 +94,13 @@ void block_to_f32(const uint8_t* p, int i, float* out) {
 
 }  // namespace
 
-bool repack_type(DType type) { return type == DType::Q8_0 || type == DType::Q4_0; }
+ScaleMin repacked_q4k_scale_min(const uint8_t* p, int i, int j) {
+  const uint8_t lo = p[kQ4kScaleLo + j * kRepackRows + i];
+  const uint8_t hi = (uint8_t)(p[kQ4kScaleHi + (j % 4) * kRepackRows + i] >> (j < 4 ? 0 : 4));
+  return {(uint8_t)((lo & 15) | ((hi & 3) << 4)), (uint8_t)((lo >> 4) | (((hi >> 2) & 3) << 4))};
+}
+
+bool repack_type(DType type) { return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_K; }
 
 bool repacked_kernels(DType type) {
   const WeightKernels* wk = repack_type(type) ? weight_kernels(type) : nullptr;
@@ -70,7 +110,7 @@ bool repacked_kernels(DType type) {
 size_t repack_group_block_bytes(DType type) { return kRepackRows * block_bytes(type); }
 
 void repack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K) {
-  const int64_t nblk = K / 32;
+  const int64_t nblk = K / block_values(type);
   const size_t lda = (size_t)nblk * block_bytes(type), gbb = repack_group_block_bytes(type);
   const auto* s = static_cast<const uint8_t*>(src);
   auto* d = static_cast<uint8_t*>(dst);
@@ -82,7 +122,7 @@ void repack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t 
           put_block(type, s + (size_t)(g * kRepackRows + i) * lda + (size_t)b * block_bytes(type), i,
                     d + (size_t)g * kRepackRows * lda + (size_t)b * gbb);
   };
-  // Big matrices on all cores: model loading repacks every Q8_0/Q4_0 weight.
+  // Big matrices on all cores: model loading repacks every Q8_0/Q4_0/Q4_K weight.
   const int64_t nth = (size_t)nrows * lda < (size_t(4) << 20) ? 1 : ThreadPool::default_threads();
   std::vector<std::thread> threads;
   for (int64_t t = 1; t < nth; ++t) threads.emplace_back(repack_groups, groups * t / nth, groups * (t + 1) / nth);
@@ -98,17 +138,22 @@ void unpack_blocks(DType type, const uint8_t* group, int i, int64_t b0, int64_t 
 
 void repacked_to_f32(DType type, const uint8_t* group, int i, int64_t b0, int64_t nb, float* out) {
   const size_t gbb = repack_group_block_bytes(type);
-  for (int64_t b = 0; b < nb; ++b, out += 32) {
+  for (int64_t b = 0; b < nb; ++b, out += block_values(type)) {
     const uint8_t* p = group + (size_t)(b0 + b) * gbb;
-    if (type == DType::Q8_0)
+    if (type == DType::Q8_0) {
       block_to_f32<DType::Q8_0>(p, i, out);
-    else
+    } else if (type == DType::Q4_0) {
       block_to_f32<DType::Q4_0>(p, i, out);
+    } else {  // Q4_K: rare (the f32 GEMM of a level without the int8 tiles), so through GGUF
+      BlockQ4_K w;
+      get_block_q4k(p, i, reinterpret_cast<uint8_t*>(&w));
+      dequantize_q4_k_row(&w, out, kQK_K);
+    }
   }
 }
 
 void unpack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K) {
-  const int64_t nblk = K / 32;
+  const int64_t nblk = K / block_values(type);
   const size_t lda = (size_t)nblk * block_bytes(type);
   const auto* s = static_cast<const uint8_t*>(src);
   auto* d = static_cast<uint8_t*>(dst);
@@ -131,8 +176,8 @@ void rows_dot_r8_ref(DType type, int64_t K, const void* a, size_t lda, int64_t n
 
 bool repack_weight(Tensor& t, const void* src) {
   // Matrices, and stacks of them (MoE experts): groups never straddle two matrices.
-  if (!repack_type(t.type) || t.ne[3] != 1 || t.ne[1] % kRepackRows != 0 || t.ne[0] % 32 != 0 || !t.is_contiguous() ||
-      t.is_view() || !t.data)
+  if (!repack_type(t.type) || t.ne[3] != 1 || t.ne[1] % kRepackRows != 0 || t.ne[0] % block_values(t.type) != 0 ||
+      !t.is_contiguous() || t.is_view() || !t.data)
     return false;
   if (!repacked_kernels(t.type)) return false;
   repack_rows(t.type, src, t.data, t.ne[1] * t.ne[2], t.ne[0]);

@@ -1,14 +1,22 @@
-// Repacked Q8_0 / Q4_0 weights: the CPU device may store a weight matrix's rows in interleaved
-// groups of 8 ("r8") instead of GGUF's row after row, so that one 256-bit integer dot product
-// serves 8 rows at once and decode streams one sequential run of bytes per group. Same bytes
-// per group as the 8 rows it holds, so every size the planner and fit-params compute stays true.
+// Repacked Q8_0 / Q4_0 / Q4_K weights: the CPU device may store a weight matrix's rows in
+// interleaved groups of 8 ("r8") instead of GGUF's row after row, so that one 256-bit integer
+// dot product serves 8 rows at once and decode streams one sequential run of bytes per group.
+// Same bytes per group as the 8 rows it holds, so every size the planner and fit-params compute
+// stays true.
 //
-// Group g (rows 8g .. 8g + 7) occupies the bytes of those rows; per 32-value block b it holds
-//   [8 x fp16 scale d of rows 0..7][quads]
+// Group g (rows 8g .. 8g + 7) occupies the bytes of those rows; per block b it holds
+//   Q8_0 / Q4_0 (32 values): [8 x fp16 scale d of rows 0..7][quads]
 // where quad q, row i is the 4 bytes at (q * 8 + i) * 4:
 //   Q8_0 (8 quads, 256 bytes): q + 128 as unsigned bytes of elements 4q .. 4q + 3;
 //   Q4_0 (4 quads, 128 bytes): the block's bytes 4q .. 4q + 3 as stored (low nibbles: elements
 //        4q .. 4q + 3, high nibbles: elements 16 + 4q .. 16 + 4q + 3).
+//   Q4_K (256 values, 1152 bytes): [8 x fp16 d][8 x fp16 dmin], then the 6-bit (sc, m) of
+//        sub-block j, row i as lo[j * 8 + i] = (sc & 15) | (m & 15) << 4 (64 bytes) and
+//        hi[(j % 4) * 8 + i], bits 4 (j / 4) .. 4 (j / 4) + 3 = sc >> 4 | (m >> 4) << 2 (32
+//        bytes) -- the same 96 bits per row as GGUF's scales[12], in an order vectors decode for
+//        8 rows at once -- then 32 quads of the block's qs bytes as stored (quad q: bytes 4q ..
+//        4q + 3 of row i at (q * 8 + i) * 4; low nibbles of quads 8c .. 8c + 7 are sub-block
+//        2c, high nibbles sub-block 2c + 1).
 // A repacked tensor carries kFlagRepacked; only MUL_MAT / MUL_MAT_ID (as their weights) read it.
 #pragma once
 
@@ -16,27 +24,30 @@
 #include <cstdint>
 
 #include "loom/core/dtype.h"
+#include "loom/core/quants.h"
 
 namespace loom::cpu {
 
 inline constexpr int kRepackRows = 8;
 
-// Whether `type` has a repacked layout (Q8_0, Q4_0).
+// Whether `type` has a repacked layout (Q8_0, Q4_0, Q4_K).
 bool repack_type(DType type);
 // Whether the active level reads repacked `type`: its rows_dot_r8 (the GEMMs pack from either
 // layout).
 bool repacked_kernels(DType type);
-// Bytes of one group block: 16 + 256 (Q8_0) or 16 + 128 (Q4_0).
+// Bytes of one group block: 8 blocks' worth (8 x 34, 8 x 18, 8 x 144).
 size_t repack_group_block_bytes(DType type);
 // nrows (a multiple of 8) GGUF rows of K values at src (lda bytes apart, lda = row size) ->
 // the repacked layout at dst (same size; dst != src).
 void repack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K);
 // The inverse: repacked groups -> GGUF rows.
 void unpack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K);
-// Row i (< 8) of the repacked group at `group`, blocks [b0, b0 + nb), as GGUF blocks (34 / 18
-// bytes each) at out.
+// Q4_K group block at p: row i's (sc, m) of sub-block j; the quads start at kQ4kRepackQuads.
+ScaleMin repacked_q4k_scale_min(const uint8_t* p, int i, int j);
+inline constexpr size_t kQ4kRepackQuads = 128;
+// Row i (< 8) of the repacked group at `group`, blocks [b0, b0 + nb), as GGUF blocks at out.
 void unpack_blocks(DType type, const uint8_t* group, int i, int64_t b0, int64_t nb, void* out);
-// The same blocks decoded to 32 * nb floats (the f32 GEMM's panel packing).
+// The same blocks decoded to floats (the f32 GEMM's panel packing).
 void repacked_to_f32(DType type, const uint8_t* group, int i, int64_t b0, int64_t nb, float* out);
 
 // The readable reference of the repacked rows_dot (RowsDotFn with nr a multiple of 8 and a the

@@ -51,7 +51,7 @@ void pack_f32(const GemmKernels& gk, const GemmJob& job, bool pairs, int64_t m0,
       } else if (job.repacked) {  // the row's blocks out of its 8-row group (cpu_repack.h)
         const int64_t r = m0 + g * kPanelRows + l, i = r % kRepackRows;
         const auto* group = reinterpret_cast<const uint8_t*>(job.a + (r - i) * job.lda);
-        repacked_to_f32(wk.type, group, (int)i, k0 / 32, kc / 32, tmp + l * kc);
+        repacked_to_f32(wk.type, group, (int)i, k0 / wk.block, kc / wk.block, tmp + l * kc);
         rows[l] = tmp + l * kc;
       } else {
         wk.to_f32(row + (size_t)(k0 / wk.block) * wk.block_bytes, tmp + l * kc, kc);
@@ -161,7 +161,45 @@ void pack_q6k(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
             });
 }
 
-// The same panel from repacked rows (cpu_repack.h): a 16-row group is two 8-row groups side by
+// The Q4_K panel from repacked rows (cpu_repack.h): per 8-row half of a 16-row group and
+// sub-block j, the rows' scales and mins, then each quad's 32 bytes (8 rows) as low (j even)
+// or high nibbles.
+void pack_q4k_repacked(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
+  const int64_t nblk = job.K / 32;
+  const int64_t ngroups = (mrows + kPanelRows - 1) / kPanelRows;
+  const size_t gbb = repack_group_block_bytes(DType::Q4_K);
+  for (int64_t g = 0; g < ngroups; ++g)
+    for (int h = 0; h < 2; ++h) {
+      const int64_t r = g * kPanelRows + h * kRepackRows;
+      for (int64_t blk = 0; blk < nblk; ++blk) {
+        uint8_t* pb = panel + (size_t)(g * nblk + blk) * kQ8MinGroupBlockBytes;
+        float* dw = reinterpret_cast<float*>(pb) + h * kRepackRows;
+        float* mw = dw + kPanelRows;
+        uint8_t* u = pb + 32 * sizeof(float) + h * 32;  // + q * 64: rows 8h .. 8h + 7 of quad q
+        if (r >= mrows) {                               // a lone 8-row group at the end: zero rows
+          std::memset(dw, 0, kRepackRows * sizeof(float));
+          std::memset(mw, 0, kRepackRows * sizeof(float));
+          for (int q = 0; q < 8; ++q) std::memset(u + q * 64, 0, 32);
+          continue;
+        }
+        const auto* src = reinterpret_cast<const uint8_t*>(job.a + (m0 + r) * job.lda) + (size_t)(blk / 8) * gbb;
+        const int j = (int)(blk % 8);
+        for (int i = 0; i < kRepackRows; ++i) {
+          fp16_t d[2];
+          std::memcpy(&d[0], src + i * sizeof(fp16_t), sizeof(fp16_t));
+          std::memcpy(&d[1], src + (kRepackRows + i) * sizeof(fp16_t), sizeof(fp16_t));
+          const ScaleMin sm = repacked_q4k_scale_min(src, i, j);
+          dw[i] = fp16_to_f32_fast(d[0]) * (float)sm.sc;
+          mw[i] = fp16_to_f32_fast(d[1]) * (float)sm.m;
+        }
+        const uint8_t* qs = src + kQ4kRepackQuads + 32 * 8 * (j / 2);
+        for (int q = 0; q < 8; ++q)
+          for (int k = 0; k < 32; ++k) u[q * 64 + k] = j % 2 ? qs[32 * q + k] >> 4 : qs[32 * q + k] & 15;
+      }
+    }
+}
+
+// The Q8_0 / Q4_0 panel from repacked rows (cpu_repack.h): a 16-row group is two 8-row groups side by
 // side, so each quad is two 32-byte copies (Q4_0: split into low and high nibbles).
 void pack_q8_repacked(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
   const int64_t nblk = job.K / 32;
@@ -452,7 +490,8 @@ void gemm_q8(const GemmKernels& gk, const GemmJob& job, void* scratch) {
   const int64_t mc = panel_rows_for(block, job.K, job.r1 - job.r0);
   const int shift = type == DType::Q4_0 ? 3 : 7;  // offsets 8 and 128 of the unsigned bytes (Q4_K: mins)
   const GemmQ8TileFn tile = type == DType::Q4_K ? gk.q8m_tile : type == DType::Q6_K ? gk.q8h_tile : gk.q8_tile;
-  void (*pack)(const GemmJob&, int64_t, int64_t, uint8_t*) = type == DType::Q4_K   ? pack_q4k
+  void (*pack)(const GemmJob&, int64_t, int64_t, uint8_t*) = type == DType::Q4_K
+                                                                 ? job.repacked ? pack_q4k_repacked : pack_q4k
                                                              : type == DType::Q6_K ? pack_q6k
                                                              : job.repacked        ? pack_q8_repacked
                                                                                    : pack_q8;

@@ -101,7 +101,7 @@ struct GemmJob {
   // f32 only: b already packed by gemm_f32_pack_b (shared by every job over the same columns),
   // or nullptr: the driver packs each block of columns itself, once per panel.
   const float* bpack;
-  bool repacked = false;  // a's Q8_0/Q4_0 rows in groups of 8 (cpu_repack.h; r0, r1 multiples of 8)
+  bool repacked = false;  // a's Q8_0/Q4_0/Q4_K rows in groups of 8 (cpu_repack.h; r0, r1 multiples of 8)
 };
 
 // Whether the q8 flavour serves weights of `type` with these tiles.
