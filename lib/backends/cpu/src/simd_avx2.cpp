@@ -154,9 +154,8 @@ void rows_axpy_n(int64_t n, int64_t m, const uint8_t* x, size_t ldx, const float
 template <DType T>
 void rows_axpy_fast(int64_t n, int64_t m, const void* x, size_t ldx, const float* p, size_t ldp, int nr, float* y,
                     size_t ldy) {
-  with_count<kMaxDotCols>(nr, [&]<int NR>() {
-    rows_axpy_n<T, NR>(n, m, static_cast<const uint8_t*>(x), ldx, p, ldp, y, ldy);
-  });
+  with_count<kMaxDotCols>(
+      nr, [&]<int NR>() { rows_axpy_n<T, NR>(n, m, static_cast<const uint8_t*>(x), ldx, p, ldp, y, ldy); });
 }
 
 // f32 -> F16 through vcvtps2ph (round to nearest even); a group of 8 holding a NaN goes through
@@ -207,7 +206,7 @@ const WeightKernels kKernels[] = {
     {DType::Q4_0, kQK4_0, sizeof(BlockQ4_0), dot_cols<DecQ4_0>, to_f32<DecQ4_0>, nullptr, ActType::q8,
      rows_dot_q4_0_avx2, nullptr, rows_dot_q4_0_r8_avx2},
     {DType::Q4_K, kQK_K, sizeof(BlockQ4_K), dot_cols<DecQ4_K>, to_f32<DecQ4_K>, nullptr, ActType::q8k,
-     rows_dot_q4_k_avx2, nullptr},
+     rows_dot_q4_k_avx2, nullptr, rows_dot_q4_k_r8_avx2},
     {DType::Q6_K, kQK_K, sizeof(BlockQ6_K), dot_cols<DecQ6_K>, to_f32<DecQ6_K>, nullptr, ActType::q8k,
      rows_dot_q6_k_avx2, nullptr},
 };

@@ -187,6 +187,46 @@ void q4_k_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<Bloc
   }
 }
 
+// ---- Q4_K repacked in groups of 8 rows (cpu_repack.h) -----------------------------------------
+// Per sub-block and column the 8 quads' vpmaddubsw pair sums add up in 16 bits (8 x 2 x 15 x 127
+// < 2^15), and one vpmaddwd by (sc, sc) applies the 8 rows' scales exactly; the mins term the
+// same way by (m, m) against x's two 16-value sums. One convert per block and column.
+
+template <int NC>
+void q4_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8KA> x, float* const* out) {
+  r8_groups<BlockQ4_K, NC>(nblk, a, lda, nr, out, [&](const uint8_t* p, int64_t i, __m256* acc) {
+    Q4kR8Scales sm;
+    q4k_r8_scales(p, sm);
+    __m256i isum[NC];
+    for (int c = 0; c < NC; ++c) isum[c] = _mm256_setzero_si256();
+    const uint8_t* qs = p + kQ4kRepackQuads;
+    for (int cc = 0; cc < 4; ++cc) {  // sub-blocks 2cc (low nibbles) and 2cc + 1 (high)
+      __m256i lo[8], hi[8];
+      q4k_r8_nibbles(qs, cc, lo, hi);
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c) {
+        const int8_t* xq = x[c][i].qs + 64 * cc;
+        __m256i sl = _mm256_maddubs_epi16(lo[0], bcast32(xq)), sh = _mm256_maddubs_epi16(hi[0], bcast32(xq + 32));
+        for (int q = 1; q < 8; ++q) {
+          sl = _mm256_add_epi16(sl, _mm256_maddubs_epi16(lo[q], bcast32(xq + 4 * q)));
+          sh = _mm256_add_epi16(sh, _mm256_maddubs_epi16(hi[q], bcast32(xq + 32 + 4 * q)));
+        }
+        isum[c] = _mm256_add_epi32(
+            isum[c], _mm256_add_epi32(_mm256_madd_epi16(sl, sm.sc[2 * cc]), _mm256_madd_epi16(sh, sm.sc[2 * cc + 1])));
+      }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) {
+      const BlockQ8KA& xb = x[c][i];
+      __m256i msum = _mm256_madd_epi16(sm.m[0], bcast32(xb.bsums));
+      for (int j = 1; j < 8; ++j) msum = _mm256_add_epi32(msum, _mm256_madd_epi16(sm.m[j], bcast32(xb.bsums + 2 * j)));
+      const __m256 blk =
+          _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), sm.dmin, _mm256_mul_ps(_mm256_cvtepi32_ps(isum[c]), sm.d));
+      acc[c] = _mm256_fmadd_ps(blk, _mm256_set1_ps(xb.d), acc[c]);
+    }
+  });
+}
+
 // ---- Q6_K -------------------------------------------------------------------------------------
 
 template <int NC>
@@ -269,6 +309,10 @@ void rows_dot_q4_0_r8_avx2(int64_t K, const void* a, size_t lda, int64_t nr, con
 void rows_dot_q4_0_avx2(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                         float* const* out) {
   LOOM_DISPATCH_NC(q4_0_rows, BlockQ8A, 32)
+}
+void rows_dot_q4_k_r8_avx2(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
+                           float* const* out) {
+  LOOM_DISPATCH_NC(q4_k_r8_rows, BlockQ8KA, 256)
 }
 void rows_dot_q4_k_avx2(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                         float* const* out) {

@@ -192,47 +192,19 @@ void q4_k_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<Bloc
 // sum_j m_j * (x's sum over sub-block j) is integer: vpdpwssd of (m_j, m_j) by x's two 16-value
 // sums.
 
-inline __m256i bcast32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return _mm256_set1_epi32(v);
-}
-
 template <int NC>
 void q4_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8KA> x, float* const* out) {
-  const __m256i low4 = _mm256_set1_epi8(15), low2 = _mm256_set1_epi8(3);
   r8_groups<BlockQ4_K, NC>(nblk, a, lda, nr, out, [&](const uint8_t* p, int64_t i, __m256* acc) {
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
-    // (sc, m) bytes of sub-blocks 0-3 and 4-7, row-minor: high bits of j >= 4 in the upper nibbles
-    alignas(32) uint8_t sc[64], mn[64];
-    for (int h = 0; h < 2; ++h) {
-      const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 + 32 * h));
-      const __m256i hi = _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 96)), 4 * h);
-      const __m256i s = _mm256_or_si256(_mm256_and_si256(lo, low4), _mm256_slli_epi16(_mm256_and_si256(hi, low2), 4));
-      const __m256i m = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo, 4), low4),
-                                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 2), low2), 4));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(sc + 32 * h), s);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(mn + 32 * h), m);
-    }
-    __m256 scf[8];
-    __m256i mm[8];  // (m_j, m_j) as int16 pairs per row
-    for (int j = 0; j < 8; ++j) {
-      const __m128i s8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8 * j));
-      scf[j] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(s8)));
-      const __m256i m32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn + 8 * j)));
-      mm[j] = _mm256_or_si256(m32, _mm256_slli_epi32(m32, 16));
-    }
+    Q4kR8Scales sm;
+    q4k_r8_scales(p, sm);
+    __m256 scf[8];  // d * sc
+    for (int j = 0; j < 8; ++j) scf[j] = _mm256_mul_ps(sm.d, _mm256_cvtepi32_ps(_mm256_srli_epi32(sm.sc[j], 16)));
     __m256 bacc[NC];
     for (int c = 0; c < NC; ++c) bacc[c] = _mm256_setzero_ps();
     const uint8_t* qs = p + kQ4kRepackQuads;
     for (int cc = 0; cc < 4; ++cc) {  // sub-blocks 2cc (low nibbles) and 2cc + 1 (high)
       __m256i lo[8], hi[8];
-      for (int q = 0; q < 8; ++q) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (8 * cc + q)));
-        lo[q] = _mm256_and_si256(v, low4);
-        hi[q] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-      }
+      q4k_r8_nibbles(qs, cc, lo, hi);
 #pragma GCC unroll 8
       for (int c = 0; c < NC; ++c) {
         const int8_t* xq = x[c][i].qs + 64 * cc;
@@ -251,8 +223,8 @@ void q4_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<B
     for (int c = 0; c < NC; ++c) {
       const BlockQ8KA& xb = x[c][i];
       __m256i msum = _mm256_setzero_si256();
-      for (int j = 0; j < 8; ++j) msum = _mm256_dpwssd_epi32(msum, mm[j], bcast32(xb.bsums + 2 * j));
-      const __m256 blk = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), dmin, bacc[c]);
+      for (int j = 0; j < 8; ++j) msum = _mm256_dpwssd_epi32(msum, sm.m[j], bcast32(xb.bsums + 2 * j));
+      const __m256 blk = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), sm.dmin, bacc[c]);
       acc[c] = _mm256_fmadd_ps(blk, _mm256_set1_ps(xb.d), acc[c]);
     }
   });
