@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 
 #include "loom/core/error.h"
 #include "loom/model/model_file.h"
@@ -184,9 +185,16 @@ TEST(CpuWeights, RepackedMatricesGiveTheFileLayoutsLogits) {
       ++types_without;
       continue;
     }
-    int n_matrices = 0;  // of the type (a Q4_K file keeps some in Q6_K, as llama.cpp's Q4_K_M does)
-    for (const Tensor* t : file_layout->weight_tensors()) n_matrices += t->type == type && t->ne[1] > 1;
-    EXPECT_EQ(n_repacked, n_matrices - 1);  // all but the token embeddings
+    // Per type (a Q4_K file keeps some matrices in Q6_K, as llama.cpp's Q4_K_M does), all of its
+    // matrices but the token embeddings repacked, or none (no kernels for it at this level).
+    std::map<DType, std::pair<int, int>> matrices;  // type -> (matrices, repacked)
+    for (const Tensor* t : repacked->weight_tensors())
+      if (t->ne[1] > 1 && t != repacked->tok_embd) {
+        matrices[t->type].first++;
+        matrices[t->type].second += t->has_flag(kFlagRepacked);
+      }
+    for (const auto& [t, n] : matrices) EXPECT_TRUE(n.second == 0 || n.second == n.first) << dtype_name(t);
+    EXPECT_EQ(matrices[type].second, matrices[type].first);
     if (type != DType::Q4_K) {
       EXPECT_EQ(n_repacked, 7 * (int)repacked->layers.size() + (repacked->output != repacked->tok_embd ? 1 : 0));
     }

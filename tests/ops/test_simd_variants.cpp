@@ -163,15 +163,15 @@ TEST_P(KernelTest, RowsDotMatchesScalarEveryTypeAndWidth) {
   }
 }
 
-// Repacked Q8_0 / Q4_0 / Q4_K rows (cpu_repack.h): the layout round-trips, and each level's
+// Repacked Q8_0 / Q4_0 / Q4_K / Q6_K rows (cpu_repack.h): the layout round-trips, and each level's
 // rows_dot_r8 gives the scalar GGUF-row kernel's results.
 TEST_P(KernelTest, RepackedRowsDotMatchesScalar) {
   std::mt19937 rng(15);
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K})
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
     for (int64_t kb : {1L, 3L, 11L})
       for (int64_t nr : {8L, 24L}) {
         const int64_t K = kb * dtype_info(t).block_size;
-        const cpu::ActType act_type = t == DType::Q4_K ? cpu::ActType::q8k : cpu::ActType::q8;
+        const cpu::ActType act_type = dtype_info(t).block_size == 256 ? cpu::ActType::q8k : cpu::ActType::q8;
         const auto rows = make_rows(t, normal(rng, (size_t)(K * nr)), K, nr);
         const size_t lda = rows.size() / (size_t)nr;
         std::vector<uint8_t> packed(rows.size()), back(rows.size());
@@ -210,7 +210,7 @@ TEST_P(KernelTest, RepackedRowsDotMatchesScalar) {
 // Matrices of 4 MiB and more are repacked on every core (the groups split between threads).
 TEST(RepackLayout, BigMatricesRoundTripOnAllThreads) {
   std::mt19937 rng(16);
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K}) {
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
     const int64_t K = 4096, nrows = 1032, nblk = K / dtype_info(t).block_size;  // 129 groups
     const size_t bytes = (size_t)nrows * (size_t)nblk * dtype_info(t).type_size * (t == DType::Q8_0 ? 1 : 2);
     const int64_t rows = (int64_t)(bytes / ((size_t)nblk * dtype_info(t).type_size));  // > 4 MiB
@@ -263,7 +263,8 @@ TEST_P(KernelTest, RowsAxpyMatchesScalar) {
           cpu::weight_kernels(t, Isa::scalar)->rows_axpy(n, m, x.data(), ldx, p.data(), (size_t)m, nr, y0.data(), n);
           cpu::weight_kernels(t, GetParam())->rows_axpy(n, m, x.data(), ldx, p.data(), (size_t)m, nr, y1.data(), n);
           for (size_t i = 0; i < y0.size(); ++i)
-            ASSERT_NEAR(y1[i], y0[i], 1e-5 * std::sqrt((double)m)) << dtype_name(t) << " n" << n << " m" << m << " nr" << nr;
+            ASSERT_NEAR(y1[i], y0[i], 1e-5 * std::sqrt((double)m))
+                << dtype_name(t) << " n" << n << " m" << m << " nr" << nr;
         }
       }
 }
@@ -390,6 +391,31 @@ TEST_P(KernelTest, PanelTransposeMatchesReference) {
       }
 }
 
+// The level's Q6_K panel packer (from repacked rows) against the readable one, bit for bit, over
+// random quants and scales.
+TEST_P(KernelTest, Q6kPanelPackingMatchesReference) {
+  const cpu::GemmKernels* gk = cpu::gemm_kernels(GetParam());
+  if (!gk || !gk->pack_q6k_r8) GTEST_SKIP() << "no Q6_K panel packer at this level";
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::vector<uint8_t> group(cpu::repack_group_block_bytes(DType::Q6_K));
+  for (uint8_t& b : group) b = (uint8_t)byte(rng);
+  for (int i = 0; i < 8; ++i) {  // finite scales d
+    const fp16_t d = f32_to_fp16(std::ldexp(1.0f + (float)i / 8, -10 + i));
+    std::memcpy(group.data() + 2 * i, &d, sizeof(d));
+  }
+  for (int j = 0; j < 8; ++j) {
+    std::vector<float> dw_want(32, -1.0f), dw_got = dw_want;
+    std::vector<int32_t> off_want(32, -1), off_got = off_want;
+    std::vector<uint8_t> u_want(512, 0xee), u_got = u_want;
+    cpu::pack_q6k_r8_ref(group.data(), j, dw_want.data(), off_want.data(), u_want.data());
+    gk->pack_q6k_r8(group.data(), j, dw_got.data(), off_got.data(), u_got.data());
+    EXPECT_EQ(dw_want, dw_got) << j;
+    EXPECT_EQ(off_want, off_got) << j;
+    EXPECT_EQ(u_want, u_got) << j;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Levels, KernelTest, testing::ValuesIn(kLevels), level_name);
 
 // ---- op level: matrix products through every path ----------------------------------------------
@@ -456,13 +482,13 @@ TEST_P(MatmulLevelTest, SharedPackedColumnsForPlainFloats) {
     }
 }
 
-// Q8_0 / Q4_0 / Q4_K weights repacked as the model loader places them (where the level has the
+// Q8_0 / Q4_0 / Q4_K / Q6_K weights repacked as the model loader places them (where the level has the
 // kernels): the dot path (N < 16) and the int8 GEMM (N >= 16), M a multiple of 8 but not of 16.
 TEST_P(MatmulLevelTest, RepackedWeightsDotAndGemm) {
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K})
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
     for (int64_t N : {1L, 3L, 8L, 16L, 29L})
       for (int th : {1, 2}) {
-        const int64_t K = t == DType::Q4_K ? 512 : 96, M = 40;
+        const int64_t K = dtype_info(t).block_size == 256 ? 512 : 96, M = 40;
         if (!cpu::repacked_kernels(t)) continue;
         OpRunner r;
         Tensor* a = r.input(t, {K, M}, "a");
@@ -520,6 +546,7 @@ TEST_P(MatmulLevelTest, ExpertsMixCrowdedAndSparse) {
   cases.emplace_back(DType::Q8_0, true);
   cases.emplace_back(DType::Q4_0, true);
   cases.emplace_back(DType::Q4_K, true);
+  cases.emplace_back(DType::Q6_K, true);
   for (auto [t, repack] : cases) {
     OpRunner r;
     const int64_t bs = dtype_info(t).block_size;

@@ -1,4 +1,4 @@
-// Repacked Q8_0 / Q4_0 / Q4_K rows (cpu_repack.h): the layout conversions, the reference kernel, and
+// Repacked Q8_0 / Q4_0 / Q4_K / Q6_K rows (cpu_repack.h): the layout conversions, the reference kernel, and
 // the entry point the model loader calls to place a weight repacked.
 #include "cpu_repack.h"
 
@@ -50,10 +50,31 @@ void get_block_q4k(const uint8_t* p, int i, uint8_t* blk) {
   std::memcpy(blk, &w, sizeof(w));
 }
 
+// GGUF Q6_K block <-> row i of a group block at p.
+void put_block_q6k(const uint8_t* blk, int i, uint8_t* p) {
+  BlockQ6_K w;
+  std::memcpy(&w, blk, sizeof(w));
+  std::memcpy(p + 2 * i, &w.d, sizeof(fp16_t));
+  for (int t = 0; t < 8; ++t)
+    for (int e = 0; e < 2; ++e) p[kQ6kRepackScales + t * 16 + 2 * i + e] = (uint8_t)w.scales[2 * t + e];
+  for (int q = 0; q < 32; ++q) std::memcpy(p + q6k_repack_ql(q, i), w.ql + 4 * q, 4);
+  for (int q = 0; q < 16; ++q) std::memcpy(p + q6k_repack_qh(q, i), w.qh + 4 * q, 4);
+}
+void get_block_q6k(const uint8_t* p, int i, uint8_t* blk) {
+  BlockQ6_K w;
+  std::memcpy(&w.d, p + 2 * i, sizeof(fp16_t));
+  for (int t = 0; t < 8; ++t)
+    for (int e = 0; e < 2; ++e) w.scales[2 * t + e] = (int8_t)p[kQ6kRepackScales + t * 16 + 2 * i + e];
+  for (int q = 0; q < 32; ++q) std::memcpy(w.ql + 4 * q, p + q6k_repack_ql(q, i), 4);
+  for (int q = 0; q < 16; ++q) std::memcpy(w.qh + 4 * q, p + q6k_repack_qh(q, i), 4);
+  std::memcpy(blk, &w, sizeof(w));
+}
+
 // GGUF block (34 / 18 bytes) <-> row i of a group block at p: the scale, then 4 bytes per quad
 // (Q8_0 flipped to unsigned q + 128). Whole-word copies: this runs for every weight at load.
 void put_block(DType type, const uint8_t* blk, int i, uint8_t* p) {
   if (type == DType::Q4_K) return put_block_q4k(blk, i, p);
+  if (type == DType::Q6_K) return put_block_q6k(blk, i, p);
   std::memcpy(p + 2 * i, blk, sizeof(fp16_t));
   uint8_t qs[32];
   const int n = 4 * quads(type);
@@ -64,6 +85,7 @@ void put_block(DType type, const uint8_t* blk, int i, uint8_t* p) {
 }
 void get_block(DType type, const uint8_t* p, int i, uint8_t* blk) {
   if (type == DType::Q4_K) return get_block_q4k(p, i, blk);
+  if (type == DType::Q6_K) return get_block_q6k(p, i, blk);
   std::memcpy(blk, p + 2 * i, sizeof(fp16_t));
   uint8_t qs[32];
   for (int q = 0; q < quads(type); ++q) std::memcpy(qs + 4 * q, p + 16 + (q * kRepackRows + i) * 4, 4);
@@ -100,7 +122,9 @@ ScaleMin repacked_q4k_scale_min(const uint8_t* p, int i, int j) {
   return {(uint8_t)((lo & 15) | ((hi & 3) << 4)), (uint8_t)((lo >> 4) | (((hi >> 2) & 3) << 4))};
 }
 
-bool repack_type(DType type) { return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_K; }
+bool repack_type(DType type) {
+  return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_K || type == DType::Q6_K;
+}
 
 bool repacked_kernels(DType type) {
   const WeightKernels* wk = repack_type(type) ? weight_kernels(type) : nullptr;
@@ -122,7 +146,7 @@ void repack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t 
           put_block(type, s + (size_t)(g * kRepackRows + i) * lda + (size_t)b * block_bytes(type), i,
                     d + (size_t)g * kRepackRows * lda + (size_t)b * gbb);
   };
-  // Big matrices on all cores: model loading repacks every Q8_0/Q4_0/Q4_K weight.
+  // Big matrices on all cores: model loading repacks every such weight.
   const int64_t nth = (size_t)nrows * lda < (size_t(4) << 20) ? 1 : ThreadPool::default_threads();
   std::vector<std::thread> threads;
   for (int64_t t = 1; t < nth; ++t) threads.emplace_back(repack_groups, groups * t / nth, groups * (t + 1) / nth);
@@ -144,10 +168,10 @@ void repacked_to_f32(DType type, const uint8_t* group, int i, int64_t b0, int64_
       block_to_f32<DType::Q8_0>(p, i, out);
     } else if (type == DType::Q4_0) {
       block_to_f32<DType::Q4_0>(p, i, out);
-    } else {  // Q4_K: rare (the f32 GEMM of a level without the int8 tiles), so through GGUF
-      BlockQ4_K w;
-      get_block_q4k(p, i, reinterpret_cast<uint8_t*>(&w));
-      dequantize_q4_k_row(&w, out, kQK_K);
+    } else {  // K-quants: rare (the f32 GEMM of a level without the int8 tiles), so through GGUF
+      alignas(8) uint8_t w[sizeof(BlockQ6_K)];
+      get_block(type, p, i, w);
+      dtype_info(type).to_float(w, out, kQK_K);
     }
   }
 }

@@ -1,4 +1,4 @@
-// Repacked Q8_0 / Q4_0 / Q4_K weights: the CPU device may store a weight matrix's rows in
+// Repacked Q8_0 / Q4_0 / Q4_K / Q6_K weights: the CPU device may store a weight matrix's rows in
 // interleaved groups of 8 ("r8") instead of GGUF's row after row, so that one 256-bit integer
 // dot product serves 8 rows at once and decode streams one sequential run of bytes per group.
 // Same bytes per group as the 8 rows it holds, so every size the planner and fit-params compute
@@ -17,6 +17,11 @@
 //        8 rows at once -- then 32 quads of the block's qs bytes as stored (quad q: bytes 4q ..
 //        4q + 3 of row i at (q * 8 + i) * 4; low nibbles of quads 8c .. 8c + 7 are sub-block
 //        2c, high nibbles sub-block 2c + 1).
+//   Q6_K (256 values, 1680 bytes): [8 x fp16 d], the int8 scales of the 16-value sub-blocks
+//        in pairs, row-minor (byte t * 16 + 2i + e: sub-block 2t + e of row i, 128 bytes), then
+//        16 steps s = 8h + q (h < 2, q < 8) of three 32-byte quads (row i at i * 4): ql quad
+//        16h + q, ql quad 16h + 8 + q, qh quad 8h + q -- the order the kernels read them, so
+//        that the group streams front to back.
 // A repacked tensor carries kFlagRepacked; only MUL_MAT / MUL_MAT_ID (as their weights) read it.
 #pragma once
 
@@ -30,12 +35,12 @@ namespace loom::cpu {
 
 inline constexpr int kRepackRows = 8;
 
-// Whether `type` has a repacked layout (Q8_0, Q4_0, Q4_K).
+// Whether `type` has a repacked layout (Q8_0, Q4_0, Q4_K, Q6_K).
 bool repack_type(DType type);
 // Whether the active level reads repacked `type`: its rows_dot_r8 (the GEMMs pack from either
 // layout).
 bool repacked_kernels(DType type);
-// Bytes of one group block: 8 blocks' worth (8 x 34, 8 x 18, 8 x 144).
+// Bytes of one group block: 8 blocks' worth (8 x 34, 8 x 18, 8 x 144, 8 x 210).
 size_t repack_group_block_bytes(DType type);
 // nrows (a multiple of 8) GGUF rows of K values at src (lda bytes apart, lda = row size) ->
 // the repacked layout at dst (same size; dst != src).
@@ -45,6 +50,13 @@ void unpack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t 
 // Q4_K group block at p: row i's (sc, m) of sub-block j; the quads start at kQ4kRepackQuads.
 ScaleMin repacked_q4k_scale_min(const uint8_t* p, int i, int j);
 inline constexpr size_t kQ4kRepackQuads = 128;
+// Q6_K group block offsets: the scales, the steps (96 bytes each).
+inline constexpr size_t kQ6kRepackScales = 16, kQ6kRepackSteps = 144;
+// Offset of ql quad q (< 32) or qh quad q (< 16) of row i in a Q6_K group block.
+inline constexpr size_t q6k_repack_ql(int q, int i) {
+  return kQ6kRepackSteps + (size_t)(8 * (q / 16) + q % 8) * 96 + (size_t)(q % 16 / 8) * 32 + (size_t)i * 4;
+}
+inline constexpr size_t q6k_repack_qh(int q, int i) { return kQ6kRepackSteps + (size_t)q * 96 + 64 + (size_t)i * 4; }
 // Row i (< 8) of the repacked group at `group`, blocks [b0, b0 + nb), as GGUF blocks at out.
 void unpack_blocks(DType type, const uint8_t* group, int i, int64_t b0, int64_t nb, void* out);
 // The same blocks decoded to floats (the f32 GEMM's panel packing).

@@ -150,7 +150,7 @@ const WeightKernels kKernels[] = {
     {DType::Q4_K, kQK_K, sizeof(BlockQ4_K), dot_cols<DecQ4_K>, to_f32<DecQ4_K>, nullptr, ActType::q8k,
      rows_dot_q<BlockQ4_K, BlockQ8KA, dot_q4_k>, nullptr, rows_dot_r8<DType::Q4_K>},
     {DType::Q6_K, kQK_K, sizeof(BlockQ6_K), dot_cols<DecQ6_K>, to_f32<DecQ6_K>, nullptr, ActType::q8k,
-     rows_dot_q<BlockQ6_K, BlockQ8KA, dot_q6_k>, nullptr},
+     rows_dot_q<BlockQ6_K, BlockQ8KA, dot_q6_k>, nullptr, rows_dot_r8<DType::Q6_K>},
 };
 
 }  // namespace

@@ -281,6 +281,66 @@ void q6_k_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<Bloc
   }
 }
 
+// ---- Q6_K repacked in groups of 8 rows (cpu_repack.h) -----------------------------------------
+// Per half h and quad lq, three 32-byte loads (ql for k = 0, 2 and for k = 1, 3; qh) give the
+// unsigned q (0..63) of 8 rows x 4 values of each 32-value block k; per 16-value sub-block 4
+// vpdpbusd, one convert and FMA by d * sc (the GGUF-row kernel permutes the scales and reduces
+// per row, on 512-bit vectors Zen 4 runs at half rate). The -32 offset, 32 sum sc * (x's 16-value
+// sums), by vpdpwssd of the rows' scale pairs.
+
+template <int NC>
+void q6_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8KA> x, float* const* out) {
+  const __m256i low4 = _mm256_set1_epi8(15), hi2 = _mm256_set1_epi8(0x30);
+  r8_groups<BlockQ6_K, NC>(nblk, a, lda, nr, out, [&](const uint8_t* p, int64_t i, __m256* acc) {
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    __m256i pairs[8];  // (sc 2t, sc 2t + 1) as int16 per row
+    __m256 scf[16];    // d * sc per sub-block
+    for (int t = 0; t < 8; ++t) {
+      pairs[t] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kQ6kRepackScales + 16 * t)));
+      scf[2 * t] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(pairs[t], 16), 16)));
+      scf[2 * t + 1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_srai_epi32(pairs[t], 16)));
+    }
+    __m256 bacc[NC];
+    for (int c = 0; c < NC; ++c) bacc[c] = _mm256_setzero_ps();
+    for (int h = 0; h < 2; ++h)
+      for (int half = 0; half < 2; ++half) {  // quads 4 half .. 4 half + 3: sub-blocks 8h + 2k + half
+        __m256i s[NC][4];
+        for (int c = 0; c < NC; ++c)
+          for (int k = 0; k < 4; ++k) s[c][k] = _mm256_setzero_si256();
+        for (int l4 = 0; l4 < 4; ++l4) {
+          const int lq = 4 * half + l4;
+          const uint8_t* step = p + kQ6kRepackSteps + 96 * (8 * h + lq);  // ql 16h + lq, ql 16h + 8 + lq, qh 8h + lq
+          const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step));
+          const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step + 32));
+          const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step + 64));
+          __m256i u[4];
+          u[0] = _mm256_or_si256(_mm256_and_si256(a0, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), hi2));
+          u[1] = _mm256_or_si256(_mm256_and_si256(a1, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), hi2));
+          u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a0, 4), low4), _mm256_and_si256(hb, hi2));
+          u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a1, 4), low4),
+                                 _mm256_and_si256(_mm256_srli_epi16(hb, 2), hi2));
+#pragma GCC unroll 8
+          for (int c = 0; c < NC; ++c) {
+            const int8_t* xq = x[c][i].qs + 128 * h + 4 * lq;
+            for (int k = 0; k < 4; ++k) s[c][k] = _mm256_dpbusd_epi32(s[c][k], u[k], bcast32(xq + 32 * k));
+          }
+        }
+        for (int c = 0; c < NC; ++c)
+          for (int k = 0; k < 4; ++k)
+            bacc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c][k]), scf[8 * h + 2 * k + half], bacc[c]);
+      }
+    const __m256 d32 = _mm256_mul_ps(d, _mm256_set1_ps(32.0f));
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) {
+      const BlockQ8KA& xb = x[c][i];
+      __m256i osum = _mm256_setzero_si256();
+      for (int t = 0; t < 8; ++t) osum = _mm256_dpwssd_epi32(osum, pairs[t], bcast32(xb.bsums + 2 * t));
+      const __m256 blk = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(osum), d32, bacc[c]);
+      acc[c] = _mm256_fmadd_ps(blk, _mm256_set1_ps(xb.d), acc[c]);
+    }
+  });
+}
+
 // nc-column dispatch of a kernel template kernel<[W, ]NC>(nblk, a, lda, nr, x, out)
 #define LOOM_DISPATCH_NC(X, block, kernel, ...)    \
   const int64_t nblk = K / (block);                \
@@ -313,6 +373,10 @@ void rows_dot_q4_k_avx512(int64_t K, const void* a, size_t lda, int64_t nr, cons
 void rows_dot_q4_k_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                              float* const* out) {
   LOOM_DISPATCH_NC(BlockQ8KA, 256, q4_k_r8_rows)
+}
+void rows_dot_q6_k_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
+                             float* const* out) {
+  LOOM_DISPATCH_NC(BlockQ8KA, 256, q6_k_r8_rows)
 }
 void rows_dot_q6_k_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                           float* const* out) {

@@ -161,81 +161,78 @@ void pack_q6k(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
             });
 }
 
-// The Q4_K panel from repacked rows (cpu_repack.h): per 8-row half of a 16-row group and
-// sub-block j, the rows' scales and mins, then each quad's 32 bytes (8 rows) as low (j even)
-// or high nibbles.
-void pack_q4k_repacked(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
-  const int64_t nblk = job.K / 32;
-  const int64_t ngroups = (mrows + kPanelRows - 1) / kPanelRows;
-  const size_t gbb = repack_group_block_bytes(DType::Q4_K);
-  for (int64_t g = 0; g < ngroups; ++g)
-    for (int h = 0; h < 2; ++h) {
-      const int64_t r = g * kPanelRows + h * kRepackRows;
-      for (int64_t blk = 0; blk < nblk; ++blk) {
-        uint8_t* pb = panel + (size_t)(g * nblk + blk) * kQ8MinGroupBlockBytes;
-        float* dw = reinterpret_cast<float*>(pb) + h * kRepackRows;
-        float* mw = dw + kPanelRows;
-        uint8_t* u = pb + 32 * sizeof(float) + h * 32;  // + q * 64: rows 8h .. 8h + 7 of quad q
-        if (r >= mrows) {                               // a lone 8-row group at the end: zero rows
-          std::memset(dw, 0, kRepackRows * sizeof(float));
-          std::memset(mw, 0, kRepackRows * sizeof(float));
-          for (int q = 0; q < 8; ++q) std::memset(u + q * 64, 0, 32);
-          continue;
-        }
-        const auto* src = reinterpret_cast<const uint8_t*>(job.a + (m0 + r) * job.lda) + (size_t)(blk / 8) * gbb;
-        const int j = (int)(blk % 8);
-        for (int i = 0; i < kRepackRows; ++i) {
-          fp16_t d[2];
-          std::memcpy(&d[0], src + i * sizeof(fp16_t), sizeof(fp16_t));
-          std::memcpy(&d[1], src + (kRepackRows + i) * sizeof(fp16_t), sizeof(fp16_t));
-          const ScaleMin sm = repacked_q4k_scale_min(src, i, j);
-          dw[i] = fp16_to_f32_fast(d[0]) * (float)sm.sc;
-          mw[i] = fp16_to_f32_fast(d[1]) * (float)sm.m;
-        }
-        const uint8_t* qs = src + kQ4kRepackQuads + 32 * 8 * (j / 2);
-        for (int q = 0; q < 8; ++q)
-          for (int k = 0; k < 32; ++k) u[q * 64 + k] = j % 2 ? qs[32 * q + k] >> 4 : qs[32 * q + k] & 15;
-      }
+// A panel from repacked rows (cpu_repack.h), a 16-row group being two 8-row groups side by side:
+// per group g, half h and 32-value block blk, fill(src, j, pb, h) writes the half's rows of panel
+// block pb from src, the group block holding blk (j: blk's index in it). A lone last half leaves
+// the other's rows zero.
+template <class Fill>
+void pack_repacked(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel, size_t block, Fill fill) {
+  const int64_t nblk = job.K / 32, ngroups = (mrows + kPanelRows - 1) / kPanelRows;
+  const int64_t per = dtype_info(job.wk->type).block_size / 32;
+  const size_t gbb = repack_group_block_bytes(job.wk->type);
+  for (int64_t g = 0; g < ngroups; ++g) {
+    uint8_t* pg = panel + (size_t)(g * nblk) * block;
+    if (g * kPanelRows + kRepackRows >= mrows) std::memset(pg, 0, (size_t)nblk * block);
+    for (int h = 0; h < 2 && g * kPanelRows + h * kRepackRows < mrows; ++h) {
+      const auto* rows = reinterpret_cast<const uint8_t*>(job.a + (m0 + g * kPanelRows + h * kRepackRows) * job.lda);
+      for (int64_t blk = 0; blk < nblk; ++blk)
+        fill(rows + (size_t)(blk / per) * gbb, (int)(blk % per), pg + (size_t)blk * block, h);
     }
+  }
 }
 
-// The Q8_0 / Q4_0 panel from repacked rows (cpu_repack.h): a 16-row group is two 8-row groups side by
-// side, so each quad is two 32-byte copies (Q4_0: split into low and high nibbles).
+// Q8_0 / Q4_0: the row scales, each quad's 32 bytes (8 rows) copied (Q4_0: split into low and
+// high nibbles).
 void pack_q8_repacked(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
-  const int64_t nblk = job.K / 32;
-  const int64_t ngroups = (mrows + kPanelRows - 1) / kPanelRows;
   const bool q4 = job.wk->type == DType::Q4_0;
-  const size_t gbb = repack_group_block_bytes(job.wk->type);
-  for (int64_t g = 0; g < ngroups; ++g)
-    for (int64_t blk = 0; blk < nblk; ++blk) {
-      uint8_t* pb = panel + (size_t)(g * nblk + blk) * kQ8GroupBlockBytes;
-      auto* dw = reinterpret_cast<float*>(pb);
-      uint8_t* u = pb + 16 * sizeof(float);
-      for (int h = 0; h < 2; ++h) {
-        const int64_t r = g * kPanelRows + h * kRepackRows;
-        if (r >= mrows) {  // a lone 8-row group at the end: zero rows
-          std::memset(dw + h * kRepackRows, 0, kRepackRows * sizeof(float));
-          for (int q = 0; q < 8; ++q) std::memset(u + q * 64 + h * 32, 0, 32);
-          continue;
-        }
-        const auto* src = reinterpret_cast<const uint8_t*>(job.a + (m0 + r) * job.lda) + (size_t)blk * gbb;
-        for (int i = 0; i < kRepackRows; ++i) {
-          fp16_t d;
-          std::memcpy(&d, src + i * sizeof(fp16_t), sizeof(d));
-          dw[h * kRepackRows + i] = fp16_to_f32_fast(d);
-        }
-        const uint8_t* qs = src + kRepackRows * sizeof(fp16_t);
-        for (int q = 0; q < 8; ++q) {
-          uint8_t* dst = u + q * 64 + h * 32;  // rows 8h .. 8h + 7 of quad q
-          if (!q4) {
-            std::memcpy(dst, qs + 32 * q, 32);
-            continue;
-          }
-          const uint8_t* b = qs + 32 * (q & 3);
-          for (int k = 0; k < 32; ++k) dst[k] = q < 4 ? b[k] & 15 : b[k] >> 4;
-        }
-      }
+  pack_repacked(job, m0, mrows, panel, kQ8GroupBlockBytes, [&](const uint8_t* src, int, uint8_t* pb, int h) {
+    auto* dw = reinterpret_cast<float*>(pb) + h * kRepackRows;
+    uint8_t* u = pb + 16 * sizeof(float) + h * 32;  // + q * 64: rows 8h .. 8h + 7 of quad q
+    for (int i = 0; i < kRepackRows; ++i) {
+      fp16_t d;
+      std::memcpy(&d, src + i * sizeof(fp16_t), sizeof(d));
+      dw[i] = fp16_to_f32_fast(d);
     }
+    const uint8_t* qs = src + kRepackRows * sizeof(fp16_t);
+    for (int q = 0; q < 8; ++q) {
+      if (!q4) {
+        std::memcpy(u + q * 64, qs + 32 * q, 32);
+        continue;
+      }
+      const uint8_t* b = qs + 32 * (q & 3);
+      for (int k = 0; k < 32; ++k) u[q * 64 + k] = q < 4 ? b[k] & 15 : b[k] >> 4;
+    }
+  });
+}
+
+// Q4_K, sub-block j: the rows' scales and mins, then each quad's 32 bytes as low (j even) or
+// high nibbles.
+void pack_q4k_repacked(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
+  pack_repacked(job, m0, mrows, panel, kQ8MinGroupBlockBytes, [&](const uint8_t* src, int j, uint8_t* pb, int h) {
+    float* dw = reinterpret_cast<float*>(pb) + h * kRepackRows;
+    float* mw = dw + kPanelRows;
+    uint8_t* u = pb + 32 * sizeof(float) + h * 32;
+    for (int i = 0; i < kRepackRows; ++i) {
+      fp16_t d[2];
+      std::memcpy(&d[0], src + i * sizeof(fp16_t), sizeof(fp16_t));
+      std::memcpy(&d[1], src + (kRepackRows + i) * sizeof(fp16_t), sizeof(fp16_t));
+      const ScaleMin sm = repacked_q4k_scale_min(src, i, j);
+      dw[i] = fp16_to_f32_fast(d[0]) * (float)sm.sc;
+      mw[i] = fp16_to_f32_fast(d[1]) * (float)sm.m;
+    }
+    const uint8_t* qs = src + kQ4kRepackQuads + 32 * 8 * (j / 2);
+    for (int q = 0; q < 8; ++q)
+      for (int k = 0; k < 32; ++k) u[q * 64 + k] = j % 2 ? qs[32 * q + k] >> 4 : qs[32 * q + k] & 15;
+  });
+}
+
+// Q6_K: the level's pack_q6k_r8 per half and block.
+void pack_q6k_repacked(const GemmKernels& gk, const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
+  const PackQ6kR8Fn pack = gk.pack_q6k_r8 ? gk.pack_q6k_r8 : pack_q6k_r8_ref;
+  pack_repacked(job, m0, mrows, panel, kQ8HalfGroupBlockBytes, [&](const uint8_t* src, int j, uint8_t* pb, int h) {
+    pack(src, j, reinterpret_cast<float*>(pb) + h * kRepackRows,
+         reinterpret_cast<int32_t*>(pb + 32 * sizeof(float)) + h * kRepackRows, pb + 64 * sizeof(float) + h * 32);
+  });
 }
 
 }  // namespace
@@ -328,6 +325,30 @@ void gemm_q8h_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b,
       }
       c[j][i] = s;
     }
+}
+
+// 32-value block j (element 32j + t: h = j / 4, k = j % 4; low bits from ql quad 16h + 8(k % 2)
+// + t / 4, nibble k / 2; high bits from qh quad 8h + t / 4, bits 2k) of 8 repacked Q6_K rows.
+void pack_q6k_r8_ref(const uint8_t* src, int j, float* dw, int32_t* off, uint8_t* u) {
+  const int h = j / 4, k = j % 4;
+  int32_t sums[2][kRepackRows] = {};
+  for (int q = 0; q < 8; ++q) {
+    const uint8_t* ql = src + q6k_repack_ql(16 * h + 8 * (k % 2) + q, 0);
+    const uint8_t* qh = src + q6k_repack_qh(8 * h + q, 0);
+    for (int b = 0; b < 32; ++b) {
+      const int w = (((ql[b] >> (4 * (k / 2))) & 15) | (((qh[b] >> (2 * k)) & 3) << 4)) - 32;
+      u[q * 64 + b] = (uint8_t)(int8_t)w;
+      sums[q / 4][b / 4] += w;
+    }
+  }
+  for (int i = 0; i < kRepackRows; ++i) {
+    fp16_t d;
+    std::memcpy(&d, src + i * sizeof(fp16_t), sizeof(d));
+    for (int half = 0; half < 2; ++half) {  // sub-block 2j + half: scale pair j, element half
+      dw[half * kPanelRows + i] = fp16_to_f32(d) * (float)(int8_t)src[kQ6kRepackScales + j * 16 + 2 * i + half];
+      off[half * kPanelRows + i] = -128 * sums[half][i];
+    }
+  }
 }
 
 void transpose16_ref(const float* const* src, int nsrc, int64_t n, float* dst, int ldd) {
@@ -501,7 +522,10 @@ void gemm_q8(const GemmKernels& gk, const GemmJob& job, void* scratch) {
   float* cp[kMaxTileCols];
   for (int64_t m0 = job.r0; m0 < job.r1; m0 += mc) {
     const int64_t mrows = std::min(mc, job.r1 - m0);
-    pack(job, m0, mrows, panel);
+    if (type == DType::Q6_K && job.repacked)
+      pack_q6k_repacked(gk, job, m0, mrows, panel);
+    else
+      pack(job, m0, mrows, panel);
     for (int64_t j0 = 0; j0 < job.n; j0 += nr) {
       const int nc = (int)std::min<int64_t>(nr, job.n - j0);
       for (int j = 0; j < nc; ++j) bp[j] = static_cast<const BlockQ8A*>(job.b[j0 + j]);
