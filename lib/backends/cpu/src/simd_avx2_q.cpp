@@ -227,6 +227,49 @@ void q4_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<B
   });
 }
 
+// ---- Q6_K repacked in groups of 8 rows (cpu_repack.h) -----------------------------------------
+// Per 16-value sub-block, two quads' vpmaddubsw pair sums add up in 16 bits (2 x 2 x 63 x 127 <
+// 2^15) and vpmaddwd by (sc, sc) applies the rows' scales exactly, twice; the whole block's sum,
+// minus 32 sum sc * (x's 16-value sums), stays in 32 bits: one convert per block and column.
+
+template <int NC>
+void q6_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8KA> x, float* const* out) {
+  r8_groups<BlockQ6_K, NC>(nblk, a, lda, nr, out, [&](const uint8_t* p, int64_t i, __m256* acc) {
+    __m256i pairs[8], dup[16];  // (sc 2t, sc 2t + 1); (sc, sc) per sub-block
+    for (int t = 0; t < 8; ++t) {
+      pairs[t] = q6k_r8_scale_pairs(p, t);
+      dup[2 * t] = _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pairs[t], 0xa0), 0xa0);
+      dup[2 * t + 1] = _mm256_shufflehi_epi16(_mm256_shufflelo_epi16(pairs[t], 0xf5), 0xf5);
+    }
+    __m256i isum[NC];
+    for (int c = 0; c < NC; ++c) isum[c] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h)
+      for (int q2 = 0; q2 < 4; ++q2) {  // quads 2 q2, 2 q2 + 1: sub-blocks 8h + 2k + q2 / 2
+        __m256i u0[4], u1[4];
+        q6k_r8_step(p, h, 2 * q2, u0);
+        q6k_r8_step(p, h, 2 * q2 + 1, u1);
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; ++c) {
+          const int8_t* xq = x[c][i].qs + 128 * h + 8 * q2;
+          for (int k = 0; k < 4; ++k) {
+            const __m256i s16 = _mm256_add_epi16(_mm256_maddubs_epi16(u0[k], bcast32(xq + 32 * k)),
+                                                 _mm256_maddubs_epi16(u1[k], bcast32(xq + 32 * k + 4)));
+            isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(s16, dup[8 * h + 2 * k + q2 / 2]));
+          }
+        }
+      }
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; ++c) {
+      const BlockQ8KA& xb = x[c][i];
+      __m256i osum = _mm256_madd_epi16(pairs[0], bcast32(xb.bsums));
+      for (int t = 1; t < 8; ++t) osum = _mm256_add_epi32(osum, _mm256_madd_epi16(pairs[t], bcast32(xb.bsums + 2 * t)));
+      const __m256i total = _mm256_sub_epi32(isum[c], _mm256_slli_epi32(osum, 5));
+      acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(total), d), _mm256_set1_ps(xb.d), acc[c]);
+    }
+  });
+}
+
 // ---- Q6_K -------------------------------------------------------------------------------------
 
 template <int NC>
@@ -313,6 +356,10 @@ void rows_dot_q4_0_avx2(int64_t K, const void* a, size_t lda, int64_t nr, const 
 void rows_dot_q4_k_r8_avx2(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                            float* const* out) {
   LOOM_DISPATCH_NC(q4_k_r8_rows, BlockQ8KA, 256)
+}
+void rows_dot_q6_k_r8_avx2(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
+                           float* const* out) {
+  LOOM_DISPATCH_NC(q6_k_r8_rows, BlockQ8KA, 256)
 }
 void rows_dot_q4_k_avx2(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                         float* const* out) {

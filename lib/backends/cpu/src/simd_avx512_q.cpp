@@ -290,13 +290,12 @@ void q6_k_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<Bloc
 
 template <int NC>
 void q6_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8KA> x, float* const* out) {
-  const __m256i low4 = _mm256_set1_epi8(15), hi2 = _mm256_set1_epi8(0x30);
   r8_groups<BlockQ6_K, NC>(nblk, a, lda, nr, out, [&](const uint8_t* p, int64_t i, __m256* acc) {
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     __m256i pairs[8];  // (sc 2t, sc 2t + 1) as int16 per row
     __m256 scf[16];    // d * sc per sub-block
     for (int t = 0; t < 8; ++t) {
-      pairs[t] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kQ6kRepackScales + 16 * t)));
+      pairs[t] = q6k_r8_scale_pairs(p, t);
       scf[2 * t] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(pairs[t], 16), 16)));
       scf[2 * t + 1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_srai_epi32(pairs[t], 16)));
     }
@@ -309,16 +308,8 @@ void q6_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<B
           for (int k = 0; k < 4; ++k) s[c][k] = _mm256_setzero_si256();
         for (int l4 = 0; l4 < 4; ++l4) {
           const int lq = 4 * half + l4;
-          const uint8_t* step = p + kQ6kRepackSteps + 96 * (8 * h + lq);  // ql 16h + lq, ql 16h + 8 + lq, qh 8h + lq
-          const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step));
-          const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step + 32));
-          const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step + 64));
           __m256i u[4];
-          u[0] = _mm256_or_si256(_mm256_and_si256(a0, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), hi2));
-          u[1] = _mm256_or_si256(_mm256_and_si256(a1, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), hi2));
-          u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a0, 4), low4), _mm256_and_si256(hb, hi2));
-          u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a1, 4), low4),
-                                 _mm256_and_si256(_mm256_srli_epi16(hb, 2), hi2));
+          q6k_r8_step(p, h, lq, u);
 #pragma GCC unroll 8
           for (int c = 0; c < NC; ++c) {
             const int8_t* xq = x[c][i].qs + 128 * h + 4 * lq;

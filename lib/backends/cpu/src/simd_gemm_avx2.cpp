@@ -14,6 +14,7 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#include "simd_r8.h"
 
 namespace loom::cpu {
 namespace {
@@ -243,7 +244,10 @@ const GemmKernels kKernels{16,
                            q8_tile_any,
                            q8_tile_kind<Q8Kind::mins>,
                            q8_tile_kind<Q8Kind::halves>,
-                           transpose16};
+                           transpose16,
+                           nullptr,
+                           nullptr,
+                           pack_q6k_r8};
 
 }  // namespace
 }  // namespace loom::cpu

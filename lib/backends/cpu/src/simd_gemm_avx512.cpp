@@ -20,12 +20,12 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cpu_repack.h"
 #include "cpu_vec_dot.h"
 #include "simd_gemm.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+#include "simd_r8.h"
 
 namespace loom::cpu {
 namespace {
@@ -236,35 +236,6 @@ void transpose16(const float* const* src, int nsrc, int64_t n, float* dst, int l
     static constexpr int kRow[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
     for (int q = 0; q < 16; ++q)
       if (kRow[q] < rows) _mm512_mask_storeu_ps(dst + (i0 + kRow[q]) * ldd, lanes, v[q]);
-  }
-}
-
-// pack_q6k_r8_ref with 8-row vectors: per quad the 32 bytes' 6-bit values at once, the rows'
-// half sums by vpmaddubsw / vpmaddwd.
-void pack_q6k_r8(const uint8_t* src, int j, float* dw, int32_t* off, uint8_t* u) {
-  const int h = j / 4, k = j % 4;
-  const __m128i shl = _mm_cvtsi32_si128(4 * (k / 2)), shh = _mm_cvtsi32_si128(2 * k);
-  const __m256i low4 = _mm256_set1_epi8(15), low2 = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
-  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-  __m256i sums[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-  for (int q = 0; q < 8; ++q) {
-    const __m256i ql =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + q6k_repack_ql(16 * h + 8 * (k % 2) + q, 0)));
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + q6k_repack_qh(8 * h + q, 0)));
-    const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(ql, shl), low4);
-    const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, shh), low2), 4);
-    const __m256i w = _mm256_sub_epi8(_mm256_or_si256(lo, hi), bias);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + 64 * q), w);
-    sums[q / 4] = _mm256_add_epi32(sums[q / 4], _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, w), ones16));
-  }
-  const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
-  const __m256i pair =
-      _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + kQ6kRepackScales + 16 * j)));
-  const __m256i sc[2] = {_mm256_srai_epi32(_mm256_slli_epi32(pair, 16), 16), _mm256_srai_epi32(pair, 16)};
-  for (int half = 0; half < 2; ++half) {
-    _mm256_storeu_ps(dw + half * kPanelRows, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc[half])));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(off + half * kPanelRows),
-                        _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums[half], 7)));
   }
 }
 

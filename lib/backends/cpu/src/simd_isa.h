@@ -34,6 +34,8 @@ void rows_dot_q4_k_r8_avx2(int64_t K, const void* a, size_t lda, int64_t nr, con
                            float* const* out);
 void rows_dot_q6_k_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                              float* const* out);
+void rows_dot_q6_k_r8_avx2(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
+                           float* const* out);
 void rows_dot_q8_0_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                              float* const* out);
 void rows_dot_q4_0_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,

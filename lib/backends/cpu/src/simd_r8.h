@@ -13,6 +13,7 @@
 
 #include "cpu_repack.h"
 #include "cpu_vec_dot.h"
+#include "simd_gemm.h"
 
 namespace loom::cpu {
 namespace {
@@ -83,6 +84,54 @@ inline void q4k_r8_nibbles(const uint8_t* qs, int cc, __m256i (&lo)[8], __m256i 
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (8 * cc + q)));
     lo[q] = _mm256_and_si256(v, low4);
     hi[q] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+  }
+}
+
+// Step 8h + q of a Q6_K group block (cpu_repack.h) -> the unsigned 6-bit values (0..63) of 8 rows x
+// 4 values of each 32-value block k of half h: elements 128h + 32k + 4q .. + 3.
+inline void q6k_r8_step(const uint8_t* p, int h, int q, __m256i (&u)[4]) {
+  const __m256i low4 = _mm256_set1_epi8(15), hi2 = _mm256_set1_epi8(0x30);
+  const uint8_t* step = p + kQ6kRepackSteps + 96 * (8 * h + q);  // ql 16h + q, ql 16h + 8 + q, qh 8h + q
+  const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step));
+  const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step + 32));
+  const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(step + 64));
+  u[0] = _mm256_or_si256(_mm256_and_si256(a0, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), hi2));
+  u[1] = _mm256_or_si256(_mm256_and_si256(a1, low4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), hi2));
+  u[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a0, 4), low4), _mm256_and_si256(hb, hi2));
+  u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a1, 4), low4),
+                         _mm256_and_si256(_mm256_srli_epi16(hb, 2), hi2));
+}
+// The rows' int8 scale pairs (sc 2t, sc 2t + 1) of a Q6_K group block as int16 per 32-bit lane.
+inline __m256i q6k_r8_scale_pairs(const uint8_t* p, int t) {
+  return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kQ6kRepackScales + 16 * t)));
+}
+
+// pack_q6k_r8_ref with 8-row vectors: per quad the 32 bytes' 6-bit values at once, the rows'
+// half sums by vpmaddubsw / vpmaddwd.
+inline void pack_q6k_r8(const uint8_t* src, int j, float* dw, int32_t* off, uint8_t* u) {
+  const int h = j / 4, k = j % 4;
+  const __m128i shl = _mm_cvtsi32_si128(4 * (k / 2)), shh = _mm_cvtsi32_si128(2 * k);
+  const __m256i low4 = _mm256_set1_epi8(15), low2 = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  __m256i sums[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+  for (int q = 0; q < 8; ++q) {
+    const __m256i ql =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + q6k_repack_ql(16 * h + 8 * (k % 2) + q, 0)));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + q6k_repack_qh(8 * h + q, 0)));
+    const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(ql, shl), low4);
+    const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, shh), low2), 4);
+    const __m256i w = _mm256_sub_epi8(_mm256_or_si256(lo, hi), bias);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + 64 * q), w);
+    sums[q / 4] = _mm256_add_epi32(sums[q / 4], _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, w), ones16));
+  }
+  const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+  const __m256i pair =
+      _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + kQ6kRepackScales + 16 * j)));
+  const __m256i sc[2] = {_mm256_srai_epi32(_mm256_slli_epi32(pair, 16), 16), _mm256_srai_epi32(pair, 16)};
+  for (int half = 0; half < 2; ++half) {
+    _mm256_storeu_ps(dw + half * kPanelRows, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc[half])));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(off + half * kPanelRows),
+                        _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums[half], 7)));
   }
 }
 
