@@ -31,7 +31,7 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
                "use the CPU's weights in place in the file mapping (less RAM, slower decode); default: "
                "load them into huge-page-backed memory");
   app.add_flag("--repack,!--no-repack", o.repack,
-               "store the CPU's Q8_0/Q4_0/Q4_K matrices in the kernels' 8-row layout (default; -nr: keep the file's)");
+               "store the CPU's Q8_0/Q4_0/Q4_K/Q6_K matrices in the kernels' 8-row layout (default; -nr: keep the file's)");
   app.add_option("--flash-attn", o.flash_attn, "on, off or auto (-fa)");
   app.add_option("--cache-type-k", o.cache_type_k, "K cache type: f16, f32, bf16, q8_0 (-ctk)");
   app.add_option("--cache-type-v", o.cache_type_v, "V cache type: f16, f32, bf16, q8_0 (-ctv)");
