@@ -202,8 +202,7 @@ TEST_P(ForwardTest, LogitsMatchDoubleReference) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, ForwardTest,
                          ::testing::Values(Case{Arch::llama, DType::F32, 1e-4}, Case{Arch::qwen2, DType::F32, 1e-4},
-                                           Case{Arch::qwen3, DType::F32, 1e-4},
-                                           Case{Arch::qwen3moe, DType::F32, 1e-4},
+                                           Case{Arch::qwen3, DType::F32, 1e-4}, Case{Arch::qwen3moe, DType::F32, 1e-4},
                                            Case{Arch::llama, DType::F16, 1e-3}, Case{Arch::llama, DType::BF16, 1e-3},
                                            // quantized weights: the CPU quantizes activations to 8 bits
                                            // for integer dot products, as llama.cpp does
@@ -211,6 +210,7 @@ INSTANTIATE_TEST_SUITE_P(Archs, ForwardTest,
                                            // a random router is near-uniform: 8-bit activations can flip
                                            // a top-k choice, so the MoE bound is looser
                                            Case{Arch::qwen3moe, DType::Q4_0, 1e-1},
+                                           Case{Arch::qwen3moe, DType::Q4_K, 1e-1},
                                            Case{Arch::llama, DType::Q4_K, 3e-2}),
                          [](const auto& info) {
                            return std::string(arch_name(info.param.arch)) + "_" + dtype_name(info.param.type);
