@@ -2,6 +2,7 @@
 // the entry point the model loader calls to place a weight repacked.
 #include "cpu_repack.h"
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -169,7 +170,7 @@ void repacked_to_f32(DType type, const uint8_t* group, int i, int64_t b0, int64_
     } else if (type == DType::Q4_0) {
       block_to_f32<DType::Q4_0>(p, i, out);
     } else {  // K-quants: rare (the f32 GEMM of a level without the int8 tiles), so through GGUF
-      alignas(8) uint8_t w[sizeof(BlockQ6_K)];
+      alignas(8) uint8_t w[std::max(sizeof(BlockQ4_K), sizeof(BlockQ6_K))];
       get_block(type, p, i, w);
       dtype_info(type).to_float(w, out, kQK_K);
     }
