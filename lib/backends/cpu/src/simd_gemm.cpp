@@ -171,12 +171,13 @@ void pack_repacked(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel
   const int64_t per = dtype_info(job.wk->type).block_size / 32;
   const size_t gbb = repack_group_block_bytes(job.wk->type);
   for (int64_t g = 0; g < ngroups; ++g) {
-    uint8_t* pg = panel + (size_t)(g * nblk) * block;
-    if (g * kPanelRows + kRepackRows >= mrows) std::memset(pg, 0, (size_t)nblk * block);
-    for (int h = 0; h < 2 && g * kPanelRows + h * kRepackRows < mrows; ++h) {
-      const auto* rows = reinterpret_cast<const uint8_t*>(job.a + (m0 + g * kPanelRows + h * kRepackRows) * job.lda);
-      for (int64_t blk = 0; blk < nblk; ++blk)
-        fill(rows + (size_t)(blk / per) * gbb, (int)(blk % per), pg + (size_t)blk * block, h);
+    const int halves = g * kPanelRows + kRepackRows < mrows ? 2 : 1;
+    const auto* rows = reinterpret_cast<const uint8_t*>(job.a + (m0 + g * kPanelRows) * job.lda);
+    const size_t half_bytes = kRepackRows * job.lda;
+    for (int64_t blk = 0; blk < nblk; ++blk) {  // both halves per block: one panel block at a time
+      uint8_t* pb = panel + (size_t)(g * nblk + blk) * block;
+      if (halves == 1) std::memset(pb, 0, block);
+      for (int h = 0; h < halves; ++h) fill(rows + h * half_bytes + (size_t)(blk / per) * gbb, (int)(blk % per), pb, h);
     }
   }
 }
