@@ -391,28 +391,29 @@ TEST_P(KernelTest, PanelTransposeMatchesReference) {
       }
 }
 
-// The level's Q6_K panel packer (from repacked rows) against the readable one, bit for bit, over
-// random quants and scales.
-TEST_P(KernelTest, Q6kPanelPackingMatchesReference) {
+// The level's Q4_K / Q6_K panel packers (from repacked rows) against the readable ones, bit for
+// bit, over random quants and scales, into either half of the panel blocks.
+TEST_P(KernelTest, KQuantPanelPackingMatchesReference) {
   const cpu::GemmKernels* gk = cpu::gemm_kernels(GetParam());
-  if (!gk || !gk->pack_q6k_r8) GTEST_SKIP() << "no Q6_K panel packer at this level";
+  if (!gk || !gk->pack_q4k_r8 || !gk->pack_q6k_r8) GTEST_SKIP() << "no K-quant panel packers at this level";
   std::mt19937 rng(9);
   std::uniform_int_distribution<int> byte(0, 255);
-  std::vector<uint8_t> group(cpu::repack_group_block_bytes(DType::Q6_K));
-  for (uint8_t& b : group) b = (uint8_t)byte(rng);
-  for (int i = 0; i < 8; ++i) {  // finite scales d
-    const fp16_t d = f32_to_fp16(std::ldexp(1.0f + (float)i / 8, -10 + i));
-    std::memcpy(group.data() + 2 * i, &d, sizeof(d));
-  }
-  for (int j = 0; j < 8; ++j) {
-    std::vector<float> dw_want(32, -1.0f), dw_got = dw_want;
-    std::vector<int32_t> off_want(32, -1), off_got = off_want;
-    std::vector<uint8_t> u_want(512, 0xee), u_got = u_want;
-    cpu::pack_q6k_r8_ref(group.data(), j, dw_want.data(), off_want.data(), u_want.data());
-    gk->pack_q6k_r8(group.data(), j, dw_got.data(), off_got.data(), u_got.data());
-    EXPECT_EQ(dw_want, dw_got) << j;
-    EXPECT_EQ(off_want, off_got) << j;
-    EXPECT_EQ(u_want, u_got) << j;
+  for (DType t : {DType::Q4_K, DType::Q6_K}) {
+    std::vector<uint8_t> group(cpu::repack_group_block_bytes(t));
+    for (uint8_t& b : group) b = (uint8_t)byte(rng);
+    for (int i = 0; i < 16; ++i) {  // finite d (and Q4_K's dmin)
+      const fp16_t d = f32_to_fp16(std::ldexp(1.0f + (float)(i % 8) / 8, -10 + i % 8));
+      if (t == DType::Q4_K || i < 8) std::memcpy(group.data() + 2 * i, &d, sizeof(d));
+    }
+    const size_t blocks = 8 * cpu::gemm_q8_block_bytes(t);
+    const cpu::PackR8Fn ref = t == DType::Q4_K ? cpu::pack_q4k_r8_ref : cpu::pack_q6k_r8_ref;
+    const cpu::PackR8Fn level = t == DType::Q4_K ? gk->pack_q4k_r8 : gk->pack_q6k_r8;
+    for (int h = 0; h < 2; ++h) {
+      std::vector<uint8_t> want(blocks, 0xee), got = want;
+      ref(group.data(), want.data(), h);
+      level(group.data(), got.data(), h);
+      EXPECT_EQ(want, got) << dtype_name(t) << " half " << h;
+    }
   }
 }
 

@@ -89,7 +89,7 @@ void pack_rows(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel, si
 
 // Q8_0 / Q4_0: the row scales, then each row's 32 values as unsigned bytes (Q8_0: q + 128,
 // Q4_0: the nibble).
-void pack_q8(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
+void pack_q8(const GemmKernels&, const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
   const bool q4 = job.wk->type == DType::Q4_0;
   pack_rows(job, m0, mrows, panel, kQ8GroupBlockBytes, 16 * sizeof(float),
             [&](const char* row, int64_t blk, uint8_t* pb, int l, uint8_t* v) {
@@ -112,7 +112,7 @@ void pack_q8(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
 
 // Q4_K, per 32-value sub-block j of a super-block: the row scales d * sc_j, the row mins
 // dmin * m_j, then the nibbles.
-void pack_q4k(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
+void pack_q4k(const GemmKernels&, const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
   pack_rows(job, m0, mrows, panel, kQ8MinGroupBlockBytes, 32 * sizeof(float),
             [&](const char* row, int64_t blk, uint8_t* pb, int l, uint8_t* v) {
               auto* dw = reinterpret_cast<float*>(pb);
@@ -132,7 +132,7 @@ void pack_q4k(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
 // sub-blocks, their offsets -128 * sum(w), then w = q - 32 as signed bytes (element
 // 128h + 32k + l: low 4 bits from ql[64h + 32(k % 2) + l], nibble k / 2; high 2 bits from
 // qh[32h + l], bits 2k).
-void pack_q6k(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
+void pack_q6k(const GemmKernels&, const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
   pack_rows(job, m0, mrows, panel, kQ8HalfGroupBlockBytes, 64 * sizeof(float),
             [&](const char* row, int64_t blk, uint8_t* pb, int l, uint8_t* v) {
               auto* dw = reinterpret_cast<float*>(pb);
@@ -168,25 +168,25 @@ void pack_q6k(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
 template <class Fill>
 void pack_repacked(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel, size_t block, Fill fill) {
   const int64_t nblk = job.K / 32, ngroups = (mrows + kPanelRows - 1) / kPanelRows;
-  const int64_t per = dtype_info(job.wk->type).block_size / 32;
+  const int64_t per = dtype_info(job.wk->type).block_size / 32;  // panel blocks per group block
   const size_t gbb = repack_group_block_bytes(job.wk->type);
   for (int64_t g = 0; g < ngroups; ++g) {
     const int halves = g * kPanelRows + kRepackRows < mrows ? 2 : 1;
     const auto* rows = reinterpret_cast<const uint8_t*>(job.a + (m0 + g * kPanelRows) * job.lda);
     const size_t half_bytes = kRepackRows * job.lda;
-    for (int64_t blk = 0; blk < nblk; ++blk) {  // both halves per block: one panel block at a time
-      uint8_t* pb = panel + (size_t)(g * nblk + blk) * block;
-      if (halves == 1) std::memset(pb, 0, block);
-      for (int h = 0; h < halves; ++h) fill(rows + h * half_bytes + (size_t)(blk / per) * gbb, (int)(blk % per), pb, h);
+    for (int64_t gb = 0; gb < nblk / per; ++gb) {  // both halves per group block
+      uint8_t* pb = panel + (size_t)(g * nblk + gb * per) * block;
+      if (halves == 1) std::memset(pb, 0, (size_t)per * block);
+      for (int h = 0; h < halves; ++h) fill(rows + h * half_bytes + (size_t)gb * gbb, pb, h);
     }
   }
 }
 
 // Q8_0 / Q4_0: the row scales, each quad's 32 bytes (8 rows) copied (Q4_0: split into low and
 // high nibbles).
-void pack_q8_repacked(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
+void pack_q8_repacked(const GemmKernels&, const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
   const bool q4 = job.wk->type == DType::Q4_0;
-  pack_repacked(job, m0, mrows, panel, kQ8GroupBlockBytes, [&](const uint8_t* src, int, uint8_t* pb, int h) {
+  pack_repacked(job, m0, mrows, panel, kQ8GroupBlockBytes, [&](const uint8_t* src, uint8_t* pb, int h) {
     auto* dw = reinterpret_cast<float*>(pb) + h * kRepackRows;
     uint8_t* u = pb + 16 * sizeof(float) + h * 32;  // + q * 64: rows 8h .. 8h + 7 of quad q
     for (int i = 0; i < kRepackRows; ++i) {
@@ -206,34 +206,12 @@ void pack_q8_repacked(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* pa
   });
 }
 
-// Q4_K, sub-block j: the rows' scales and mins, then each quad's 32 bytes as low (j even) or
-// high nibbles.
-void pack_q4k_repacked(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
-  pack_repacked(job, m0, mrows, panel, kQ8MinGroupBlockBytes, [&](const uint8_t* src, int j, uint8_t* pb, int h) {
-    float* dw = reinterpret_cast<float*>(pb) + h * kRepackRows;
-    float* mw = dw + kPanelRows;
-    uint8_t* u = pb + 32 * sizeof(float) + h * 32;
-    for (int i = 0; i < kRepackRows; ++i) {
-      fp16_t d[2];
-      std::memcpy(&d[0], src + i * sizeof(fp16_t), sizeof(fp16_t));
-      std::memcpy(&d[1], src + (kRepackRows + i) * sizeof(fp16_t), sizeof(fp16_t));
-      const ScaleMin sm = repacked_q4k_scale_min(src, i, j);
-      dw[i] = fp16_to_f32_fast(d[0]) * (float)sm.sc;
-      mw[i] = fp16_to_f32_fast(d[1]) * (float)sm.m;
-    }
-    const uint8_t* qs = src + kQ4kRepackQuads + 32 * 8 * (j / 2);
-    for (int q = 0; q < 8; ++q)
-      for (int k = 0; k < 32; ++k) u[q * 64 + k] = j % 2 ? qs[32 * q + k] >> 4 : qs[32 * q + k] & 15;
-  });
-}
-
-// Q6_K: the level's pack_q6k_r8 per half and block.
-void pack_q6k_repacked(const GemmKernels& gk, const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
-  const PackQ6kR8Fn pack = gk.pack_q6k_r8 ? gk.pack_q6k_r8 : pack_q6k_r8_ref;
-  pack_repacked(job, m0, mrows, panel, kQ8HalfGroupBlockBytes, [&](const uint8_t* src, int j, uint8_t* pb, int h) {
-    pack(src, j, reinterpret_cast<float*>(pb) + h * kRepackRows,
-         reinterpret_cast<int32_t*>(pb + 32 * sizeof(float)) + h * kRepackRows, pb + 64 * sizeof(float) + h * 32);
-  });
+// Q4_K / Q6_K: the level's group packer.
+void pack_k_repacked(const GemmKernels& gk, const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
+  const bool q4k = job.wk->type == DType::Q4_K;
+  const PackR8Fn level = q4k ? gk.pack_q4k_r8 : gk.pack_q6k_r8;
+  const PackR8Fn pack = level ? level : q4k ? pack_q4k_r8_ref : pack_q6k_r8_ref;
+  pack_repacked(job, m0, mrows, panel, gemm_q8_block_bytes(job.wk->type), pack);
 }
 
 }  // namespace
@@ -328,26 +306,53 @@ void gemm_q8h_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b,
     }
 }
 
-// 32-value block j (element 32j + t: h = j / 4, k = j % 4; low bits from ql quad 16h + 8(k % 2)
-// + t / 4, nibble k / 2; high bits from qh quad 8h + t / 4, bits 2k) of 8 repacked Q6_K rows.
-void pack_q6k_r8_ref(const uint8_t* src, int j, float* dw, int32_t* off, uint8_t* u) {
-  const int h = j / 4, k = j % 4;
-  int32_t sums[2][kRepackRows] = {};
-  for (int q = 0; q < 8; ++q) {
-    const uint8_t* ql = src + q6k_repack_ql(16 * h + 8 * (k % 2) + q, 0);
-    const uint8_t* qh = src + q6k_repack_qh(8 * h + q, 0);
-    for (int b = 0; b < 32; ++b) {
-      const int w = (((ql[b] >> (4 * (k / 2))) & 15) | (((qh[b] >> (2 * k)) & 3) << 4)) - 32;
-      u[q * 64 + b] = (uint8_t)(int8_t)w;
-      sums[q / 4][b / 4] += w;
+// Q4_K: per sub-block j the rows' d * sc and dmin * m, then each quad's 32 bytes (8 rows) as
+// low (j even) or high nibbles.
+void pack_q4k_r8_ref(const uint8_t* src, uint8_t* pb, int h) {
+  for (int j = 0; j < 8; ++j, pb += kQ8MinGroupBlockBytes) {
+    float* dw = reinterpret_cast<float*>(pb) + h * kRepackRows;
+    float* mw = dw + kPanelRows;
+    uint8_t* u = pb + 32 * sizeof(float) + h * 32;  // + q * 64: rows 8h .. 8h + 7 of quad q
+    for (int i = 0; i < kRepackRows; ++i) {
+      fp16_t d[2];
+      std::memcpy(&d[0], src + i * sizeof(fp16_t), sizeof(fp16_t));
+      std::memcpy(&d[1], src + (kRepackRows + i) * sizeof(fp16_t), sizeof(fp16_t));
+      const ScaleMin sm = repacked_q4k_scale_min(src, i, j);
+      dw[i] = fp16_to_f32(d[0]) * (float)sm.sc;
+      mw[i] = fp16_to_f32(d[1]) * (float)sm.m;
     }
+    const uint8_t* qs = src + kQ4kRepackQuads + 32 * 8 * (j / 2);
+    for (int q = 0; q < 8; ++q)
+      for (int k = 0; k < 32; ++k) u[q * 64 + k] = j % 2 ? qs[32 * q + k] >> 4 : qs[32 * q + k] & 15;
   }
-  for (int i = 0; i < kRepackRows; ++i) {
-    fp16_t d;
-    std::memcpy(&d, src + i * sizeof(fp16_t), sizeof(d));
-    for (int half = 0; half < 2; ++half) {  // sub-block 2j + half: scale pair j, element half
-      dw[half * kPanelRows + i] = fp16_to_f32(d) * (float)(int8_t)src[kQ6kRepackScales + j * 16 + 2 * i + half];
-      off[half * kPanelRows + i] = -128 * sums[half][i];
+}
+
+// Q6_K: per 32-value block j (element 32j + t: hh = j / 4, k = j % 4; low bits from ql quad
+// 16hh + 8(k % 2) + t / 4, nibble k / 2; high bits from qh quad 8hh + t / 4, bits 2k) the rows'
+// d * sc of its two 16-value halves, their offsets -128 * sum(w), then w = q - 32.
+void pack_q6k_r8_ref(const uint8_t* src, uint8_t* pb, int h) {
+  for (int j = 0; j < 8; ++j, pb += kQ8HalfGroupBlockBytes) {
+    float* dw = reinterpret_cast<float*>(pb) + h * kRepackRows;
+    int32_t* off = reinterpret_cast<int32_t*>(pb + 32 * sizeof(float)) + h * kRepackRows;
+    uint8_t* u = pb + 64 * sizeof(float) + h * 32;
+    const int hh = j / 4, k = j % 4;
+    int32_t sums[2][kRepackRows] = {};
+    for (int q = 0; q < 8; ++q) {
+      const uint8_t* ql = src + q6k_repack_ql(16 * hh + 8 * (k % 2) + q, 0);
+      const uint8_t* qh = src + q6k_repack_qh(8 * hh + q, 0);
+      for (int b = 0; b < 32; ++b) {
+        const int w = (((ql[b] >> (4 * (k / 2))) & 15) | (((qh[b] >> (2 * k)) & 3) << 4)) - 32;
+        u[q * 64 + b] = (uint8_t)(int8_t)w;
+        sums[q / 4][b / 4] += w;
+      }
+    }
+    for (int i = 0; i < kRepackRows; ++i) {
+      fp16_t d;
+      std::memcpy(&d, src + i * sizeof(fp16_t), sizeof(d));
+      for (int half = 0; half < 2; ++half) {  // sub-block 2j + half: scale pair j, element half
+        dw[half * kPanelRows + i] = fp16_to_f32(d) * (float)(int8_t)src[kQ6kRepackScales + j * 16 + 2 * i + half];
+        off[half * kPanelRows + i] = -128 * sums[half][i];
+      }
     }
   }
 }
@@ -512,21 +517,18 @@ void gemm_q8(const GemmKernels& gk, const GemmJob& job, void* scratch) {
   const int64_t mc = panel_rows_for(block, job.K, job.r1 - job.r0);
   const int shift = type == DType::Q4_0 ? 3 : 7;  // offsets 8 and 128 of the unsigned bytes (Q4_K: mins)
   const GemmQ8TileFn tile = type == DType::Q4_K ? gk.q8m_tile : type == DType::Q6_K ? gk.q8h_tile : gk.q8_tile;
-  void (*pack)(const GemmJob&, int64_t, int64_t, uint8_t*) = type == DType::Q4_K
-                                                                 ? job.repacked ? pack_q4k_repacked : pack_q4k
-                                                             : type == DType::Q6_K ? pack_q6k
-                                                             : job.repacked        ? pack_q8_repacked
-                                                                                   : pack_q8;
+  void (*pack)(const GemmKernels&, const GemmJob&, int64_t, int64_t, uint8_t*) =
+      job.repacked          ? (type == DType::Q4_K || type == DType::Q6_K ? pack_k_repacked : pack_q8_repacked)
+      : type == DType::Q4_K ? pack_q4k
+      : type == DType::Q6_K ? pack_q6k
+                            : pack_q8;
   auto* panel = align64<uint8_t>(scratch);
   const int nr = std::min(gk.q8_nr, kMaxTileCols);
   const BlockQ8A* bp[kMaxTileCols];
   float* cp[kMaxTileCols];
   for (int64_t m0 = job.r0; m0 < job.r1; m0 += mc) {
     const int64_t mrows = std::min(mc, job.r1 - m0);
-    if (type == DType::Q6_K && job.repacked)
-      pack_q6k_repacked(gk, job, m0, mrows, panel);
-    else
-      pack(job, m0, mrows, panel);
+    pack(gk, job, m0, mrows, panel);
     for (int64_t j0 = 0; j0 < job.n; j0 += nr) {
       const int nc = (int)std::min<int64_t>(nr, job.n - j0);
       for (int j = 0; j < nc; ++j) bp[j] = static_cast<const BlockQ8A*>(job.b[j0 + j]);

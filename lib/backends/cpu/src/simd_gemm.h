@@ -54,10 +54,9 @@ using GemmF32TileFn = void (*)(int64_t kc, const float* p, const float* b, int l
 // the packer storing off = -128 * sum of the half's w, so that the + 128 cancels.
 using GemmQ8TileFn = void (*)(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
                               int shift);
-// 32-value block j (< 8) of a repacked Q6_K group block at src (cpu_repack.h) -> the 8 rows' part
-// of a halves-variant panel block: dw[half * 16 + i], off[half * 16 + i], and the bytes of quad q
-// at u + 64 q (32 bytes: row i at 4i).
-using PackQ6kR8Fn = void (*)(const uint8_t* src, int j, float* dw, int32_t* off, uint8_t* u);
+// A repacked Q4_K / Q6_K group block at src (cpu_repack.h, 8 rows x 256 values) -> rows 8h ..
+// 8h + 7 of the 8 consecutive panel blocks at pb (the mins / halves variants above).
+using PackR8Fn = void (*)(const uint8_t* src, uint8_t* pb, int h);
 
 // Transpose of nsrc <= 16 runs of n floats: dst[i * ldd + s] = src[s][i] for i < n, s < nsrc
 // (packs both panels: 16 weight rows -> k-major groups, and nr columns of b -> k-major blocks).
@@ -73,7 +72,8 @@ struct GemmKernels {
   Transpose16Fn transpose16;
   GemmF32TileFn bf16_tile = nullptr;  // f32_mr x f32_nr over bf16 pairs, where the CPU has AVX-512 BF16
   RowFromF32Fn to_bf16 = nullptr;     // n floats -> bf16 (the level's BF16 row writer), with bf16_tile
-  PackQ6kR8Fn pack_q6k_r8 = nullptr;  // where the level repacks Q6_K
+  PackR8Fn pack_q4k_r8 = nullptr;     // nullptr: the readable packers
+  PackR8Fn pack_q6k_r8 = nullptr;
 };
 
 // Tiles of a level (nullptr for scalar: the dot kernels serve every width there).
@@ -92,7 +92,8 @@ void gemm_q8m_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b,
 void gemm_q8h_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
                        int shift);
 void transpose16_ref(const float* const* src, int nsrc, int64_t n, float* dst, int ldd);
-void pack_q6k_r8_ref(const uint8_t* src, int j, float* dw, int32_t* off, uint8_t* u);
+void pack_q4k_r8_ref(const uint8_t* src, uint8_t* pb, int h);
+void pack_q6k_r8_ref(const uint8_t* src, uint8_t* pb, int h);
 
 // One weight matrix times a set of columns: dst rows [r0, r1) of every column.
 struct GemmJob {

@@ -247,6 +247,7 @@ const GemmKernels kKernels{16,
                            transpose16,
                            nullptr,
                            nullptr,
+                           pack_q4k_r8,
                            pack_q6k_r8};
 
 }  // namespace

@@ -106,9 +106,9 @@ inline __m256i q6k_r8_scale_pairs(const uint8_t* p, int t) {
   return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kQ6kRepackScales + 16 * t)));
 }
 
-// pack_q6k_r8_ref with 8-row vectors: per quad the 32 bytes' 6-bit values at once, the rows'
-// half sums by vpmaddubsw / vpmaddwd.
-inline void pack_q6k_r8(const uint8_t* src, int j, float* dw, int32_t* off, uint8_t* u) {
+// pack_q6k_r8_ref's block j with 8-row vectors: per quad the 32 bytes' 6-bit values at once, the
+// rows' half sums by vpmaddubsw / vpmaddwd.
+inline void pack_q6k_r8_block(const uint8_t* src, int j, float* dw, int32_t* off, uint8_t* u) {
   const int h = j / 4, k = j % 4;
   const __m128i shl = _mm_cvtsi32_si128(4 * (k / 2)), shh = _mm_cvtsi32_si128(2 * k);
   const __m256i low4 = _mm256_set1_epi8(15), low2 = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
@@ -132,6 +132,32 @@ inline void pack_q6k_r8(const uint8_t* src, int j, float* dw, int32_t* off, uint
     _mm256_storeu_ps(dw + half * kPanelRows, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc[half])));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(off + half * kPanelRows),
                         _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(sums[half], 7)));
+  }
+}
+
+// The level's group packers (GemmKernels::pack_q4k_r8 / pack_q6k_r8).
+inline void pack_q6k_r8(const uint8_t* src, uint8_t* pb, int h) {
+  for (int j = 0; j < 8; ++j, pb += kQ8HalfGroupBlockBytes)
+    pack_q6k_r8_block(src, j, reinterpret_cast<float*>(pb) + h * kRepackRows,
+                      reinterpret_cast<int32_t*>(pb + 32 * sizeof(float)) + h * kRepackRows,
+                      pb + 64 * sizeof(float) + h * 32);
+}
+// Q4_K: the 8 sub-blocks' scales decoded once (q4k_r8_scales), the nibbles masked per quad.
+inline void pack_q4k_r8(const uint8_t* src, uint8_t* pb, int h) {
+  Q4kR8Scales sm;
+  q4k_r8_scales(src, sm);
+  const __m256i low4 = _mm256_set1_epi8(15), low16 = _mm256_set1_epi32(0xffff);
+  for (int j = 0; j < 8; ++j, pb += kQ8MinGroupBlockBytes) {
+    float* dw = reinterpret_cast<float*>(pb) + h * kRepackRows;
+    _mm256_storeu_ps(dw, _mm256_mul_ps(sm.d, _mm256_cvtepi32_ps(_mm256_and_si256(sm.sc[j], low16))));
+    _mm256_storeu_ps(dw + kPanelRows, _mm256_mul_ps(sm.dmin, _mm256_cvtepi32_ps(_mm256_and_si256(sm.m[j], low16))));
+    const uint8_t* qs = src + kQ4kRepackQuads + 32 * 8 * (j / 2);
+    uint8_t* u = pb + 32 * sizeof(float) + h * 32;
+    for (int q = 0; q < 8; ++q) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * q));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + 64 * q),
+                          _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, low4));
+    }
   }
 }
 
