@@ -391,28 +391,34 @@ TEST_P(KernelTest, PanelTransposeMatchesReference) {
       }
 }
 
-// The level's Q4_K / Q6_K panel packers (from repacked rows) against the readable ones, bit for
-// bit, over random quants and scales, into either half of the panel blocks.
-TEST_P(KernelTest, KQuantPanelPackingMatchesReference) {
+// The level's panel packers from repacked rows against the readable ones, bit for bit, over
+// random quants and scales, into either half of the panel blocks.
+TEST_P(KernelTest, RepackedPanelPackingMatchesReference) {
   const cpu::GemmKernels* gk = cpu::gemm_kernels(GetParam());
-  if (!gk || !gk->pack_q4k_r8 || !gk->pack_q6k_r8) GTEST_SKIP() << "no K-quant panel packers at this level";
+  if (!gk || !gk->pack_q8_0_r8) GTEST_SKIP() << "no panel packers at this level";
   std::mt19937 rng(9);
   std::uniform_int_distribution<int> byte(0, 255);
-  for (DType t : {DType::Q4_K, DType::Q6_K}) {
-    std::vector<uint8_t> group(cpu::repack_group_block_bytes(t));
+  const struct {
+    DType t;
+    cpu::PackR8Fn ref, level;
+  } cases[] = {{DType::Q8_0, cpu::pack_q8_0_r8_ref, gk->pack_q8_0_r8},
+               {DType::Q4_0, cpu::pack_q4_0_r8_ref, gk->pack_q4_0_r8},
+               {DType::Q4_K, cpu::pack_q4k_r8_ref, gk->pack_q4k_r8},
+               {DType::Q6_K, cpu::pack_q6k_r8_ref, gk->pack_q6k_r8}};
+  for (const auto& c : cases) {
+    ASSERT_TRUE(c.level) << dtype_name(c.t);
+    std::vector<uint8_t> group(cpu::repack_group_block_bytes(c.t));
     for (uint8_t& b : group) b = (uint8_t)byte(rng);
     for (int i = 0; i < 16; ++i) {  // finite d (and Q4_K's dmin)
       const fp16_t d = f32_to_fp16(std::ldexp(1.0f + (float)(i % 8) / 8, -10 + i % 8));
-      if (t == DType::Q4_K || i < 8) std::memcpy(group.data() + 2 * i, &d, sizeof(d));
+      if (c.t == DType::Q4_K || i < 8) std::memcpy(group.data() + 2 * i, &d, sizeof(d));
     }
-    const size_t blocks = 8 * cpu::gemm_q8_block_bytes(t);
-    const cpu::PackR8Fn ref = t == DType::Q4_K ? cpu::pack_q4k_r8_ref : cpu::pack_q6k_r8_ref;
-    const cpu::PackR8Fn level = t == DType::Q4_K ? gk->pack_q4k_r8 : gk->pack_q6k_r8;
+    const size_t blocks = (size_t)(dtype_info(c.t).block_size / 32) * cpu::gemm_q8_block_bytes(c.t);
     for (int h = 0; h < 2; ++h) {
       std::vector<uint8_t> want(blocks, 0xee), got = want;
-      ref(group.data(), want.data(), h);
-      level(group.data(), got.data(), h);
-      EXPECT_EQ(want, got) << dtype_name(t) << " half " << h;
+      c.ref(group.data(), want.data(), h);
+      c.level(group.data(), got.data(), h);
+      EXPECT_EQ(want, got) << dtype_name(c.t) << " half " << h;
     }
   }
 }

@@ -182,36 +182,14 @@ void pack_repacked(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel
   }
 }
 
-// Q8_0 / Q4_0: the row scales, each quad's 32 bytes (8 rows) copied (Q4_0: split into low and
-// high nibbles).
-void pack_q8_repacked(const GemmKernels&, const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
-  const bool q4 = job.wk->type == DType::Q4_0;
-  pack_repacked(job, m0, mrows, panel, kQ8GroupBlockBytes, [&](const uint8_t* src, uint8_t* pb, int h) {
-    auto* dw = reinterpret_cast<float*>(pb) + h * kRepackRows;
-    uint8_t* u = pb + 16 * sizeof(float) + h * 32;  // + q * 64: rows 8h .. 8h + 7 of quad q
-    for (int i = 0; i < kRepackRows; ++i) {
-      fp16_t d;
-      std::memcpy(&d, src + i * sizeof(fp16_t), sizeof(d));
-      dw[i] = fp16_to_f32_fast(d);
-    }
-    const uint8_t* qs = src + kRepackRows * sizeof(fp16_t);
-    for (int q = 0; q < 8; ++q) {
-      if (!q4) {
-        std::memcpy(u + q * 64, qs + 32 * q, 32);
-        continue;
-      }
-      const uint8_t* b = qs + 32 * (q & 3);
-      for (int k = 0; k < 32; ++k) u[q * 64 + k] = q < 4 ? b[k] & 15 : b[k] >> 4;
-    }
-  });
-}
-
-// Q4_K / Q6_K: the level's group packer.
-void pack_k_repacked(const GemmKernels& gk, const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
-  const bool q4k = job.wk->type == DType::Q4_K;
-  const PackR8Fn level = q4k ? gk.pack_q4k_r8 : gk.pack_q6k_r8;
-  const PackR8Fn pack = level ? level : q4k ? pack_q4k_r8_ref : pack_q6k_r8_ref;
-  pack_repacked(job, m0, mrows, panel, gemm_q8_block_bytes(job.wk->type), pack);
+// Any repacked type: the level's group packer, or the readable one.
+void pack_r8(const GemmKernels& gk, const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
+  const DType t = job.wk->type;
+  PackR8Fn level = gk.pack_q8_0_r8, ref = pack_q8_0_r8_ref;
+  if (t == DType::Q4_0) level = gk.pack_q4_0_r8, ref = pack_q4_0_r8_ref;
+  if (t == DType::Q4_K) level = gk.pack_q4k_r8, ref = pack_q4k_r8_ref;
+  if (t == DType::Q6_K) level = gk.pack_q6k_r8, ref = pack_q6k_r8_ref;
+  pack_repacked(job, m0, mrows, panel, gemm_q8_block_bytes(t), level ? level : ref);
 }
 
 }  // namespace
@@ -305,6 +283,27 @@ void gemm_q8h_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b,
       c[j][i] = s;
     }
 }
+
+// Q8_0 / Q4_0: the row scales, each quad's 32 bytes (8 rows) copied (Q4_0: split into low and
+// high nibbles: quads 0-3 from the low, 4-7 from the high nibbles of the same bytes).
+template <bool Q4>
+void pack_q8_r8_ref(const uint8_t* src, uint8_t* pb, int h) {
+  auto* dw = reinterpret_cast<float*>(pb) + h * kRepackRows;
+  uint8_t* u = pb + 16 * sizeof(float) + h * 32;  // + q * 64: rows 8h .. 8h + 7 of quad q
+  for (int i = 0; i < kRepackRows; ++i) {
+    fp16_t d;
+    std::memcpy(&d, src + i * sizeof(fp16_t), sizeof(d));
+    dw[i] = fp16_to_f32(d);
+  }
+  const uint8_t* qs = src + kRepackRows * sizeof(fp16_t);
+  for (int q = 0; q < 8; ++q)
+    for (int k = 0; k < 32; ++k) {
+      const uint8_t b = qs[32 * (Q4 ? q & 3 : q) + k];
+      u[q * 64 + k] = !Q4 ? b : q < 4 ? b & 15 : b >> 4;
+    }
+}
+void pack_q8_0_r8_ref(const uint8_t* src, uint8_t* pb, int h) { pack_q8_r8_ref<false>(src, pb, h); }
+void pack_q4_0_r8_ref(const uint8_t* src, uint8_t* pb, int h) { pack_q8_r8_ref<true>(src, pb, h); }
 
 // Q4_K: per sub-block j the rows' d * sc and dmin * m, then each quad's 32 bytes (8 rows) as
 // low (j even) or high nibbles.
@@ -517,11 +516,10 @@ void gemm_q8(const GemmKernels& gk, const GemmJob& job, void* scratch) {
   const int64_t mc = panel_rows_for(block, job.K, job.r1 - job.r0);
   const int shift = type == DType::Q4_0 ? 3 : 7;  // offsets 8 and 128 of the unsigned bytes (Q4_K: mins)
   const GemmQ8TileFn tile = type == DType::Q4_K ? gk.q8m_tile : type == DType::Q6_K ? gk.q8h_tile : gk.q8_tile;
-  void (*pack)(const GemmKernels&, const GemmJob&, int64_t, int64_t, uint8_t*) =
-      job.repacked          ? (type == DType::Q4_K || type == DType::Q6_K ? pack_k_repacked : pack_q8_repacked)
-      : type == DType::Q4_K ? pack_q4k
-      : type == DType::Q6_K ? pack_q6k
-                            : pack_q8;
+  void (*pack)(const GemmKernels&, const GemmJob&, int64_t, int64_t, uint8_t*) = job.repacked          ? pack_r8
+                                                                                 : type == DType::Q4_K ? pack_q4k
+                                                                                 : type == DType::Q6_K ? pack_q6k
+                                                                                                       : pack_q8;
   auto* panel = align64<uint8_t>(scratch);
   const int nr = std::min(gk.q8_nr, kMaxTileCols);
   const BlockQ8A* bp[kMaxTileCols];

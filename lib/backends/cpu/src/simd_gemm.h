@@ -54,8 +54,9 @@ using GemmF32TileFn = void (*)(int64_t kc, const float* p, const float* b, int l
 // the packer storing off = -128 * sum of the half's w, so that the + 128 cancels.
 using GemmQ8TileFn = void (*)(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
                               int shift);
-// A repacked Q4_K / Q6_K group block at src (cpu_repack.h, 8 rows x 256 values) -> rows 8h ..
-// 8h + 7 of the 8 consecutive panel blocks at pb (the mins / halves variants above).
+// A repacked group block at src (cpu_repack.h: 8 rows x 32 values of Q8_0 / Q4_0, x 256 of Q4_K /
+// Q6_K) -> rows 8h .. 8h + 7 of its 1 or 8 consecutive panel blocks at pb (Q4_K: the mins
+// variant, Q6_K: the halves variant above).
 using PackR8Fn = void (*)(const uint8_t* src, uint8_t* pb, int h);
 
 // Transpose of nsrc <= 16 runs of n floats: dst[i * ldd + s] = src[s][i] for i < n, s < nsrc
@@ -72,7 +73,9 @@ struct GemmKernels {
   Transpose16Fn transpose16;
   GemmF32TileFn bf16_tile = nullptr;  // f32_mr x f32_nr over bf16 pairs, where the CPU has AVX-512 BF16
   RowFromF32Fn to_bf16 = nullptr;     // n floats -> bf16 (the level's BF16 row writer), with bf16_tile
-  PackR8Fn pack_q4k_r8 = nullptr;     // nullptr: the readable packers
+  PackR8Fn pack_q8_0_r8 = nullptr;    // nullptr: the readable packers
+  PackR8Fn pack_q4_0_r8 = nullptr;
+  PackR8Fn pack_q4k_r8 = nullptr;
   PackR8Fn pack_q6k_r8 = nullptr;
 };
 
@@ -92,6 +95,8 @@ void gemm_q8m_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b,
 void gemm_q8h_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
                        int shift);
 void transpose16_ref(const float* const* src, int nsrc, int64_t n, float* dst, int ldd);
+void pack_q8_0_r8_ref(const uint8_t* src, uint8_t* pb, int h);
+void pack_q4_0_r8_ref(const uint8_t* src, uint8_t* pb, int h);
 void pack_q4k_r8_ref(const uint8_t* src, uint8_t* pb, int h);
 void pack_q6k_r8_ref(const uint8_t* src, uint8_t* pb, int h);
 

@@ -247,6 +247,8 @@ const GemmKernels kKernels{16,
                            transpose16,
                            nullptr,
                            nullptr,
+                           pack_q8_0_r8,
+                           pack_q4_0_r8,
                            pack_q4k_r8,
                            pack_q6k_r8};
 

@@ -240,8 +240,9 @@ void transpose16(const float* const* src, int nsrc, int64_t n, float* dst, int l
 }
 
 const GemmKernels kKernels{
-    32,           kF32Cols,    f32_tile_any, 32,      kQ8Cols,     q8_tile_any<false>, q8_tile_any<true>,
-    q8h_tile_any, transpose16, nullptr,      nullptr, pack_q4k_r8, pack_q6k_r8};
+    32,           kF32Cols,    f32_tile_any, 32,      kQ8Cols,      q8_tile_any<false>, q8_tile_any<true>,
+    q8h_tile_any, transpose16, nullptr,      nullptr, pack_q8_0_r8, pack_q4_0_r8,       pack_q4k_r8,
+    pack_q6k_r8};
 
 // ---- bf16 pairs (AVX-512 BF16, where the CPU has it) ---------------------------------------------
 // The f32 tile's loop with vdpbf16ps: each 32-bit lane of the panel and each broadcast column

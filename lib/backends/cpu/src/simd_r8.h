@@ -135,7 +135,28 @@ inline void pack_q6k_r8_block(const uint8_t* src, int j, float* dw, int32_t* off
   }
 }
 
-// The level's group packers (GemmKernels::pack_q4k_r8 / pack_q6k_r8).
+// The level's group packers (GemmKernels::pack_*_r8). Q8_0 / Q4_0: the 8 scales, the quads
+// copied or split into nibbles.
+template <bool Q4>
+inline void pack_q8_r8(const uint8_t* src, uint8_t* pb, int h) {
+  _mm256_storeu_ps(reinterpret_cast<float*>(pb) + h * kRepackRows,
+                   _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))));
+  const uint8_t* qs = src + kRepackRows * sizeof(fp16_t);
+  uint8_t* u = pb + 16 * sizeof(float) + h * 32;
+  const __m256i low4 = _mm256_set1_epi8(15);
+  for (int q = 0; q < (Q4 ? 4 : 8); ++q) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * q));
+    if (!Q4) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + 64 * q), v);
+      continue;
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + 64 * q), _mm256_and_si256(v, low4));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(u + 64 * (q + 4)), _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+  }
+}
+inline void pack_q8_0_r8(const uint8_t* src, uint8_t* pb, int h) { pack_q8_r8<false>(src, pb, h); }
+inline void pack_q4_0_r8(const uint8_t* src, uint8_t* pb, int h) { pack_q8_r8<true>(src, pb, h); }
+// Q6_K / Q4_K.
 inline void pack_q6k_r8(const uint8_t* src, uint8_t* pb, int h) {
   for (int j = 0; j < 8; ++j, pb += kQ8HalfGroupBlockBytes)
     pack_q6k_r8_block(src, j, reinterpret_cast<float*>(pb) + h * kRepackRows,
