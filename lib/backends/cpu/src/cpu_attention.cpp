@@ -47,6 +47,7 @@ float mask_value(DType type, const char* row, int64_t i) {
                             : reinterpret_cast<const float*>(row)[i];
 }
 
+
 // ---- ROPE / ROPE_BACK ------------------------------------------------------------------------
 
 // The cos / sin table of one token's position, cached per thread: every ROPE node of a graph

@@ -198,7 +198,8 @@ void compute_repeat_back(const KernelArgs& args, Tensor* dst) {
   const Tensor* a = dst->src[0];
   float* tmp = thread_scratch(args, (size_t)a->ne[0] * sizeof(float));
   const int64_t n0 = dst->ne[0];
-  const int64_t k0 = a->ne[0] / n0, k1 = a->ne[1] / dst->ne[1], k2 = a->ne[2] / dst->ne[2], k3 = a->ne[3] / dst->ne[3];
+  const int64_t k0 = a->ne[0] / n0, k1 = a->ne[1] / dst->ne[1], k2 = a->ne[2] / dst->ne[2],
+                k3 = a->ne[3] / dst->ne[3];
   int64_t r0, r1;
   split_rows(dst->nrows(), args.ith, args.nth, r0, r1);
   for (int64_t r = r0; r < r1; ++r) {
@@ -209,7 +210,8 @@ void compute_repeat_back(const KernelArgs& args, Tensor* dst) {
     for (int64_t t3 = 0; t3 < k3; ++t3)
       for (int64_t t2 = 0; t2 < k2; ++t2)
         for (int64_t t1 = 0; t1 < k1; ++t1) {
-          const float* x = row_as_f32(a, j1 + t1 * dst->ne[1], j2 + t2 * dst->ne[2], j3 + t3 * dst->ne[3], tmp);
+          const float* x =
+              row_as_f32(a, j1 + t1 * dst->ne[1], j2 + t2 * dst->ne[2], j3 + t3 * dst->ne[3], tmp);
           for (int64_t t0 = 0; t0 < k0; ++t0)
             for (int64_t i = 0; i < n0; ++i) y[i] += x[t0 * n0 + i];
         }
@@ -294,13 +296,10 @@ bool supports_copy(const Tensor* node) {
   const Tensor* b = node->src[1];
   if (!a) return false;
   switch (node->op) {
-    case OpKind::CPY:
-      return b && node->type == b->type && supports_cpy(a, node);
+    case OpKind::CPY: return b && node->type == b->type && supports_cpy(a, node);
     case OpKind::DUP:
-    case OpKind::CONT:
-      return node->type == a->type && node->is_contiguous() && supports_cpy(a, node);
-    case OpKind::ALL_REDUCE:
-      return is_f32_contiguous(a) && f32_out(node);
+    case OpKind::CONT: return node->type == a->type && node->is_contiguous() && supports_cpy(a, node);
+    case OpKind::ALL_REDUCE: return is_f32_contiguous(a) && f32_out(node);
     case OpKind::CONCAT: {
       if (!b || a->type != b->type || node->type != a->type || !node->is_contiguous()) return false;
       const int dim = node->param_i32(0);
@@ -308,22 +307,19 @@ bool supports_copy(const Tensor* node) {
       if (dtype_info(a->type).block_size > 1) return dim0_contiguous(a) && dim0_contiguous(b);
       return true;
     }
-    case OpKind::REPEAT:
-      return f32_out(node) && rows_readable(a);
-    case OpKind::REPEAT_BACK:
-      return f32_out(node) && is_plain_float(a->type);
+    case OpKind::REPEAT: return f32_out(node) && rows_readable(a);
+    case OpKind::REPEAT_BACK: return f32_out(node) && is_plain_float(a->type);
     case OpKind::GET_ROWS:
       return f32_out(node) && b && b->type == DType::I32 && rows_readable(a);
     case OpKind::GET_ROWS_BACK:
-      return f32_out(node) && b && b->type == DType::I32 && is_plain_float(a->type) && a->ne[2] == 1 && a->ne[3] == 1 &&
-             b->nelements() == b->ne[0] && node->ne[2] == 1 && node->ne[3] == 1;
+      return f32_out(node) && b && b->type == DType::I32 && is_plain_float(a->type) && a->ne[2] == 1 &&
+             a->ne[3] == 1 && b->nelements() == b->ne[0] && node->ne[2] == 1 && node->ne[3] == 1;
     case OpKind::SET_ROWS: {
       const Tensor* ids = node->src[2];
-      return b && ids && b->type == DType::F32 && ids->type == DType::I32 && ids->ne[3] == 1 && node->type == a->type &&
-             rows_writable(node);
+      return b && ids && b->type == DType::F32 && ids->type == DType::I32 && ids->ne[3] == 1 &&
+             node->type == a->type && rows_writable(node);
     }
-    default:
-      return false;
+    default: return false;
   }
 }
 
@@ -337,13 +333,10 @@ size_t work_size_copy(const Tensor* node, int nth) {
       if (a->type == node->type) return 0;
       return scratch_bytes((size_t)(node->ne[0] + a->ne[0]) * sizeof(float), nth);
     case OpKind::REPEAT:
-    case OpKind::REPEAT_BACK:
-      return scratch_bytes((size_t)a->ne[0] * sizeof(float), nth);
+    case OpKind::REPEAT_BACK: return scratch_bytes((size_t)a->ne[0] * sizeof(float), nth);
     case OpKind::GET_ROWS_BACK:
-    case OpKind::SET_ROWS:
-      return scratch_bytes((size_t)node->ne[0] * sizeof(float), nth);
-    default:
-      return 0;
+    case OpKind::SET_ROWS: return scratch_bytes((size_t)node->ne[0] * sizeof(float), nth);
+    default: return 0;
   }
 }
 
@@ -352,29 +345,14 @@ void compute_copy(const KernelArgs& args, Tensor* node) {
     case OpKind::CPY:
     case OpKind::DUP:
     case OpKind::CONT:
-    case OpKind::ALL_REDUCE:
-      compute_cpy(args, node->src[0], node);
-      break;  // the local value; the executor sums
-    case OpKind::CONCAT:
-      compute_concat(args, node);
-      break;
-    case OpKind::REPEAT:
-      compute_repeat(args, node);
-      break;
-    case OpKind::REPEAT_BACK:
-      compute_repeat_back(args, node);
-      break;
-    case OpKind::GET_ROWS:
-      compute_get_rows(args, node);
-      break;
-    case OpKind::GET_ROWS_BACK:
-      compute_get_rows_back(args, node);
-      break;
-    case OpKind::SET_ROWS:
-      compute_set_rows(args, node);
-      break;
-    default:
-      break;
+    case OpKind::ALL_REDUCE: compute_cpy(args, node->src[0], node); break;  // the local value; the executor sums
+    case OpKind::CONCAT: compute_concat(args, node); break;
+    case OpKind::REPEAT: compute_repeat(args, node); break;
+    case OpKind::REPEAT_BACK: compute_repeat_back(args, node); break;
+    case OpKind::GET_ROWS: compute_get_rows(args, node); break;
+    case OpKind::GET_ROWS_BACK: compute_get_rows_back(args, node); break;
+    case OpKind::SET_ROWS: compute_set_rows(args, node); break;
+    default: break;
   }
 }
 

@@ -1,6 +1,8 @@
 // CPU device, host buffers, and the graph loop (all threads walk the nodes together, with a
 // barrier after each node; a fused group from find_fusions runs as one kernel at its first node
 // unless LOOM_DISABLE_FUSION=1).
+#include "loom/cpu/cpu.h"
+
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 
 #include "cpu_fused.h"
 #include "dispatch.h"
-#include "loom/cpu/cpu.h"
 #include "loom/graph/context.h"
 #include "loom/graph/fusion.h"
 

@@ -209,8 +209,7 @@ bool supports_elementwise(const Tensor* node) {
       return true;
     }
     case OpKind::SWIGLU:
-    case OpKind::SILU_BACK:
-      return float_readable(b) && same_shape(*a, *b) && same_shape(*node, *a);
+    case OpKind::SILU_BACK: return float_readable(b) && same_shape(*a, *b) && same_shape(*node, *a);
     case OpKind::ADD_ID: {
       const Tensor* ids = node->src[2];
       return float_readable(b) && ids && ids->type == DType::I32 && a->ne[3] == 1 && b->ne[0] == a->ne[0] &&
@@ -226,10 +225,8 @@ bool supports_elementwise(const Tensor* node) {
     case OpKind::EXP:
     case OpKind::LOG:
     case OpKind::SQR:
-    case OpKind::SQRT:
-      return same_shape(*node, *a);
-    default:
-      return false;
+    case OpKind::SQRT: return same_shape(*node, *a);
+    default: return false;
   }
 }
 
@@ -243,42 +240,24 @@ size_t work_size_elementwise(const Tensor* node, int nth) {
 
 void compute_elementwise(const KernelArgs& args, Tensor* node) {
   switch (node->op) {
-    case OpKind::ADD:
-      return binary(args, node, Add{});
-    case OpKind::SUB:
-      return binary(args, node, Sub{});
-    case OpKind::MUL:
-      return binary(args, node, Mul{});
-    case OpKind::DIV:
-      return binary(args, node, Div{});
-    case OpKind::ADD_ID:
-      return add_id(args, node);
-    case OpKind::SCALE:
-      return unary(args, node, Scale{node->param_f32(0), node->param_f32(1)});
-    case OpKind::CLAMP:
-      return unary(args, node, Clamp{node->param_f32(0), node->param_f32(1)});
-    case OpKind::SILU:
-      return silu_fast(args, node) ? void() : unary(args, node, Silu{});
-    case OpKind::GELU:
-      return unary(args, node, Gelu{});
-    case OpKind::SIGMOID:
-      return unary(args, node, Sigmoid{});
-    case OpKind::SOFTPLUS:
-      return unary(args, node, Softplus{});
-    case OpKind::EXP:
-      return unary(args, node, Exp{});
-    case OpKind::LOG:
-      return unary(args, node, Log{});
-    case OpKind::SQR:
-      return unary(args, node, Sqr{});
-    case OpKind::SQRT:
-      return unary(args, node, Sqrt{});
-    case OpKind::SWIGLU:
-      return silu_fast(args, node) ? void() : binary(args, node, Swiglu{});
-    case OpKind::SILU_BACK:
-      return binary(args, node, SiluBack{});
-    default:
-      return;
+    case OpKind::ADD: return binary(args, node, Add{});
+    case OpKind::SUB: return binary(args, node, Sub{});
+    case OpKind::MUL: return binary(args, node, Mul{});
+    case OpKind::DIV: return binary(args, node, Div{});
+    case OpKind::ADD_ID: return add_id(args, node);
+    case OpKind::SCALE: return unary(args, node, Scale{node->param_f32(0), node->param_f32(1)});
+    case OpKind::CLAMP: return unary(args, node, Clamp{node->param_f32(0), node->param_f32(1)});
+    case OpKind::SILU: return silu_fast(args, node) ? void() : unary(args, node, Silu{});
+    case OpKind::GELU: return unary(args, node, Gelu{});
+    case OpKind::SIGMOID: return unary(args, node, Sigmoid{});
+    case OpKind::SOFTPLUS: return unary(args, node, Softplus{});
+    case OpKind::EXP: return unary(args, node, Exp{});
+    case OpKind::LOG: return unary(args, node, Log{});
+    case OpKind::SQR: return unary(args, node, Sqr{});
+    case OpKind::SQRT: return unary(args, node, Sqrt{});
+    case OpKind::SWIGLU: return silu_fast(args, node) ? void() : binary(args, node, Swiglu{});
+    case OpKind::SILU_BACK: return binary(args, node, SiluBack{});
+    default: return;
   }
 }
 

@@ -112,8 +112,7 @@ void moe_gate(const FusedGroup& g, float* p, int64_t n) {
 }
 
 // One token: p = gate(logits row) (already in p), then ids, weights.
-void moe_row(const FusedGroup& g, const float* p, const float* bias, float* sel, int32_t* idx, int32_t* id_row,
-             float* w) {
+void moe_row(const FusedGroup& g, const float* p, const float* bias, float* sel, int32_t* idx, int32_t* id_row, float* w) {
   const int64_t E = g.n_expert, k = g.k;
   const float* s = p;
   if (bias) {
@@ -176,10 +175,8 @@ void topk_moe(const KernelArgs& args, const FusedGroup& g) {
 
 bool fused_supported(const FusedGroup& group) {
   switch (group.kind) {
-    case FusionKind::rms_norm_mul:
-      return rms_norm_mul_supported(group);
-    case FusionKind::topk_moe:
-      return topk_moe_supported(group);
+    case FusionKind::rms_norm_mul: return rms_norm_mul_supported(group);
+    case FusionKind::topk_moe: return topk_moe_supported(group);
   }
   return false;
 }
@@ -196,10 +193,8 @@ size_t work_size_fused(const FusedGroup& group, int nth) {
 
 void compute_fused(const KernelArgs& args, const FusedGroup& group) {
   switch (group.kind) {
-    case FusionKind::rms_norm_mul:
-      return rms_norm_mul(args, group);
-    case FusionKind::topk_moe:
-      return topk_moe(args, group);
+    case FusionKind::rms_norm_mul: return rms_norm_mul(args, group);
+    case FusionKind::topk_moe: return topk_moe(args, group);
   }
 }
 

@@ -56,17 +56,10 @@ void norm_rows(const KernelArgs& args, Tensor* dst) {
     const float* s0 = row_as_f32(a, i1, i2, i3, tmp_a);
     float* y = out + r * ne0;
     switch (dst->op) {
-      case OpKind::RMS_NORM:
-        rms_norm_row(s0, y, ne0, eps);
-        break;
-      case OpKind::NORM:
-        norm_row(s0, y, ne0, eps);
-        break;
-      case OpKind::RMS_NORM_BACK:
-        rms_norm_back_row(s0, row_as_f32(b, i1, i2, i3, tmp_b), y, ne0, eps);
-        break;
-      default:
-        break;
+      case OpKind::RMS_NORM: rms_norm_row(s0, y, ne0, eps); break;
+      case OpKind::NORM: norm_row(s0, y, ne0, eps); break;
+      case OpKind::RMS_NORM_BACK: rms_norm_back_row(s0, row_as_f32(b, i1, i2, i3, tmp_b), y, ne0, eps); break;
+      default: break;
     }
   }
 }
@@ -78,14 +71,12 @@ bool supports_norm(const Tensor* node) {
   if (!a || !is_plain_float(a->type) || !is_f32_contiguous(node) || !same_shape(*node, *a)) return false;
   switch (node->op) {
     case OpKind::RMS_NORM:
-    case OpKind::NORM:
-      return true;
+    case OpKind::NORM: return true;
     case OpKind::RMS_NORM_BACK: {
       const Tensor* x = node->src[1];
       return x && is_plain_float(x->type) && same_shape(*a, *x);
     }
-    default:
-      return false;
+    default: return false;
   }
 }
 
@@ -97,11 +88,8 @@ void compute_norm(const KernelArgs& args, Tensor* node) {
   switch (node->op) {
     case OpKind::RMS_NORM:
     case OpKind::NORM:
-    case OpKind::RMS_NORM_BACK:
-      norm_rows(args, node);
-      break;
-    default:
-      break;
+    case OpKind::RMS_NORM_BACK: norm_rows(args, node); break;
+    default: break;
   }
 }
 

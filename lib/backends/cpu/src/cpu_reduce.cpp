@@ -165,8 +165,7 @@ bool supports_reduce(const Tensor* node) {
   const Tensor* a = node->src[0];
   if (!a || !node->is_contiguous()) return false;
   switch (node->op) {
-    case OpKind::SUM:
-      return node->type == DType::F32 && is_plain_float(a->type) && node->nelements() == 1;
+    case OpKind::SUM: return node->type == DType::F32 && is_plain_float(a->type) && node->nelements() == 1;
     case OpKind::SUM_ROWS:
     case OpKind::MEAN:
       return node->type == DType::F32 && is_plain_float(a->type) && node->ne[0] == 1 && node->ne[1] == a->ne[1] &&
@@ -174,18 +173,16 @@ bool supports_reduce(const Tensor* node) {
     case OpKind::ARGMAX:
       return node->type == DType::I32 && a->type == DType::F32 && a->ne[0] > 0 && a->ne[2] == 1 && a->ne[3] == 1 &&
              node->nelements() == a->ne[1];
-    case OpKind::ARGSORT:
-      return node->type == DType::I32 && a->type == DType::F32 && same_shape(*node, *a);
+    case OpKind::ARGSORT: return node->type == DType::I32 && a->type == DType::F32 && same_shape(*node, *a);
     case OpKind::TOP_K:
-      return node->type == DType::I32 && a->type == DType::F32 && node->ne[0] <= a->ne[0] && node->ne[1] == a->ne[1] &&
-             node->ne[2] == a->ne[2] && node->ne[3] == a->ne[3];
+      return node->type == DType::I32 && a->type == DType::F32 && node->ne[0] <= a->ne[0] &&
+             node->ne[1] == a->ne[1] && node->ne[2] == a->ne[2] && node->ne[3] == a->ne[3];
     case OpKind::COUNT_EQUAL: {
       const Tensor* b = node->src[1];
       return node->type == DType::I32 && node->nelements() == 1 && a->type == DType::I32 && b &&
              b->type == DType::I32 && same_shape(*a, *b);
     }
-    default:
-      return false;
+    default: return false;
   }
 }
 
@@ -193,35 +190,23 @@ size_t work_size_reduce(const Tensor* node, int nth) {
   if (!node->src[0]) return 0;
   const size_t n0 = (size_t)node->src[0]->ne[0];
   switch (node->op) {
-    case OpKind::SUM:
-      return kPartialStride * (size_t)nth + scratch_bytes(n0 * sizeof(float), nth);
-    case OpKind::COUNT_EQUAL:
-      return kPartialStride * (size_t)nth;
-    case OpKind::TOP_K:
-      return scratch_bytes(n0 * (sizeof(float) + sizeof(int32_t)), nth);
-    default:
-      return scratch_bytes(n0 * sizeof(float), nth);
+    case OpKind::SUM: return kPartialStride * (size_t)nth + scratch_bytes(n0 * sizeof(float), nth);
+    case OpKind::COUNT_EQUAL: return kPartialStride * (size_t)nth;
+    case OpKind::TOP_K: return scratch_bytes(n0 * (sizeof(float) + sizeof(int32_t)), nth);
+    default: return scratch_bytes(n0 * sizeof(float), nth);
   }
 }
 
 void compute_reduce(const KernelArgs& args, Tensor* node) {
   switch (node->op) {
-    case OpKind::SUM:
-      return sum_all(args, node);
-    case OpKind::SUM_ROWS:
-      return sum_rows(args, node, false);
-    case OpKind::MEAN:
-      return sum_rows(args, node, true);
-    case OpKind::ARGMAX:
-      return argmax(args, node);
-    case OpKind::ARGSORT:
-      return argsort(args, node);
-    case OpKind::TOP_K:
-      return top_k(args, node);
-    case OpKind::COUNT_EQUAL:
-      return count_equal(args, node);
-    default:
-      return;
+    case OpKind::SUM: return sum_all(args, node);
+    case OpKind::SUM_ROWS: return sum_rows(args, node, false);
+    case OpKind::MEAN: return sum_rows(args, node, true);
+    case OpKind::ARGMAX: return argmax(args, node);
+    case OpKind::ARGSORT: return argsort(args, node);
+    case OpKind::TOP_K: return top_k(args, node);
+    case OpKind::COUNT_EQUAL: return count_equal(args, node);
+    default: return;
   }
 }
 

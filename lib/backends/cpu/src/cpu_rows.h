@@ -56,25 +56,16 @@ inline bool is_f32_contiguous(const Tensor* t) { return t->type == DType::F32 &&
 
 inline float load_f32(DType type, const void* p) {
   switch (type) {
-    case DType::F16:
-      return fp16_to_f32(*static_cast<const fp16_t*>(p));
-    case DType::BF16:
-      return bf16_to_f32(*static_cast<const bf16_t*>(p));
-    default:
-      return *static_cast<const float*>(p);
+    case DType::F16: return fp16_to_f32(*static_cast<const fp16_t*>(p));
+    case DType::BF16: return bf16_to_f32(*static_cast<const bf16_t*>(p));
+    default: return *static_cast<const float*>(p);
   }
 }
 inline void store_f32(DType type, void* p, float v) {
   switch (type) {
-    case DType::F16:
-      *static_cast<fp16_t*>(p) = f32_to_fp16(v);
-      break;
-    case DType::BF16:
-      *static_cast<bf16_t*>(p) = f32_to_bf16(v);
-      break;
-    default:
-      *static_cast<float*>(p) = v;
-      break;
+    case DType::F16: *static_cast<fp16_t*>(p) = f32_to_fp16(v); break;
+    case DType::BF16: *static_cast<bf16_t*>(p) = f32_to_bf16(v); break;
+    default: *static_cast<float*>(p) = v; break;
   }
 }
 
@@ -97,8 +88,7 @@ inline void row_to_f32(DType type, const char* src, size_t nb0, int64_t n, float
     case DType::BF16:
       for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(*reinterpret_cast<const bf16_t*>(src + i * nb0));
       break;
-    default:
-      break;  // excluded by rows_readable
+    default: break;  // excluded by rows_readable
   }
 }
 

@@ -15,9 +15,9 @@
 namespace loom::cpu {
 
 struct KernelArgs {
-  int ith = 0;            // this thread
-  int nth = 1;            // threads working on the node
-  void* wdata = nullptr;  // scratch of work_size bytes, shared by all threads
+  int ith = 0;                 // this thread
+  int nth = 1;                 // threads working on the node
+  void* wdata = nullptr;       // scratch of work_size bytes, shared by all threads
   size_t wsize = 0;
   ThreadPool* pool = nullptr;  // for barrier() between phases of one node (nullptr: single thread)
   void barrier() const {
@@ -32,19 +32,18 @@ inline void split_rows(int64_t n, int ith, int nth, int64_t& first, int64_t& las
   last = first + per < n ? first + per : n;
 }
 
-#define LOOM_CPU_FAMILY(family)                           \
-  bool supports_##family(const Tensor* node);             \
-  size_t work_size_##family(const Tensor* node, int nth); \
+#define LOOM_CPU_FAMILY(family)                               \
+  bool supports_##family(const Tensor* node);                 \
+  size_t work_size_##family(const Tensor* node, int nth);     \
   void compute_##family(const KernelArgs& args, Tensor* node);
 
-LOOM_CPU_FAMILY(copy)  // CPY DUP CONT CONCAT REPEAT REPEAT_BACK GET_ROWS GET_ROWS_BACK SET_ROWS
-LOOM_CPU_FAMILY(
-    elementwise)  // ADD SUB MUL DIV ADD_ID SCALE CLAMP SILU GELU SIGMOID SOFTPLUS EXP LOG SQR SQRT SWIGLU SILU_BACK
-LOOM_CPU_FAMILY(norm)       // RMS_NORM NORM RMS_NORM_BACK
-LOOM_CPU_FAMILY(reduce)     // SUM SUM_ROWS MEAN ARGMAX ARGSORT TOP_K COUNT_EQUAL
-LOOM_CPU_FAMILY(matmul)     // MUL_MAT MUL_MAT_ID OUT_PROD
-LOOM_CPU_FAMILY(attention)  // ROPE ROPE_BACK SOFT_MAX SOFT_MAX_BACK FLASH_ATTN_EXT
-LOOM_CPU_FAMILY(train)      // CROSS_ENTROPY_LOSS CROSS_ENTROPY_LOSS_BACK OPT_STEP_ADAMW OPT_STEP_SGD
+LOOM_CPU_FAMILY(copy)         // CPY DUP CONT CONCAT REPEAT REPEAT_BACK GET_ROWS GET_ROWS_BACK SET_ROWS
+LOOM_CPU_FAMILY(elementwise)  // ADD SUB MUL DIV ADD_ID SCALE CLAMP SILU GELU SIGMOID SOFTPLUS EXP LOG SQR SQRT SWIGLU SILU_BACK
+LOOM_CPU_FAMILY(norm)         // RMS_NORM NORM RMS_NORM_BACK
+LOOM_CPU_FAMILY(reduce)       // SUM SUM_ROWS MEAN ARGMAX ARGSORT TOP_K COUNT_EQUAL
+LOOM_CPU_FAMILY(matmul)       // MUL_MAT MUL_MAT_ID OUT_PROD
+LOOM_CPU_FAMILY(attention)    // ROPE ROPE_BACK SOFT_MAX SOFT_MAX_BACK FLASH_ATTN_EXT
+LOOM_CPU_FAMILY(train)        // CROSS_ENTROPY_LOSS CROSS_ENTROPY_LOSS_BACK OPT_STEP_ADAMW OPT_STEP_SGD
 
 #undef LOOM_CPU_FAMILY
 

@@ -190,8 +190,9 @@ void rows_axpy_n(int64_t n, int64_t m, const uint8_t* x, size_t ldx, const float
 template <DType T>
 void rows_axpy_fast(int64_t n, int64_t m, const void* x, size_t ldx, const float* p, size_t ldp, int nr, float* y,
                     size_t ldy) {
-  with_count<kMaxDotCols>(
-      nr, [&]<int NR>() { rows_axpy_n<T, NR>(n, m, static_cast<const uint8_t*>(x), ldx, p, ldp, y, ldy); });
+  with_count<kMaxDotCols>(nr, [&]<int NR>() {
+    rows_axpy_n<T, NR>(n, m, static_cast<const uint8_t*>(x), ldx, p, ldp, y, ldy);
+  });
 }
 
 // f32 -> F16 through vcvtps2ph (round to nearest even, subnormals and overflow to inf as the

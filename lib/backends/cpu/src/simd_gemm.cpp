@@ -162,9 +162,9 @@ void pack_q6k(const GemmKernels&, const GemmJob& job, int64_t m0, int64_t mrows,
 }
 
 // A panel from repacked rows (cpu_repack.h), a 16-row group being two 8-row groups side by side:
-// per group g, half h and 32-value block blk, fill(src, j, pb, h) writes the half's rows of panel
-// block pb from src, the group block holding blk (j: blk's index in it). A lone last half leaves
-// the other's rows zero.
+// per group, repacked group block and half h, fill(src, pb, h) writes the half's rows of the
+// panel blocks at pb (1 for Q8_0 / Q4_0, 8 for the K-quants' 256 values) from the group block
+// at src. A lone last half leaves the other's rows zero.
 template <class Fill>
 void pack_repacked(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel, size_t block, Fill fill) {
   const int64_t nblk = job.K / 32, ngroups = (mrows + kPanelRows - 1) / kPanelRows;
