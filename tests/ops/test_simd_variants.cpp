@@ -717,7 +717,7 @@ std::vector<double> ref_flash(const std::vector<float>& q, const int64_t* qne, c
 
 // Shapes around the tiles: keys past one 64-key tile, head sizes not a multiple of 16, GQA
 // groups of 1, 4 and 8 (rows per unit 32 and beyond), causal masks whose early tiles are
-// skipped, a row that sees nothing, softcap.
+// skipped, a row that sees nothing, softcap; decode steps over many keys.
 TEST_P(MathLevelTest, FlashAttentionTiledOddShapes) {
   struct Case {
     int64_t D, Dv, n_q, n_kv, h, h_kv;
@@ -727,7 +727,11 @@ TEST_P(MathLevelTest, FlashAttentionTiledOddShapes) {
   const Case cases[] = {{64, 64, 1, 130, 8, 2, false, 0.0f},
                         {40, 24, 37, 150, 4, 1, true, 0.0f},
                         {80, 80, 70, 200, 8, 1, true, 0.0f},
-                        {16, 16, 5, 9, 3, 3, true, 30.0f}};
+                        {16, 16, 5, 9, 3, 3, true, 30.0f},
+                        // decode steps over many keys
+                        {64, 64, 1, 700, 8, 2, false, 0.0f},
+                        {64, 32, 2, 1000, 4, 4, true, 30.0f},
+                        {128, 128, 3, 600, 8, 8, false, 0.0f}};
   for (const Case& c : cases)
     for (DType kv : {DType::F16, DType::F32}) {
       OpRunner r;
