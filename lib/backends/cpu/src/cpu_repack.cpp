@@ -155,6 +155,12 @@ void repack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t 
   for (std::thread& th : threads) th.join();
 }
 
+void repack_group_block(DType type, const void* const* blocks, void* dst) {
+  alignas(8) static const uint8_t kZero[sizeof(BlockQ6_K)] = {};
+  for (int i = 0; i < kRepackRows; ++i)
+    put_block(type, blocks[i] ? static_cast<const uint8_t*>(blocks[i]) : kZero, i, static_cast<uint8_t*>(dst));
+}
+
 void unpack_blocks(DType type, const uint8_t* group, int i, int64_t b0, int64_t nb, void* out) {
   const size_t gbb = repack_group_block_bytes(type), bb = block_bytes(type);
   for (int64_t b = 0; b < nb; ++b)

@@ -45,6 +45,9 @@ size_t repack_group_block_bytes(DType type);
 // nrows (a multiple of 8) GGUF rows of K values at src (lda bytes apart, lda = row size) ->
 // the repacked layout at dst (same size; dst != src).
 void repack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K);
+// Block b of 8 GGUF rows -> one group block at dst: blocks[i] is row i's GGUF block (nullptr:
+// a zero row).
+void repack_group_block(DType type, const void* const* blocks, void* dst);
 // The inverse: repacked groups -> GGUF rows.
 void unpack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K);
 // Q4_K group block at p: row i's (sc, m) of sub-block j; the quads start at kQ4kRepackQuads.

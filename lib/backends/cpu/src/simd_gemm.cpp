@@ -110,57 +110,6 @@ void pack_q8(const GemmKernels&, const GemmJob& job, int64_t m0, int64_t mrows, 
             });
 }
 
-// Q4_K, per 32-value sub-block j of a super-block: the row scales d * sc_j, the row mins
-// dmin * m_j, then the nibbles.
-void pack_q4k(const GemmKernels&, const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
-  pack_rows(job, m0, mrows, panel, kQ8MinGroupBlockBytes, 32 * sizeof(float),
-            [&](const char* row, int64_t blk, uint8_t* pb, int l, uint8_t* v) {
-              auto* dw = reinterpret_cast<float*>(pb);
-              dw[l] = dw[kPanelRows + l] = 0.0f;  // scale, min
-              if (!row) return;
-              const BlockQ4_K& w = reinterpret_cast<const BlockQ4_K*>(row)[blk / 8];
-              const int j = (int)(blk % 8);
-              const ScaleMin sm = q4_k_scale_min(w.scales, j);
-              dw[l] = fp16_to_f32_fast(w.d) * (float)sm.sc;
-              dw[kPanelRows + l] = fp16_to_f32_fast(w.dmin) * (float)sm.m;
-              const uint8_t* qs = w.qs + 32 * (j / 2);
-              for (int e = 0; e < 32; ++e) v[e] = j % 2 ? qs[e] >> 4 : qs[e] & 15;
-            });
-}
-
-// Q6_K, per 32-value block j of a super-block: the row scales d * sc of its two 16-value
-// sub-blocks, their offsets -128 * sum(w), then w = q - 32 as signed bytes (element
-// 128h + 32k + l: low 4 bits from ql[64h + 32(k % 2) + l], nibble k / 2; high 2 bits from
-// qh[32h + l], bits 2k).
-void pack_q6k(const GemmKernels&, const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
-  pack_rows(job, m0, mrows, panel, kQ8HalfGroupBlockBytes, 64 * sizeof(float),
-            [&](const char* row, int64_t blk, uint8_t* pb, int l, uint8_t* v) {
-              auto* dw = reinterpret_cast<float*>(pb);
-              auto* off = reinterpret_cast<int32_t*>(pb + 32 * sizeof(float));
-              dw[l] = dw[kPanelRows + l] = 0.0f;
-              off[l] = off[kPanelRows + l] = 0;
-              if (!row) return;
-              const BlockQ6_K& w = reinterpret_cast<const BlockQ6_K*>(row)[blk / 8];
-              const int j = (int)(blk % 8), h = j / 4, k = j % 4;
-              const float d = fp16_to_f32_fast(w.d);
-              dw[l] = d * (float)w.scales[2 * j];
-              dw[kPanelRows + l] = d * (float)w.scales[2 * j + 1];
-              const uint8_t* ql = w.ql + 64 * h + 32 * (k % 2);
-              const uint8_t* qh = w.qh + 32 * h;
-              int8_t q[32];
-              for (int e = 0; e < 32; ++e) {
-                const int lo = k < 2 ? ql[e] & 15 : ql[e] >> 4;
-                q[e] = (int8_t)((lo | (((qh[e] >> (2 * k)) & 3) << 4)) - 32);
-              }
-              for (int half = 0; half < 2; ++half) {
-                int32_t sum = 0;
-                for (int e = 0; e < 16; ++e) sum += q[16 * half + e];
-                off[half * kPanelRows + l] = -128 * sum;
-              }
-              std::memcpy(v, q, 32);
-            });
-}
-
 // A panel from repacked rows (cpu_repack.h), a 16-row group being two 8-row groups side by side:
 // per group, repacked group block and half h, fill(src, pb, h) writes the half's rows of the
 // panel blocks at pb (1 for Q8_0 / Q4_0, 8 for the K-quants' 256 values) from the group block
@@ -182,14 +131,41 @@ void pack_repacked(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel
   }
 }
 
-// Any repacked type: the level's group packer, or the readable one.
-void pack_r8(const GemmKernels& gk, const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
-  const DType t = job.wk->type;
+// The level's group packer for `t`, or the readable one.
+PackR8Fn r8_packer(const GemmKernels& gk, DType t) {
   PackR8Fn level = gk.pack_q8_0_r8, ref = pack_q8_0_r8_ref;
   if (t == DType::Q4_0) level = gk.pack_q4_0_r8, ref = pack_q4_0_r8_ref;
   if (t == DType::Q4_K) level = gk.pack_q4k_r8, ref = pack_q4k_r8_ref;
   if (t == DType::Q6_K) level = gk.pack_q6k_r8, ref = pack_q6k_r8_ref;
-  pack_repacked(job, m0, mrows, panel, gemm_q8_block_bytes(t), level ? level : ref);
+  return level ? level : ref;
+}
+
+// Repacked rows.
+void pack_r8(const GemmKernels& gk, const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
+  pack_repacked(job, m0, mrows, panel, gemm_q8_block_bytes(job.wk->type), r8_packer(gk, job.wk->type));
+}
+
+// K-quant GGUF rows (--no-repack, --mmap): each 8 rows' super-block repacked into a group block
+// on the stack first (cpu_repack.h), then the same packer: a prompt's panels ~25% faster than
+// gathering each row's sub-blocks into the panel (Q8_0 / Q4_0 rows, plain bytes, gather faster).
+void pack_gguf(const GemmKernels& gk, const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel) {
+  const DType t = job.wk->type;
+  const PackR8Fn pack = r8_packer(gk, t);
+  const size_t bb = dtype_info(t).type_size, block = gemm_q8_block_bytes(t);
+  const int64_t nblk = job.K / 32, per = dtype_info(t).block_size / 32;
+  const int64_t ngroups = (mrows + kPanelRows - 1) / kPanelRows;
+  alignas(64) uint8_t group[kRepackRows * sizeof(BlockQ6_K)];
+  const void* blocks[kRepackRows];
+  for (int64_t g = 0; g < ngroups; ++g)
+    for (int64_t gb = 0; gb < nblk / per; ++gb)
+      for (int h = 0; h < 2; ++h) {
+        for (int i = 0; i < kRepackRows; ++i) {
+          const int64_t r = g * kPanelRows + h * kRepackRows + i;
+          blocks[i] = r < mrows ? job.a + (m0 + r) * job.lda + (size_t)gb * bb : nullptr;
+        }
+        repack_group_block(t, blocks, group);
+        pack(group, panel + (size_t)(g * nblk + gb * per) * block, h);
+      }
 }
 
 }  // namespace
@@ -516,10 +492,10 @@ void gemm_q8(const GemmKernels& gk, const GemmJob& job, void* scratch) {
   const int64_t mc = panel_rows_for(block, job.K, job.r1 - job.r0);
   const int shift = type == DType::Q4_0 ? 3 : 7;  // offsets 8 and 128 of the unsigned bytes (Q4_K: mins)
   const GemmQ8TileFn tile = type == DType::Q4_K ? gk.q8m_tile : type == DType::Q6_K ? gk.q8h_tile : gk.q8_tile;
-  void (*pack)(const GemmKernels&, const GemmJob&, int64_t, int64_t, uint8_t*) = job.repacked          ? pack_r8
-                                                                                 : type == DType::Q4_K ? pack_q4k
-                                                                                 : type == DType::Q6_K ? pack_q6k
-                                                                                                       : pack_q8;
+  void (*pack)(const GemmKernels&, const GemmJob&, int64_t, int64_t, uint8_t*) =
+      job.repacked                                 ? pack_r8
+      : type == DType::Q4_K || type == DType::Q6_K ? pack_gguf
+                                                   : pack_q8;
   auto* panel = align64<uint8_t>(scratch);
   const int nr = std::min(gk.q8_nr, kMaxTileCols);
   const BlockQ8A* bp[kMaxTileCols];
