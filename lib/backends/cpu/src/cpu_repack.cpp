@@ -20,10 +20,6 @@ size_t block_bytes(DType type) { return dtype_info(type).type_size; }
 int64_t block_values(DType type) { return dtype_info(type).block_size; }
 int quads(DType type) { return type == DType::Q8_0 ? 8 : 4; }
 
-// Q4_K group block (cpu_repack.h) offsets.
-constexpr size_t kQ4kScaleLo = 4 * kRepackRows, kQ4kScaleHi = kQ4kScaleLo + 64, kQ4kQuads = kQ4kScaleHi + 32;
-static_assert(kQ4kQuads == kQ4kRepackQuads);
-
 // GGUF Q4_K block <-> row i of a group block at p.
 void put_block_q4k(const uint8_t* blk, int i, uint8_t* p) {
   BlockQ4_K w;
@@ -33,11 +29,11 @@ void put_block_q4k(const uint8_t* blk, int i, uint8_t* p) {
   uint8_t hi[4] = {};
   for (int j = 0; j < 8; ++j) {
     const ScaleMin sm = q4_k_scale_min(w.scales, j);
-    p[kQ4kScaleLo + j * kRepackRows + i] = (uint8_t)((sm.sc & 15) | ((sm.m & 15) << 4));
+    p[kQ4kRepackScaleLo + j * kRepackRows + i] = (uint8_t)((sm.sc & 15) | ((sm.m & 15) << 4));
     hi[j % 4] |= (uint8_t)(((sm.sc >> 4) | ((sm.m >> 4) << 2)) << (j < 4 ? 0 : 4));
   }
-  for (int jj = 0; jj < 4; ++jj) p[kQ4kScaleHi + jj * kRepackRows + i] = hi[jj];
-  for (int q = 0; q < 32; ++q) std::memcpy(p + kQ4kQuads + (q * kRepackRows + i) * 4, w.qs + 4 * q, 4);
+  for (int jj = 0; jj < 4; ++jj) p[kQ4kRepackScaleHi + jj * kRepackRows + i] = hi[jj];
+  for (int q = 0; q < 32; ++q) std::memcpy(p + kQ4kRepackQuads + (q * kRepackRows + i) * 4, w.qs + 4 * q, 4);
 }
 void get_block_q4k(const uint8_t* p, int i, uint8_t* blk) {
   BlockQ4_K w{};
@@ -47,7 +43,7 @@ void get_block_q4k(const uint8_t* p, int i, uint8_t* blk) {
     const ScaleMin sm = repacked_q4k_scale_min(p, i, j);
     q4_k_set_scale_min(w.scales, j, sm.sc, sm.m);
   }
-  for (int q = 0; q < 32; ++q) std::memcpy(w.qs + 4 * q, p + kQ4kQuads + (q * kRepackRows + i) * 4, 4);
+  for (int q = 0; q < 32; ++q) std::memcpy(w.qs + 4 * q, p + kQ4kRepackQuads + (q * kRepackRows + i) * 4, 4);
   std::memcpy(blk, &w, sizeof(w));
 }
 
@@ -56,16 +52,14 @@ void put_block_q6k(const uint8_t* blk, int i, uint8_t* p) {
   BlockQ6_K w;
   std::memcpy(&w, blk, sizeof(w));
   std::memcpy(p + 2 * i, &w.d, sizeof(fp16_t));
-  for (int t = 0; t < 8; ++t)
-    for (int e = 0; e < 2; ++e) p[kQ6kRepackScales + t * 16 + 2 * i + e] = (uint8_t)w.scales[2 * t + e];
+  for (int sb = 0; sb < 16; ++sb) p[q6k_repack_scale(sb, i)] = (uint8_t)w.scales[sb];
   for (int q = 0; q < 32; ++q) std::memcpy(p + q6k_repack_ql(q, i), w.ql + 4 * q, 4);
   for (int q = 0; q < 16; ++q) std::memcpy(p + q6k_repack_qh(q, i), w.qh + 4 * q, 4);
 }
 void get_block_q6k(const uint8_t* p, int i, uint8_t* blk) {
   BlockQ6_K w;
   std::memcpy(&w.d, p + 2 * i, sizeof(fp16_t));
-  for (int t = 0; t < 8; ++t)
-    for (int e = 0; e < 2; ++e) w.scales[2 * t + e] = (int8_t)p[kQ6kRepackScales + t * 16 + 2 * i + e];
+  for (int sb = 0; sb < 16; ++sb) w.scales[sb] = (int8_t)p[q6k_repack_scale(sb, i)];
   for (int q = 0; q < 32; ++q) std::memcpy(w.ql + 4 * q, p + q6k_repack_ql(q, i), 4);
   for (int q = 0; q < 16; ++q) std::memcpy(w.qh + 4 * q, p + q6k_repack_qh(q, i), 4);
   std::memcpy(blk, &w, sizeof(w));
@@ -118,8 +112,8 @@ void block_to_f32(const uint8_t* p, int i, float* out) {
 }  // namespace
 
 ScaleMin repacked_q4k_scale_min(const uint8_t* p, int i, int j) {
-  const uint8_t lo = p[kQ4kScaleLo + j * kRepackRows + i];
-  const uint8_t hi = (uint8_t)(p[kQ4kScaleHi + (j % 4) * kRepackRows + i] >> (j < 4 ? 0 : 4));
+  const uint8_t lo = p[kQ4kRepackScaleLo + j * kRepackRows + i];
+  const uint8_t hi = (uint8_t)(p[kQ4kRepackScaleHi + (j % 4) * kRepackRows + i] >> (j < 4 ? 0 : 4));
   return {(uint8_t)((lo & 15) | ((hi & 3) << 4)), (uint8_t)((lo >> 4) | (((hi >> 2) & 3) << 4))};
 }
 
@@ -141,11 +135,13 @@ void repack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t 
   auto* d = static_cast<uint8_t*>(dst);
   const int64_t groups = nrows / kRepackRows;
   auto repack_groups = [&](int64_t g0, int64_t g1) {
+    const void* blocks[kRepackRows];
     for (int64_t g = g0; g < g1; ++g)
-      for (int i = 0; i < kRepackRows; ++i)
-        for (int64_t b = 0; b < nblk; ++b)
-          put_block(type, s + (size_t)(g * kRepackRows + i) * lda + (size_t)b * block_bytes(type), i,
-                    d + (size_t)g * kRepackRows * lda + (size_t)b * gbb);
+      for (int64_t b = 0; b < nblk; ++b) {
+        for (int i = 0; i < kRepackRows; ++i)
+          blocks[i] = s + (size_t)(g * kRepackRows + i) * lda + (size_t)b * block_bytes(type);
+        repack_group_block(type, blocks, d + (size_t)g * kRepackRows * lda + (size_t)b * gbb);
+      }
   };
   // Big matrices on all cores: model loading repacks every such weight.
   const int64_t nth = (size_t)nrows * lda < (size_t(4) << 20) ? 1 : ThreadPool::default_threads();

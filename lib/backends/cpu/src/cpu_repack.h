@@ -50,11 +50,17 @@ void repack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t 
 void repack_group_block(DType type, const void* const* blocks, void* dst);
 // The inverse: repacked groups -> GGUF rows.
 void unpack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K);
-// Q4_K group block at p: row i's (sc, m) of sub-block j; the quads start at kQ4kRepackQuads.
+// Q4_K group block offsets: the scales' low nibbles, their high bits, the quads.
+inline constexpr size_t kQ4kRepackScaleLo = 32, kQ4kRepackScaleHi = 96, kQ4kRepackQuads = 128;
+// Q4_K group block at p: row i's (sc, m) of sub-block j.
 ScaleMin repacked_q4k_scale_min(const uint8_t* p, int i, int j);
-inline constexpr size_t kQ4kRepackQuads = 128;
 // Q6_K group block offsets: the scales, the steps (96 bytes each).
 inline constexpr size_t kQ6kRepackScales = 16, kQ6kRepackSteps = 144;
+// Offset of the int8 scale of 16-value sub-block sb (< 16) of row i in a Q6_K group block (scale
+// pair sb / 2 of the row starts at q6k_repack_scale(sb & ~1, i)).
+inline constexpr size_t q6k_repack_scale(int sb, int i) {
+  return kQ6kRepackScales + (size_t)(sb / 2) * 16 + (size_t)i * 2 + (size_t)(sb % 2);
+}
 // Offset of ql quad q (< 32) or qh quad q (< 16) of row i in a Q6_K group block.
 inline constexpr size_t q6k_repack_ql(int q, int i) {
   return kQ6kRepackSteps + (size_t)(8 * (q / 16) + q % 8) * 96 + (size_t)(q % 16 / 8) * 32 + (size_t)i * 4;

@@ -325,7 +325,7 @@ void pack_q6k_r8_ref(const uint8_t* src, uint8_t* pb, int h) {
       fp16_t d;
       std::memcpy(&d, src + i * sizeof(fp16_t), sizeof(d));
       for (int half = 0; half < 2; ++half) {  // sub-block 2j + half: scale pair j, element half
-        dw[half * kPanelRows + i] = fp16_to_f32(d) * (float)(int8_t)src[kQ6kRepackScales + j * 16 + 2 * i + half];
+        dw[half * kPanelRows + i] = fp16_to_f32(d) * (float)(int8_t)src[q6k_repack_scale(2 * j + half, i)];
         off[half * kPanelRows + i] = -128 * sums[half][i];
       }
     }

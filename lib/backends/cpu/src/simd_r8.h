@@ -60,8 +60,9 @@ inline void q4k_r8_scales(const uint8_t* p, Q4kR8Scales& s) {
   // (its low nibbles for j < 4, high nibbles for j >= 4)
   alignas(32) uint8_t sc[64], mn[64];
   for (int h = 0; h < 2; ++h) {
-    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32 + 32 * h));
-    const __m256i hi = _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 96)), 4 * h);
+    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kQ4kRepackScaleLo + 32 * h));
+    const __m256i hi =
+        _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kQ4kRepackScaleHi)), 4 * h);
     const __m256i scb = _mm256_or_si256(_mm256_and_si256(lo, low4), _mm256_slli_epi16(_mm256_and_si256(hi, low2), 4));
     const __m256i mb = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo, 4), low4),
                                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 2), low2), 4));
@@ -103,7 +104,7 @@ inline void q6k_r8_step(const uint8_t* p, int h, int q, __m256i (&u)[4]) {
 }
 // The rows' int8 scale pairs (sc 2t, sc 2t + 1) of a Q6_K group block as int16 per 32-bit lane.
 inline __m256i q6k_r8_scale_pairs(const uint8_t* p, int t) {
-  return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kQ6kRepackScales + 16 * t)));
+  return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + q6k_repack_scale(2 * t, 0))));
 }
 
 // pack_q6k_r8_ref's block j with 8-row vectors: per quad the 32 bytes' 6-bit values at once, the
@@ -126,7 +127,7 @@ inline void pack_q6k_r8_block(const uint8_t* src, int j, float* dw, int32_t* off
   }
   const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
   const __m256i pair =
-      _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + kQ6kRepackScales + 16 * j)));
+      _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + q6k_repack_scale(2 * j, 0))));
   const __m256i sc[2] = {_mm256_srai_epi32(_mm256_slli_epi32(pair, 16), 16), _mm256_srai_epi32(pair, 16)};
   for (int half = 0; half < 2; ++half) {
     _mm256_storeu_ps(dw + half * kPanelRows, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc[half])));
