@@ -717,12 +717,14 @@ std::vector<double> ref_flash(const std::vector<float>& q, const int64_t* qne, c
 
 // Shapes around the tiles: keys past one 64-key tile, head sizes not a multiple of 16, GQA
 // groups of 1, 4 and 8 (rows per unit 32 and beyond), causal masks whose early tiles are
-// skipped, a row that sees nothing, softcap; decode steps over many keys.
+// skipped, a row that sees nothing, softcap; decode steps over many keys; head sizes past one
+// 256-value K block of the panels, and heads too big to pack more than one per phase (batches).
 TEST_P(MathLevelTest, FlashAttentionTiledOddShapes) {
   struct Case {
     int64_t D, Dv, n_q, n_kv, h, h_kv;
     bool causal;
     float softcap;
+    int64_t b = 1;
   };
   const Case cases[] = {{64, 64, 1, 130, 8, 2, false, 0.0f},
                         {40, 24, 37, 150, 4, 1, true, 0.0f},
@@ -731,13 +733,16 @@ TEST_P(MathLevelTest, FlashAttentionTiledOddShapes) {
                         // decode steps over many keys
                         {64, 64, 1, 700, 8, 2, false, 0.0f},
                         {64, 32, 2, 1000, 4, 4, true, 30.0f},
-                        {128, 128, 3, 600, 8, 8, false, 0.0f}};
+                        {128, 128, 3, 600, 8, 8, false, 0.0f},
+                        // prompts: K blocks of 256 + 64 dims; ~5 MB heads, one per phase, 2 batches
+                        {320, 48, 10, 70, 2, 1, true, 0.0f},
+                        {288, 32, 9, 4000, 2, 1, true, 0.0f, 2}};
   for (const Case& c : cases)
     for (DType kv : {DType::F16, DType::F32}) {
       OpRunner r;
-      Tensor* q = r.input(DType::F32, {c.D, c.n_q, c.h, 1}, "q");
-      Tensor* k = r.input(kv, {c.D, c.n_kv, c.h_kv, 1}, "k");
-      Tensor* v = r.input(kv, {c.Dv, c.n_kv, c.h_kv, 1}, "v");
+      Tensor* q = r.input(DType::F32, {c.D, c.n_q, c.h, c.b}, "q");
+      Tensor* k = r.input(kv, {c.D, c.n_kv, c.h_kv, c.b}, "k");
+      Tensor* v = r.input(kv, {c.Dv, c.n_kv, c.h_kv, c.b}, "v");
       Tensor* mask = r.input(DType::F32, {c.n_kv, c.n_q}, "mask");
       Tensor* out = ops::flash_attn_ext(r.ctx, q, k, v, mask, 1.0f / std::sqrt((float)c.D), 0.0f, c.softcap);
       r.alloc();

@@ -450,6 +450,10 @@ void gemm_f32_pack_b(const GemmKernels& gk, DType type, int64_t K, int64_t n, co
   }
 }
 
+size_t gemm_f32_packed_offset(const GemmKernels& gk, int64_t n, int64_t kb, int64_t g) {
+  return packed_block(gk, n, kb, g);
+}
+
 // The f32 flavour; for BF16 weights on a level with a bf16 tile (gemm_bf16_pairs) the same loops
 // run over K / 2 pairs: the rows go into the panel as they are, the columns are rounded to bf16
 // pairs block by block.

@@ -137,6 +137,9 @@ int64_t gemm_f32_pack_items(const GemmKernels& gk, DType type, int64_t K, int64_
 size_t gemm_f32_packed_bytes(const GemmKernels& gk, DType type, int64_t K, int64_t n);
 void gemm_f32_pack_b(const GemmKernels& gk, DType type, int64_t K, int64_t n, const float* cols, size_t col_stride,
                      float* out, int64_t item0, int64_t item1);
+// Where gemm_f32_pack_b put K block kb of column group g: floats from `out` (for callers that run
+// the f32 tile themselves over panels of their own).
+size_t gemm_f32_packed_offset(const GemmKernels& gk, int64_t n, int64_t kb, int64_t g);
 void gemm_q8(const GemmKernels& gk, const GemmJob& job, void* scratch);
 
 }  // namespace loom::cpu
