@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 
+#include "../../lib/backends/cpu/src/dispatch.h"
 #include "op_harness.h"
 
 namespace loom::test {
@@ -128,8 +129,7 @@ TEST(Matmul, TransposedAndHalfPrecisionB) {
         r.fill_normal(a);
         r.fill_normal(base);
         r.compute(out, th);
-        EXPECT_LE(nmse(r.get_f32(out), ref_mul_mat(r.get_f32(a), a->ne, r.get_f32(b), b->ne)),
-                  nmse_bound(DType::Q4_0))
+        EXPECT_LE(nmse(r.get_f32(out), ref_mul_mat(r.get_f32(a), a->ne, r.get_f32(b), b->ne)), nmse_bound(DType::Q4_0))
             << dtype_name(bt) << (transposed ? " transposed" : "") << " threads " << th;
       }
 }
@@ -176,6 +176,80 @@ TEST(Matmul, LargerQuantizedProductManyThreads) {
     EXPECT_LE(nmse(r.get_f32(out), ref_mul_mat(r.get_f32(a), a->ne, r.get_f32(b), b->ne)), nmse_bound(t))
         << dtype_name(t);
   }
+}
+
+// MUL_MATs over one b (Q/K/V, gate/up) prepare it once: a later one finds b quantized in the
+// scratch when only scratch-free nodes ran in between (here SET_ROWS of f32 rows), and prepares
+// it again after a node that used the scratch (CPY f32 -> f16, a product over another b), for
+// another form of b (F16 weights read f32 columns) or after b itself was written (SET_ROWS into b). The flags are
+// checked, and every product against the reference on 2 threads, so a stale or clobbered b would show.
+TEST(Matmul, SiblingProductsPrepareBOnce) {
+  OpRunner r;
+  const int64_t K = 256, N = 160;  // b big enough to be prepared once for both threads
+  Tensor* b = r.input(DType::F32, {K, N}, "b");
+  Tensor* b2 = r.input(DType::F32, {K, N}, "b2");
+  const DType types[] = {DType::Q8_0, DType::Q8_0, DType::Q4_0, DType::Q8_0, DType::F16};
+  Tensor* w[5];
+  for (int i = 0; i < 5; ++i) w[i] = r.input(types[i], {K, 24 + 8 * i}, "w");
+  Tensor* ids = r.input(DType::I32, {N}, "ids");
+  Tensor* cache = r.input(DType::F16, {24, N}, "cache");
+  Tensor* m[5];
+  Graph g;
+  auto add = [&](Tensor* t) {
+    g.build_forward(t);
+    return t;
+  };
+  m[0] = add(ops::mul_mat(r.ctx, w[0], b));
+  Tensor* stored = add(ops::set_rows(r.ctx, cache, m[0], ids));
+  m[1] = add(ops::mul_mat(r.ctx, w[1], b));
+  m[2] = add(ops::mul_mat(r.ctx, w[2], b));
+  Tensor* half = add(ops::cpy(r.ctx, b, r.ctx.new_tensor(DType::F16, {K, N})));
+  Tensor* other = add(ops::mul_mat(r.ctx, w[1], b2));
+  m[3] = add(ops::mul_mat(r.ctx, w[3], b));
+  m[4] = add(ops::mul_mat(r.ctx, w[4], b));
+  Tensor* again = add(ops::mul_mat(r.ctx, w[0], b));
+  Tensor* rows = r.input(DType::F32, {K, 4}, "rows");
+  Tensor* rows_at = r.input(DType::I32, {4}, "rows_at");
+  Tensor* overwrite = add(ops::set_rows(r.ctx, b, rows, rows_at));  // b's columns 3, 50, 90, 151
+  Tensor* after = add(ops::mul_mat(r.ctx, w[1], b));
+  r.alloc();
+  r.fill_normal(b);
+  r.fill_normal(b2);
+  r.fill_normal(rows, 3.0f);
+  r.set_i32(rows_at, {3, 50, 90, 151});
+  const std::vector<float> b_before = r.get_f32(b);
+  for (Tensor* t : w) r.fill_normal(t);
+  std::vector<int32_t> perm((size_t)N);
+  for (int64_t i = 0; i < N; ++i) perm[(size_t)i] = (int32_t)((i * 7) % N);
+  r.set_i32(ids, perm);
+
+  const std::vector<uint8_t> ready = cpu::prepared_b_nodes(g.nodes(), {}, 2);
+  auto flag = [&](const Tensor* t) {
+    const auto it = std::find(g.nodes().begin(), g.nodes().end(), t);
+    return it == g.nodes().end() ? -1 : (int)ready[(size_t)(it - g.nodes().begin())];
+  };
+  EXPECT_EQ(flag(m[0]), 0);
+  EXPECT_EQ(flag(stored), 0);
+  EXPECT_EQ(flag(m[1]), 1);  // after SET_ROWS of f32 rows: no scratch
+  EXPECT_EQ(flag(m[2]), 1);  // Q4_0 reads the same int8 columns
+  EXPECT_EQ(flag(half), 0);
+  EXPECT_EQ(flag(other), 0);  // the CPY used the scratch
+  EXPECT_EQ(flag(m[3]), 0);   // b2's columns in the scratch
+  EXPECT_EQ(flag(m[4]), 0);   // f32 columns: nothing prepared
+  EXPECT_EQ(flag(again), 0);
+  EXPECT_EQ(flag(overwrite), 0);
+  EXPECT_EQ(flag(after), 0);  // b was written since
+
+  ThreadPool pool(2);
+  cpu::compute_graph(g, pool);
+  for (int i = 0; i < 5; ++i)
+    EXPECT_LE(nmse(r.get_f32(m[i]), ref_mul_mat(r.get_f32(w[i]), w[i]->ne, b_before, b->ne)), nmse_bound(types[i]))
+        << "product " << i;
+  EXPECT_LE(nmse(r.get_f32(other), ref_mul_mat(r.get_f32(w[1]), w[1]->ne, r.get_f32(b2), b2->ne)), 1e-4);
+  EXPECT_LE(nmse(r.get_f32(again), ref_mul_mat(r.get_f32(w[0]), w[0]->ne, b_before, b->ne)), 1e-4);
+  const std::vector<float> b_after = r.get_f32(b);
+  ASSERT_NE(b_after, b_before);
+  EXPECT_LE(nmse(r.get_f32(after), ref_mul_mat(r.get_f32(w[1]), w[1]->ne, b_after, b->ne)), 1e-4);
 }
 
 // One-hot columns of b pick single weights: the product must equal the reference dequantized

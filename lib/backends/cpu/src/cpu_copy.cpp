@@ -272,7 +272,7 @@ void compute_set_rows(const KernelArgs& args, Tensor* dst) {
   const Tensor* src = dst->src[1];
   const Tensor* ids = dst->src[2];
   const int64_t n0 = dst->ne[0];
-  float* tmp = thread_scratch(args, (size_t)n0 * sizeof(float));
+  float* tmp = unit_f32_rows(src) ? nullptr : thread_scratch(args, (size_t)n0 * sizeof(float));
   int64_t r0, r1;
   split_rows(dst->ne[1], args.ith, args.nth, r0, r1);
   if (r0 >= r1) return;
@@ -335,7 +335,11 @@ size_t work_size_copy(const Tensor* node, int nth) {
     case OpKind::REPEAT:
     case OpKind::REPEAT_BACK: return scratch_bytes((size_t)a->ne[0] * sizeof(float), nth);
     case OpKind::GET_ROWS_BACK:
-    case OpKind::SET_ROWS: return scratch_bytes((size_t)node->ne[0] * sizeof(float), nth);
+      return scratch_bytes((size_t)node->ne[0] * sizeof(float), nth);
+    // f32 rows go straight to the writer: no scratch, so the K/V cache writes between the Q/K/V
+    // projections leave their quantized input in place (matmul_b_prepared_by)
+    case OpKind::SET_ROWS:
+      return unit_f32_rows(node->src[1]) ? 0 : scratch_bytes((size_t)node->ne[0] * sizeof(float), nth);
     default: return 0;
   }
 }

@@ -127,6 +127,39 @@ ThreadPool& CpuDevice::pool() {
 
 bool supports(const Tensor* node) { return supports_node(node); }
 
+namespace {
+// Whether computing n writes bytes of t (n's result overlaps t's memory).
+bool writes_into(const Tensor* n, const Tensor* t) {
+  const char* a = static_cast<const char*>(n->data);
+  const char* b = static_cast<const char*>(t->data);
+  return a && b && a < b + t->nbytes() && b < a + n->nbytes();
+}
+}  // namespace
+
+std::vector<uint8_t> prepared_b_nodes(std::span<Tensor* const> nodes, std::span<const FusedGroup* const> groups,
+                                      int nth) {
+  std::vector<uint8_t> ready(nodes.size(), 0);
+  const Tensor* holder = nullptr;  // the MUL_MAT whose prepared b the scratch holds
+  size_t next_group = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (next_group < groups.size() && groups[next_group]->first == i) {
+      if (work_size_fused(*groups[next_group], nth) > 0) holder = nullptr;
+      i = groups[next_group++]->last;
+      continue;
+    }
+    const Tensor* n = nodes[i];
+    if (op_info(n->op).is_view || n->op == OpKind::NONE || n->nelements() == 0) continue;
+    if (matmul_b_prepared_by(holder, n, nth)) {
+      ready[i] = 1;
+    } else if (work_size(n, nth) > 0) {
+      holder = n->op == OpKind::MUL_MAT ? n : nullptr;
+    } else if (holder && writes_into(n, holder->src[1])) {  // b itself changed (an in-place step)
+      holder = nullptr;
+    }
+  }
+  return ready;
+}
+
 void compute_nodes(const Graph& graph, std::span<Tensor* const> nodes, ThreadPool& pool) {
   const int nth = pool.size();
   size_t wsize = 0;
@@ -143,6 +176,7 @@ void compute_nodes(const Graph& graph, std::span<Tensor* const> nodes, ThreadPoo
         groups.push_back(&g);
         wsize = std::max(wsize, work_size_fused(g, nth));
       }
+  const std::vector<uint8_t> b_ready = prepared_b_nodes(nodes, groups, nth);
   // Kernels write their scratch before reading it: one buffer per calling thread, grown, never
   // cleared (a fresh zeroed one per graph cost a memset of up to the packed b of a prompt).
   thread_local std::vector<uint8_t> work;
@@ -161,6 +195,7 @@ void compute_nodes(const Graph& graph, std::span<Tensor* const> nodes, ThreadPoo
       Tensor* n = nodes[i];
       const OpInfo& info = op_info(n->op);
       if (info.is_view || n->op == OpKind::NONE || n->nelements() == 0) continue;
+      args.b_ready = b_ready[i] != 0;
       compute_node(args, n);
       args.barrier();
     }

@@ -247,6 +247,7 @@ BCols prepare(const MatmulPlan& p, const KernelArgs& args, const Tensor* b, bool
   if (p.need_act) v.act = p.private_b ? slice + p.s_act : base + p.act_off;
   v.q8 = p.need_q8 ? (p.private_b ? slice + p.s_q8 : base + p.q8_off) : v.act;
   if (!p.convert_b && !p.need_act && !p.need_q8) return v;
+  if (args.b_ready) return v;  // an earlier node's, same plan of the shared part (matmul_b_prepared_by)
   if (p.private_b) {
     prepare_b(p, b, v, 0, b->nrows());
   } else {
@@ -510,6 +511,14 @@ bool supports_matmul(const Tensor* node) {
     default:
       return false;
   }
+}
+
+bool matmul_b_prepared_by(const Tensor* prev, const Tensor* node, int nth) {
+  if (!prev || prev->op != OpKind::MUL_MAT || node->op != OpKind::MUL_MAT || prev->src[1] != node->src[1]) return false;
+  const MatmulPlan a = plan_mul_mat(prev, nth), b = plan_mul_mat(node, nth);
+  return !a.private_b && !b.private_b && (b.convert_b || b.need_act || b.need_q8) && a.convert_b == b.convert_b &&
+         a.need_act == b.need_act && a.need_q8 == b.need_q8 && (!b.need_act || a.act == b.act) &&
+         a.f32_off == b.f32_off && a.act_off == b.act_off && a.q8_off == b.q8_off;
 }
 
 size_t work_size_matmul(const Tensor* node, int nth) {

@@ -103,11 +103,14 @@ inline void row_from_f32(DType type, const float* src, char* dst, size_t nb0, in
   for (int64_t i = 0; i < n; ++i) store_f32(type, dst + i * nb0, src[i]);
 }
 
+// Whether t's rows are f32 with unit stride (row_as_f32 then needs no tmp).
+inline bool unit_f32_rows(const Tensor* t) { return t->type == DType::F32 && t->nb[0] == sizeof(float); }
+
 // The row (i1, i2, i3) of t as f32: the row itself when t is F32 with unit stride, else tmp
 // (ne0 floats) filled by conversion.
 inline const float* row_as_f32(const Tensor* t, int64_t i1, int64_t i2, int64_t i3, float* tmp) {
   const char* p = row_ptr(t, i1, i2, i3);
-  if (t->type == DType::F32 && t->nb[0] == sizeof(float)) return reinterpret_cast<const float*>(p);
+  if (unit_f32_rows(t)) return reinterpret_cast<const float*>(p);
   row_to_f32(t->type, p, t->nb[0], t->ne[0], tmp);
   return tmp;
 }
