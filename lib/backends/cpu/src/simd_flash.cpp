@@ -225,8 +225,7 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
       Lsum[r] = 0.0f;
     }
     std::fill(O, O + R * f.Dv, 0.0f);
-    // q packed once for all the unit's key tiles (for R columns; the packing's column groups
-    // are those of f.R, a unit of fewer rows using the first ones)
+    // q packed once for all the unit's key tiles (its R columns; offsets by R below)
     if (!f.stream)
       gemm_f32_pack_b(gk, DType::F32, f.D, R, qs, (size_t)f.D, qpack, 0, gemm_f32_pack_items(gk, DType::F32, f.D, R));
     const char* kbase = row_ptr(k, 0, ikv, ib);
