@@ -425,6 +425,58 @@ TEST(MatmulId, OutOfRangeIdGivesNaNColumnOthersCorrect) {
   }
 }
 
+// Gate and up experts over one b quantize it once, as sibling MUL_MATs do; a MUL_MAT over the
+// same b after them does not take the experts' scratch (another op's plan), and an expert
+// product after a scratch-using node prepares b again.
+TEST(MatmulId, SiblingExpertProductsPrepareBOnce) {
+  for (DType t : {DType::Q8_0, DType::Q4_K}) {
+    OpRunner r;
+    const int64_t K = 256, M = 40, E = 4, n_used = 2, T = 48;
+    Tensor* b = r.input(DType::F32, {K, 1, T}, "b");
+    Tensor* ids = r.input(DType::I32, {n_used, T}, "ids");
+    Tensor* as[3];
+    for (Tensor*& a : as) a = r.input(t, {K, M, E}, "experts");
+    Tensor* flat = ops::reshape(r.ctx, b, {K, T});
+    Tensor* w = r.input(t, {K, M}, "w");
+    Graph g;
+    auto add = [&](Tensor* x) {
+      g.build_forward(x);
+      return x;
+    };
+    Tensor* gate = add(ops::mul_mat_id(r.ctx, as[0], b, ids));
+    Tensor* up = add(ops::mul_mat_id(r.ctx, as[1], b, ids));
+    Tensor* plain = add(ops::mul_mat(r.ctx, w, flat));
+    Tensor* again = add(ops::mul_mat_id(r.ctx, as[2], b, ids));
+    r.alloc();
+    r.fill_normal(b);
+    for (Tensor* a : as) r.fill_normal(a);
+    r.fill_normal(w);
+    std::vector<int32_t> idv((size_t)(n_used * T));
+    for (int64_t i = 0; i < n_used * T; ++i) idv[(size_t)i] = (int32_t)((i * 5 + i / 3) % E);
+    r.set_i32(ids, idv);
+
+    const std::vector<uint8_t> ready = cpu::prepared_b_nodes(g.nodes(), {}, 2);
+    auto flag = [&](const Tensor* x) {
+      const auto it = std::find(g.nodes().begin(), g.nodes().end(), x);
+      return it == g.nodes().end() ? -1 : (int)ready[(size_t)(it - g.nodes().begin())];
+    };
+    EXPECT_EQ(flag(gate), 0);
+    EXPECT_EQ(flag(up), 1);
+    EXPECT_EQ(flag(plain), 0);
+    EXPECT_EQ(flag(again), 0);
+
+    ThreadPool pool(2);
+    cpu::compute_graph(g, pool);
+    const Tensor* outs[3] = {gate, up, again};
+    for (int i = 0; i < 3; ++i)
+      EXPECT_LE(
+          nmse(r.get_f32(outs[i]), ref_mul_mat_id(r.get_f32(as[i]), as[i]->ne, r.get_f32(b), b->ne, idv, n_used, T)),
+          1e-4)
+          << dtype_name(t) << " expert product " << i;
+    EXPECT_LE(nmse(r.get_f32(plain), ref_mul_mat(r.get_f32(w), w->ne, r.get_f32(flat), flat->ne)), 1e-4);
+  }
+}
+
 // ---- OUT_PROD ----------------------------------------------------------------------------------
 
 // dst[m, n, i2, i3] = sum_k a[m, k, i2 / (b2 / a2), i3 / (b3 / a3)] * b[n, k, i2, i3]

@@ -139,7 +139,7 @@ bool writes_into(const Tensor* n, const Tensor* t) {
 std::vector<uint8_t> prepared_b_nodes(std::span<Tensor* const> nodes, std::span<const FusedGroup* const> groups,
                                       int nth) {
   std::vector<uint8_t> ready(nodes.size(), 0);
-  const Tensor* holder = nullptr;  // the MUL_MAT whose prepared b the scratch holds
+  const Tensor* holder = nullptr;  // the product whose prepared b the scratch holds
   size_t next_group = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (next_group < groups.size() && groups[next_group]->first == i) {
@@ -152,7 +152,7 @@ std::vector<uint8_t> prepared_b_nodes(std::span<Tensor* const> nodes, std::span<
     if (matmul_b_prepared_by(holder, n, nth)) {
       ready[i] = 1;
     } else if (work_size(n, nth) > 0) {
-      holder = n->op == OpKind::MUL_MAT ? n : nullptr;
+      holder = n->op == OpKind::MUL_MAT || n->op == OpKind::MUL_MAT_ID ? n : nullptr;
     } else if (holder && writes_into(n, holder->src[1])) {  // b itself changed (an in-place step)
       holder = nullptr;
     }

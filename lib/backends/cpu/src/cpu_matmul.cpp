@@ -514,7 +514,9 @@ bool supports_matmul(const Tensor* node) {
 }
 
 bool matmul_b_prepared_by(const Tensor* prev, const Tensor* node, int nth) {
-  if (!prev || prev->op != OpKind::MUL_MAT || node->op != OpKind::MUL_MAT || prev->src[1] != node->src[1]) return false;
+  if (!prev || prev->op != node->op || (node->op != OpKind::MUL_MAT && node->op != OpKind::MUL_MAT_ID) ||
+      prev->src[1] != node->src[1])
+    return false;
   const MatmulPlan a = plan_mul_mat(prev, nth), b = plan_mul_mat(node, nth);
   return !a.private_b && !b.private_b && (b.convert_b || b.need_act || b.need_q8) && a.convert_b == b.convert_b &&
          a.need_act == b.need_act && a.need_q8 == b.need_q8 && (!b.need_act || a.act == b.act) &&

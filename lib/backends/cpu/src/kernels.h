@@ -20,7 +20,7 @@ struct KernelArgs {
   void* wdata = nullptr;       // scratch of work_size bytes, shared by all threads
   size_t wsize = 0;
   ThreadPool* pool = nullptr;  // for barrier() between phases of one node (nullptr: single thread)
-  bool b_ready = false;        // MUL_MAT: an earlier node left b prepared in the scratch
+  bool b_ready = false;        // MUL_MAT(_ID): an earlier node left b prepared in the scratch
   void barrier() const {
     if (pool) pool->barrier();
   }
@@ -43,9 +43,10 @@ LOOM_CPU_FAMILY(elementwise)  // ADD SUB MUL DIV ADD_ID SCALE CLAMP SILU GELU SI
 LOOM_CPU_FAMILY(norm)         // RMS_NORM NORM RMS_NORM_BACK
 LOOM_CPU_FAMILY(reduce)       // SUM SUM_ROWS MEAN ARGMAX ARGSORT TOP_K COUNT_EQUAL
 LOOM_CPU_FAMILY(matmul)       // MUL_MAT MUL_MAT_ID OUT_PROD
-// Whether MUL_MAT `node` finds its b converted / quantized in the shared scratch as `prev` (an
-// earlier MUL_MAT of the same call over the same b) left it, provided only nodes without
-// scratch ran in between (the caller's part): Q/K/V and gate/up then quantize their input once.
+// Whether MUL_MAT or MUL_MAT_ID `node` finds its b converted / quantized in the shared scratch
+// as `prev` (an earlier node of the same op and call over the same b) left it, provided only
+// nodes without scratch ran in between (the caller's part): Q/K/V and gate/up (experts' too)
+// then quantize their input once.
 bool matmul_b_prepared_by(const Tensor* prev, const Tensor* node, int nth);
 LOOM_CPU_FAMILY(attention)    // ROPE ROPE_BACK SOFT_MAX SOFT_MAX_BACK FLASH_ATTN_EXT
 LOOM_CPU_FAMILY(train)        // CROSS_ENTROPY_LOSS CROSS_ENTROPY_LOSS_BACK OPT_STEP_ADAMW OPT_STEP_SGD
