@@ -178,6 +178,22 @@ TEST(Matmul, LargerQuantizedProductManyThreads) {
   }
 }
 
+// Per node of g (2 threads, no fusions): 1 where a product takes b as an earlier one prepared it,
+// -1 for a tensor that is not a node.
+struct PreparedB {
+  const Graph& g;
+  std::vector<uint8_t> ready;
+  explicit PreparedB(const Graph& graph) : g(graph) {
+    std::vector<size_t> sizes;
+    for (const Tensor* n : g.nodes()) sizes.push_back(cpu::work_size(n, 2));
+    ready = cpu::prepared_b_nodes(g.nodes(), {}, sizes, 2);
+  }
+  int operator()(const Tensor* t) const {
+    const auto it = std::find(g.nodes().begin(), g.nodes().end(), t);
+    return it == g.nodes().end() ? -1 : (int)ready[(size_t)(it - g.nodes().begin())];
+  }
+};
+
 // MUL_MATs over one b (Q/K/V, gate/up) prepare it once: a later one finds b quantized in the
 // scratch when only scratch-free nodes ran in between (here SET_ROWS of f32 rows), and prepares
 // it again after a node that used the scratch (CPY f32 -> f16, a product over another b), for
@@ -223,11 +239,7 @@ TEST(Matmul, SiblingProductsPrepareBOnce) {
   for (int64_t i = 0; i < N; ++i) perm[(size_t)i] = (int32_t)((i * 7) % N);
   r.set_i32(ids, perm);
 
-  const std::vector<uint8_t> ready = cpu::prepared_b_nodes(g.nodes(), {}, 2);
-  auto flag = [&](const Tensor* t) {
-    const auto it = std::find(g.nodes().begin(), g.nodes().end(), t);
-    return it == g.nodes().end() ? -1 : (int)ready[(size_t)(it - g.nodes().begin())];
-  };
+  const PreparedB flag(g);
   EXPECT_EQ(flag(m[0]), 0);
   EXPECT_EQ(flag(stored), 0);
   EXPECT_EQ(flag(m[1]), 1);  // after SET_ROWS of f32 rows: no scratch
@@ -455,11 +467,7 @@ TEST(MatmulId, SiblingExpertProductsPrepareBOnce) {
     for (int64_t i = 0; i < n_used * T; ++i) idv[(size_t)i] = (int32_t)((i * 5 + i / 3) % E);
     r.set_i32(ids, idv);
 
-    const std::vector<uint8_t> ready = cpu::prepared_b_nodes(g.nodes(), {}, 2);
-    auto flag = [&](const Tensor* x) {
-      const auto it = std::find(g.nodes().begin(), g.nodes().end(), x);
-      return it == g.nodes().end() ? -1 : (int)ready[(size_t)(it - g.nodes().begin())];
-    };
+    const PreparedB flag(g);
     EXPECT_EQ(flag(gate), 0);
     EXPECT_EQ(flag(up), 1);
     EXPECT_EQ(flag(plain), 0);

@@ -137,7 +137,7 @@ bool writes_into(const Tensor* n, const Tensor* t) {
 }  // namespace
 
 std::vector<uint8_t> prepared_b_nodes(std::span<Tensor* const> nodes, std::span<const FusedGroup* const> groups,
-                                      int nth) {
+                                      std::span<const size_t> sizes, int nth) {
   std::vector<uint8_t> ready(nodes.size(), 0);
   const Tensor* holder = nullptr;  // the product whose prepared b the scratch holds
   size_t next_group = 0;
@@ -151,7 +151,7 @@ std::vector<uint8_t> prepared_b_nodes(std::span<Tensor* const> nodes, std::span<
     if (op_info(n->op).is_view || n->op == OpKind::NONE || n->nelements() == 0) continue;
     if (matmul_b_prepared_by(holder, n, nth)) {
       ready[i] = 1;
-    } else if (work_size(n, nth) > 0) {
+    } else if (sizes[i] > 0) {
       holder = n->op == OpKind::MUL_MAT || n->op == OpKind::MUL_MAT_ID ? n : nullptr;
     } else if (holder && writes_into(n, holder->src[1])) {  // b itself changed (an in-place step)
       holder = nullptr;
@@ -163,11 +163,14 @@ std::vector<uint8_t> prepared_b_nodes(std::span<Tensor* const> nodes, std::span<
 void compute_nodes(const Graph& graph, std::span<Tensor* const> nodes, ThreadPool& pool) {
   const int nth = pool.size();
   size_t wsize = 0;
-  for (Tensor* n : nodes) {
+  std::vector<size_t> sizes(nodes.size());  // each node's scratch
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Tensor* n = nodes[i];
     LOOM_CHECK(supports_node(n), unsupported, "CPU has no kernel for {} '{}' ({}; src0 {})", op_name(n->op), n->name,
                describe(*n), n->src[0] ? describe(*n->src[0]) : "none");
     LOOM_CHECK(n->data || n->nelements() == 0, internal, "node '{}' ({}) has no memory", n->name, op_name(n->op));
-    wsize = std::max(wsize, work_size(n, nth));
+    sizes[i] = work_size(n, nth);
+    wsize = std::max(wsize, sizes[i]);
   }
   std::vector<const FusedGroup*> groups;
   if (fusion_enabled())
@@ -176,7 +179,7 @@ void compute_nodes(const Graph& graph, std::span<Tensor* const> nodes, ThreadPoo
         groups.push_back(&g);
         wsize = std::max(wsize, work_size_fused(g, nth));
       }
-  const std::vector<uint8_t> b_ready = prepared_b_nodes(nodes, groups, nth);
+  const std::vector<uint8_t> b_ready = prepared_b_nodes(nodes, groups, sizes, nth);
   // Kernels write their scratch before reading it: one buffer per calling thread, grown, never
   // cleared (a fresh zeroed one per graph cost a memset of up to the packed b of a prompt).
   thread_local std::vector<uint8_t> work;

@@ -34,10 +34,8 @@ char* scratch_base(const KernelArgs& args) {
   const auto p = reinterpret_cast<uintptr_t>(args.wdata);
   return reinterpret_cast<char*>((p + 63) / 64 * 64);
 }
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool unit_stride(const Tensor* t) { return t->nb[0] == dtype_info(t->type).type_size; }
-bool f32_rows(const Tensor* t) { return t->type == DType::F32 && t->nb[0] == sizeof(float); }
 
 // A whole row of n elements (stride nb0) of a plain float or (unit-stride) quantized type -> f32.
 void row_to_f32_fast(DType type, const char* src, size_t nb0, int64_t n, float* dst) {
@@ -138,7 +136,7 @@ MatmulPlan plan_mul_mat(const Tensor* node, int nth) {
   p.need_act = reads[(int)BForm::act];
   p.need_q8 = reads[(int)BForm::q8] && !(p.need_act && p.act == ActType::q8);  // else the int8 columns serve
   // An f32 copy is also the source of quantization when b is not f32 rows.
-  p.convert_b = !f32_rows(b) && (need_f32 || p.need_act || p.need_q8);
+  p.convert_b = !unit_f32_rows(b) && (need_f32 || p.need_act || p.need_q8);
   p.private_b = !is_id && b->nelements() <= kPrivateBElems;
   const size_t f32_bytes = p.convert_b ? align64(sizeof(float) * (size_t)b->nelements()) : 0;
   const size_t act_bytes = p.need_act ? align64(act_row_bytes(p.act, K) * (size_t)b->nrows()) : 0;
@@ -437,7 +435,7 @@ void mul_mat_id(const KernelArgs& args, Tensor* dst) {
 
 size_t out_prod_work(const Tensor* node) {
   const Tensor* a = node->src[0];
-  return f32_rows(a) ? 0 : align64(sizeof(float) * (size_t)a->nelements()) + 64;
+  return unit_f32_rows(a) ? 0 : align64(sizeof(float) * (size_t)a->nelements()) + 64;
 }
 
 // a {M, K, a2, a3}, b {N, K, b2, b3} -> dst {M, N, b2, b3}: dst[m, n] = sum_k a[m, k] * b[n, k].
@@ -449,7 +447,7 @@ void out_prod(const KernelArgs& args, Tensor* dst) {
   const int64_t M = a->ne[0], K = a->ne[1], N = b->ne[0], b2 = b->ne[2], b3 = b->ne[3];
   const char* adata = static_cast<const char*>(a->data);
   size_t anb[4] = {a->nb[0], a->nb[1], a->nb[2], a->nb[3]};
-  if (!f32_rows(a)) {
+  if (!unit_f32_rows(a)) {
     char* base = scratch_base(args);
     convert_rows(a, reinterpret_cast<float*>(base), args.ith, args.nth);
     args.barrier();

@@ -13,10 +13,10 @@ bool supports_node(const Tensor* node);
 size_t work_size(const Tensor* node, int nth);
 void compute_node(const KernelArgs& args, Tensor* node);
 
-// Per node of a compute call (groups: the fused groups it runs): 1 where a MUL_MAT(_ID) finds
-// its b prepared in the scratch by an earlier one (matmul_b_prepared_by) with only scratch-free nodes
-// in between, so it skips preparing b (KernelArgs::b_ready).
+// Per node of a compute call (groups: the fused groups it runs; sizes: each node's work_size): 1
+// where a MUL_MAT(_ID) finds its b prepared in the scratch by an earlier one (matmul_b_prepared_by) with only
+// scratch-free nodes in between, so it skips preparing b (KernelArgs::b_ready).
 std::vector<uint8_t> prepared_b_nodes(std::span<Tensor* const> nodes, std::span<const FusedGroup* const> groups,
-                                      int nth);
+                                      std::span<const size_t> sizes, int nth);
 
 }  // namespace loom::cpu

@@ -26,6 +26,8 @@ struct KernelArgs {
   }
 };
 
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 // Rows [first, last) of n that thread ith of nth handles.
 inline void split_rows(int64_t n, int ith, int nth, int64_t& first, int64_t& last) {
   const int64_t per = (n + nth - 1) / nth;

@@ -38,7 +38,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr size_t kPackBudget = size_t(8) << 20;
 
 size_t align64(size_t x) { return (x + 63) / 64 * 64; }
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // q {D, n_q, h, nb}, k {D, n_kv, h_kv, nb}, v {Dv, n_kv, h_kv, nb} -> dst {Dv, h, n_q, nb}
 struct Shape {

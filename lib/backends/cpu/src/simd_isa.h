@@ -11,38 +11,29 @@
 
 namespace loom::cpu {
 
-#define LOOM_ROWS_DOT_Q(level)                                                                               \
-  void rows_dot_q8_0_##level(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, \
-                             float* const* out);                                                             \
-  void rows_dot_q4_0_##level(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, \
-                             float* const* out);                                                             \
-  void rows_dot_q4_k_##level(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, \
-                             float* const* out);                                                             \
-  void rows_dot_q6_k_##level(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, \
-                             float* const* out);                                                             \
-  void quantize_q8_##level(const float* x, void* dst, int64_t K);                                            \
+#define LOOM_ROWS_DOT_Q(level)                                                                                  \
+  void rows_dot_q8_0_##level(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,    \
+                             float* const* out);                                                                \
+  void rows_dot_q4_0_##level(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,    \
+                             float* const* out);                                                                \
+  void rows_dot_q4_k_##level(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,    \
+                             float* const* out);                                                                \
+  void rows_dot_q6_k_##level(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,    \
+                             float* const* out);                                                                \
+  /* repacked rows (cpu_repack.h) */                                                                            \
+  void rows_dot_q8_0_r8_##level(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, \
+                                float* const* out);                                                             \
+  void rows_dot_q4_0_r8_##level(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, \
+                                float* const* out);                                                             \
+  void rows_dot_q4_k_r8_##level(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, \
+                                float* const* out);                                                             \
+  void rows_dot_q6_k_r8_##level(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, \
+                                float* const* out);                                                             \
+  void quantize_q8_##level(const float* x, void* dst, int64_t K);                                               \
   void quantize_q8k_##level(const float* x, void* dst, int64_t K);
 
 LOOM_ROWS_DOT_Q(avx2)
 LOOM_ROWS_DOT_Q(avx512)
-// Repacked rows (cpu_repack.h).
-void rows_dot_q8_0_r8_avx2(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
-                           float* const* out);
-void rows_dot_q4_0_r8_avx2(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
-                           float* const* out);
-void rows_dot_q4_k_r8_avx2(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
-                           float* const* out);
-void rows_dot_q6_k_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
-                             float* const* out);
-void rows_dot_q6_k_r8_avx2(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
-                           float* const* out);
-void rows_dot_q8_0_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
-                             float* const* out);
-void rows_dot_q4_0_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
-                             float* const* out);
-void rows_dot_q4_k_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
-                             float* const* out);
-
 #undef LOOM_ROWS_DOT_Q
 
 }  // namespace loom::cpu
