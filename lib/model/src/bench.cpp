@@ -26,22 +26,30 @@ double BenchTest::stddev_ns() const { return stddev_of(samples_ns); }
 double BenchTest::avg_ts() const { return mean_of(samples_ts); }
 double BenchTest::stddev_ts() const { return stddev_of(samples_ts); }
 
-BenchTest bench_run(Session& session, int64_t n_prompt, int64_t n_gen, int reps) {
+BenchTest bench_run(Session& session, int64_t n_prompt, int64_t n_gen, int reps, int64_t n_depth) {
   BenchTest t;
   t.n_prompt = n_prompt;
   t.n_gen = n_gen;
+  t.n_depth = n_depth;
   t.name = n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
+  if (n_depth > 0) t.name += " @ d" + std::to_string(n_depth);
   const int64_t n_vocab = session.model().hparams().n_vocab;
   std::mt19937 rng(1234);
-  std::vector<int32_t> tokens((size_t)std::max<int64_t>(n_prompt, 1));
+  std::vector<int32_t> tokens((size_t)std::max<int64_t>(n_depth + n_prompt, 1));
   for (auto& x : tokens) x = (int32_t)(rng() % (uint32_t)n_vocab);
+  auto prompt = [&](int64_t from, int64_t n_tokens) {
+    for (int64_t i = 0; i < n_tokens; i += session.params().n_batch) {
+      const int64_t n = std::min(session.params().n_batch, n_tokens - i);
+      session.decode(std::span<const int32_t>(tokens.data() + from + i, (size_t)n));
+    }
+  };
+  // One repetition: the cache filled to the depth (not timed), then the test; its nanoseconds.
   auto run_once = [&]() {
     session.clear();
+    prompt(0, n_depth);
+    const auto t0 = std::chrono::steady_clock::now();
     if (n_prompt > 0) {
-      for (int64_t i = 0; i < n_prompt; i += session.params().n_batch) {
-        const int64_t n = std::min(session.params().n_batch, n_prompt - i);
-        session.decode(std::span<const int32_t>(tokens.data() + i, (size_t)n));
-      }
+      prompt(n_depth, n_prompt);
     } else {
       int32_t tok = tokens[0];
       for (int64_t i = 0; i < n_gen; ++i) {
@@ -49,12 +57,11 @@ BenchTest bench_run(Session& session, int64_t n_prompt, int64_t n_gen, int reps)
         tok = (int32_t)((tok + 1) % n_vocab);
       }
     }
+    return (double)std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   };
   run_once();  // warm-up: pages, caches, thread pool
   for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    run_once();
-    const double ns = (double)std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    const double ns = run_once();
     t.samples_ns.push_back(ns);
     t.samples_ts.push_back(1e9 * (double)(n_prompt > 0 ? n_prompt : n_gen) / ns);
   }

@@ -1,5 +1,6 @@
 // Model throughput measurement behind loom-bench (llama-bench's method): pp = one prompt of
-// n_prompt tokens from an empty cache; tg = n_gen single-token decodes; r repetitions each.
+// n_prompt tokens; tg = n_gen single-token decodes; r repetitions each, every one from a cache
+// first filled with n_depth tokens (not timed; llama-bench's -d).
 #pragma once
 
 #include <cstdint>
@@ -11,9 +12,10 @@
 namespace loom {
 
 struct BenchTest {
-  std::string name;        // "pp512" / "tg128"
+  std::string name;  // "pp512" / "tg128" / "tg128 @ d4096"
   int64_t n_prompt = 0;
   int64_t n_gen = 0;
+  int64_t n_depth = 0;
   std::vector<double> samples_ns;
   std::vector<double> samples_ts;  // tokens per second per repetition
   double avg_ns() const;
@@ -22,7 +24,8 @@ struct BenchTest {
   double stddev_ts() const;
 };
 
-// Runs one test (n_prompt > 0: prompt processing; else n_gen decodes) reps times after a warm-up.
-BenchTest bench_run(Session& session, int64_t n_prompt, int64_t n_gen, int reps);
+// Runs one test (n_prompt > 0: prompt processing; else n_gen decodes) reps times after a warm-up,
+// each after n_depth tokens of context.
+BenchTest bench_run(Session& session, int64_t n_prompt, int64_t n_gen, int reps, int64_t n_depth = 0);
 
 }  // namespace loom
