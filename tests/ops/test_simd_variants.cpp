@@ -725,6 +725,7 @@ TEST_P(MathLevelTest, FlashAttentionTiledOddShapes) {
     bool causal;
     float softcap;
     int64_t b = 1;
+    int64_t filled = 0;  // > 0: keys from here on hidden (a cache's unused slots)
   };
   const Case cases[] = {{64, 64, 1, 130, 8, 2, false, 0.0f},
                         {40, 24, 37, 150, 4, 1, true, 0.0f},
@@ -734,36 +735,40 @@ TEST_P(MathLevelTest, FlashAttentionTiledOddShapes) {
                         {64, 64, 1, 700, 8, 2, false, 0.0f},
                         {64, 32, 2, 1000, 4, 4, true, 30.0f},
                         {128, 128, 3, 600, 8, 8, false, 0.0f},
+                        // decode chunks that see no key (unused cache slots), two batches
+                        {64, 64, 1, 900, 16, 4, false, 0.0f, 1, 200},
+                        {64, 48, 2, 333, 8, 2, false, 0.0f, 2, 70},
                         // prompts: K blocks of 256 + 64 dims; ~5 MB heads, one per phase, 2 batches
                         {320, 48, 10, 70, 2, 1, true, 0.0f},
                         {288, 32, 9, 4000, 2, 1, true, 0.0f, 2}};
   for (const Case& c : cases)
-    for (DType kv : {DType::F16, DType::F32}) {
-      OpRunner r;
-      Tensor* q = r.input(DType::F32, {c.D, c.n_q, c.h, c.b}, "q");
-      Tensor* k = r.input(kv, {c.D, c.n_kv, c.h_kv, c.b}, "k");
-      Tensor* v = r.input(kv, {c.Dv, c.n_kv, c.h_kv, c.b}, "v");
-      Tensor* mask = r.input(DType::F32, {c.n_kv, c.n_q}, "mask");
-      Tensor* out = ops::flash_attn_ext(r.ctx, q, k, v, mask, 1.0f / std::sqrt((float)c.D), 0.0f, c.softcap);
-      r.alloc();
-      r.fill_normal(q);
-      r.fill_normal(k);
-      r.fill_normal(v);
-      std::vector<float> mv((size_t)(c.n_kv * c.n_q), 0.0f);
-      for (int64_t iq = 0; iq < c.n_q; ++iq)
-        for (int64_t j = 0; j < c.n_kv; ++j) {
-          const bool hidden = c.causal ? j > c.n_kv - c.n_q + iq : (j % 7 == 3);
-          mv[(size_t)(iq * c.n_kv + j)] = hidden || (c.n_q > 2 && iq == 1) ? -INFINITY : 0.0f;  // row 1 sees nothing
-        }
-      r.set_f32(mask, mv);
-      r.compute(out, 2);
-      const auto got = r.get_f32(out);
-      const auto want = ref_flash(r.get_f32(q), q->ne, r.get_f32(k), k->ne, r.get_f32(v), v->ne, &mv, c.n_kv,
-                                  1.0f / std::sqrt((float)c.D), c.softcap);
-      EXPECT_LE(nmse(got, want), 1e-9) << "D " << c.D << " n_q " << c.n_q << " n_kv " << c.n_kv << " "
-                                       << dtype_name(kv);
-      for (float g : got) ASSERT_FALSE(std::isnan(g));
-    }
+    for (DType kv : {DType::F16, DType::F32})
+      for (int nth : {2, 3}) {  // decode splits the keys into chunks per thread count
+        OpRunner r;
+        Tensor* q = r.input(DType::F32, {c.D, c.n_q, c.h, c.b}, "q");
+        Tensor* k = r.input(kv, {c.D, c.n_kv, c.h_kv, c.b}, "k");
+        Tensor* v = r.input(kv, {c.Dv, c.n_kv, c.h_kv, c.b}, "v");
+        Tensor* mask = r.input(DType::F32, {c.n_kv, c.n_q}, "mask");
+        Tensor* out = ops::flash_attn_ext(r.ctx, q, k, v, mask, 1.0f / std::sqrt((float)c.D), 0.0f, c.softcap);
+        r.alloc();
+        r.fill_normal(q);
+        r.fill_normal(k);
+        r.fill_normal(v);
+        std::vector<float> mv((size_t)(c.n_kv * c.n_q), 0.0f);
+        for (int64_t iq = 0; iq < c.n_q; ++iq)
+          for (int64_t j = 0; j < c.n_kv; ++j) {
+            const bool hidden = (c.causal ? j > c.n_kv - c.n_q + iq : (j % 7 == 3)) || (c.filled > 0 && j >= c.filled);
+            mv[(size_t)(iq * c.n_kv + j)] = hidden || (c.n_q > 2 && iq == 1) ? -INFINITY : 0.0f;  // row 1 sees nothing
+          }
+        r.set_f32(mask, mv);
+        r.compute(out, nth);
+        const auto got = r.get_f32(out);
+        const auto want = ref_flash(r.get_f32(q), q->ne, r.get_f32(k), k->ne, r.get_f32(v), v->ne, &mv, c.n_kv,
+                                    1.0f / std::sqrt((float)c.D), c.softcap);
+        EXPECT_LE(nmse(got, want), 1e-9) << "D " << c.D << " n_q " << c.n_q << " n_kv " << c.n_kv << " "
+                                         << dtype_name(kv) << " threads " << nth;
+        for (float g : got) ASSERT_FALSE(std::isnan(g));
+      }
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, MathLevelTest, testing::ValuesIn(kLevels), level_name);

@@ -9,9 +9,13 @@
 //   O += P V                   register tiles over V panels [16 dims][key] x P packed [key][nr]
 // and finally out = O / l (zeros for a row that saw no visible key). Tiles every row of the
 // unit masks out entirely (causal prompts) are skipped.
-// Decode (a unit of at most kMaxDotCols rows, plain float K and V) streams K and V instead of
+// Decode (at most kMaxDotCols rows per kv head, plain float K and V) streams K and V instead of
 // packing them: S by the row-dot kernels of K's type (the decode GEMV), O += P V by rows_axpy
-// from the V rows; the K/V cache is read once, in place, as a memory-bound pass should.
+// from the V rows, read once, in place. A decode unit runs every kv head over a chunk of the
+// keys, a few keys at a time with the heads inside, so that the cache rows (each holding every
+// kv head of a key) stream past in order, which the hardware prefetcher follows (one head over
+// all keys, a 128-byte slice of every 512-byte row, ran at half the bandwidth); the chunks'
+// softmax states (O, m, l) merge after.
 #include "simd_flash.h"
 
 #include <algorithm>
@@ -41,8 +45,10 @@ size_t align64(size_t x) { return (x + 63) / 64 * 64; }
 
 // q {D, n_q, h, nb}, k {D, n_kv, h_kv, nb}, v {Dv, n_kv, h_kv, nb} -> dst {Dv, h, n_q, nb}
 struct Shape {
-  int64_t D, Dv, n_q, n_head, n_kv, group, qb, R;
-  bool stream;  // decode: K and V read in place (no panels)
+  int64_t D, Dv, n_q, n_head, n_kv, group, qb;
+  int64_t cols;  // rows of a unit per kv head (qb positions x group)
+  int64_t R;     // rows of a unit: cols, or cols x every kv head in decode
+  bool stream;   // decode: K and V read in place (no panels), all kv heads per unit
   // prompt panels of one kv head, as the f32 tiles read them: K in blocks of kGemmKc dims, each
   // [key / 16][kc][16]; V per tile of kKeyTile keys, each [dim / 16][key][16]
   int64_t k_groups, v_tiles, dv16;
@@ -61,10 +67,11 @@ Shape shape_of(const Tensor* dst) {
   s.n_kv = k->ne[1];
   s.group = q->ne[2] / k->ne[2];
   s.qb = std::clamp<int64_t>(kRowsTarget / s.group, 1, s.n_q);  // positions per unit
-  s.R = s.qb * s.group;
+  s.cols = s.qb * s.group;
   const WeightKernels* kk = weight_kernels(k->type);
   const WeightKernels* vk = weight_kernels(v->type);
-  s.stream = s.R <= kMaxDotCols && kk->act == ActType::f32 && kk->rows_dot && vk->rows_axpy;
+  s.stream = s.cols <= kMaxDotCols && kk->act == ActType::f32 && kk->rows_dot && vk->rows_axpy;
+  s.R = s.stream ? s.cols * k->ne[2] : s.cols;
   s.k_groups = ceil_div(s.n_kv, kPanelRows);
   s.v_tiles = ceil_div(s.n_kv, kKeyTile);
   s.dv16 = ceil_div(s.Dv, kPanelRows) * kPanelRows;
@@ -106,17 +113,25 @@ Layout layout_of(const Shape& f) {
   return L;
 }
 
-// Asks for every cache line of the tile's K and V rows at once, whole row strides: a cache row
-// holds every kv head's values of a token, which the other units read next (measured: asking
-// for this head's bytes only was slower). In decode the K/V cache is cold (the weights streamed
-// past since the last token) and a unit reads too few rows for the hardware prefetcher to get
-// ahead, so the loads would wait on memory one stream at a time.
-void prefetch_rows(const char* k, size_t ldk, int64_t rows, const char* v, size_t ldv) {
-  for (int64_t j = 0; j < rows; ++j) {
-    for (size_t b = 0; b < ldk; b += 64) __builtin_prefetch(k + j * ldk + b);
-    for (size_t b = 0; b < ldv; b += 64) __builtin_prefetch(v + j * ldv + b);
-  }
+// Decode: keys per step of the kv-head loop (one head over more keys at a time leaves the
+// rows' order for the prefetcher: 8 keys already read slower than 4).
+constexpr int64_t kDecodeKeys = 2;
+
+// Asks for the cache lines of `rows` rows (stride ldx), `bytes` from each row's start.
+void prefetch_rows(const char* x, size_t ldx, int64_t rows, size_t bytes) {
+  for (int64_t j = 0; j < rows; ++j)
+    for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(x + j * ldx + b);
 }
+
+// Decode chunks of the keys: enough units for every thread twice over (a thread the shared host
+// slows leaves little to wait on), whole key tiles each. Returns the keys per chunk.
+int64_t decode_chunk_keys(const Shape& f, int64_t blocks, int nth) {
+  const int64_t tiles = ceil_div(f.n_kv, kKeyTile);
+  const int64_t want = std::clamp<int64_t>(ceil_div(2 * nth, blocks), 1, tiles);
+  return ceil_div(tiles, want) * kKeyTile;
+}
+// Floats of one decode unit's softmax state: O (R x Dv), then m and l (R each).
+size_t decode_state_floats(const Shape& f) { return (size_t)(f.R * (f.Dv + 2)); }
 
 // Item `it` of packing one kv head into `panels` (Shape::head_floats): items below k_groups
 // are groups of 16 keys of K, the rest tiles of kKeyTile keys of V. `rows`: kPanelRows x
@@ -161,7 +176,13 @@ bool flash_tiled_supported(const Tensor* node) {
 
 size_t flash_tiled_work_size(const Tensor* node, int nth) {
   const Shape f = shape_of(node);
-  return layout_of(f).total * (size_t)nth + sizeof(float) * f.head_floats * (size_t)f.chunk_heads + 128;
+  size_t shared = sizeof(float) * f.head_floats * (size_t)f.chunk_heads;  // prompts: K/V panels
+  if (f.stream) {                                                         // decode: the chunks' softmax states
+    const int64_t blocks = node->src[0]->ne[3] * ceil_div(f.n_q, f.qb);
+    const int64_t chunks = ceil_div(f.n_kv, decode_chunk_keys(f, blocks, nth));
+    shared = sizeof(float) * decode_state_floats(f) * (size_t)(blocks * chunks);
+  }
+  return layout_of(f).total * (size_t)nth + shared + 128;
 }
 
 void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
@@ -204,14 +225,16 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
 
   const int64_t n_pb = (f.n_q + f.qb - 1) / f.qb;
   const int64_t n_kvh = k->ne[2];
-  // Unit (head hh = batch * n_kvh + kv head, position block pb); `panels`: the head's K/V panels
-  // (prompts) or nullptr (decode).
-  auto unit = [&](int64_t hh, int64_t pb, const float* panels) {
-    const int64_t ikv = hh % n_kvh, ib = hh / n_kvh;
+  // Unit: the rows of position block pb of batch ib for kv heads [e0, e0 + ne) against keys
+  // [ja, jb); `panels`: the head's K/V panels (prompts, ne = 1) or nullptr (decode); `state`: where
+  // a decode chunk leaves its softmax state (nullptr: the rows' outputs are written).
+  auto unit = [&](int64_t ib, int64_t e0, int64_t ne, int64_t pb, int64_t ja, int64_t jb, const float* panels,
+                  float* state) {
     const int64_t p0 = pb * f.qb, np = std::min(f.qb, f.n_q - p0);
-    const int64_t R = np * f.group;  // row r: position p0 + r / group, head ikv * group + r % group
+    const int64_t C = np * f.group;  // rows per kv head
+    const int64_t R = C * ne;        // row r: kv head e0 + r / C, position p0 + r % C / group, head of it r % group
     for (int64_t r = 0; r < R; ++r) {
-      const int64_t iq = p0 + r / f.group, h = ikv * f.group + r % f.group;
+      const int64_t iq = p0 + r % C / f.group, h = (e0 + r / C) * f.group + r % f.group;
       const float* src = reinterpret_cast<const float*>(row_ptr(q, iq, h, ib));
       float* qr = qs + r * f.D;
       for (int64_t d = 0; d < f.D; ++d) qr[d] = src[d] * scale;
@@ -227,13 +250,13 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
     // q packed once for all the unit's key tiles (its R columns; offsets by R below)
     if (!f.stream)
       gemm_f32_pack_b(gk, DType::F32, f.D, R, qs, (size_t)f.D, qpack, 0, gemm_f32_pack_items(gk, DType::F32, f.D, R));
-    const char* kbase = row_ptr(k, 0, ikv, ib);
-    const char* vbase = row_ptr(v, 0, ikv, ib);
+    const char* kbase = row_ptr(k, 0, e0, ib);
+    const char* vbase = row_ptr(v, 0, e0, ib);
+    const size_t krow = std::min((size_t)ne * k->nb[2], k->nb[1]), vrow = std::min((size_t)ne * v->nb[2], v->nb[1]);
 
-    for (int64_t j0 = 0; j0 < f.n_kv; j0 += kKeyTile) {
-      const int64_t kt_full = std::min(kKeyTile, f.n_kv - j0);
+    for (int64_t j0 = ja; j0 < jb; j0 += kKeyTile) {
+      const int64_t kt_full = std::min(kKeyTile, jb - j0);
       int64_t kt = kt_full;
-      if (f.stream) prefetch_rows(kbase + j0 * k->nb[1], k->nb[1], kt, vbase + j0 * v->nb[1], v->nb[1]);
       // the tile's mask as f32 per row (rows of one mask row share it); the tile ends after the
       // last key some row can see (a causal prompt's diagonal tile: those keys' P would be 0)
       // and is skipped if no row sees any
@@ -254,7 +277,7 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
           for (int64_t j = 0; j < kt; ++j) seen[j] |= (int32_t)(m[j] != kNegInf);
           // the row's next tile: a mask row is read a tile at a time, too little for the
           // hardware prefetcher to follow
-          if (j0 + kKeyTile < f.n_kv) {
+          if (j0 + kKeyTile < jb) {
             const char* next = mrow[r] + (j0 + kKeyTile) * mask->nb[0];
             for (size_t b = 0; b < kKeyTile * mask->nb[0]; b += 64) __builtin_prefetch(next + b);
           }
@@ -263,8 +286,16 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
         if (kt == 0) continue;
       }
       // S = (scale q) K^T for this tile: rows r, keys j
-      if (f.stream) {
-        kk->rows_dot(f.D, kbase + j0 * k->nb[1], k->nb[1], kt, qptr, (int)R, sptr);
+      if (f.stream) {  // a few keys at a time, every kv head of them
+        for (int64_t jj = 0; jj < kt; jj += kDecodeKeys) {
+          const int64_t ns = std::min(kDecodeKeys, kt - jj);
+          prefetch_rows(vbase + (j0 + jj) * v->nb[1], v->nb[1], ns, vrow);  // for the PV pass below
+          for (int64_t e = 0; e < ne; ++e) {
+            float* so[kMaxDotCols];
+            for (int64_t c = 0; c < C; ++c) so[c] = sptr[e * C + c] + jj;
+            kk->rows_dot(f.D, kbase + e * k->nb[2] + (j0 + jj) * k->nb[1], k->nb[1], ns, qptr + e * C, (int)C, so);
+          }
+        }
       } else {
         // per column group of q (in L1) over the tile's K panels (in L1 after the first group)
         float* cp[16];
@@ -306,8 +337,15 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
         if (alpha[r] != 1.0f) scale_f32(f.Dv, alpha[r], O + r * f.Dv);
         M[r] = Mnew[r];
       }
-      if (f.stream) {  // O += P V straight from the V rows
-        vk->rows_axpy(f.Dv, kt, vbase + j0 * v->nb[1], v->nb[1], S, kKeyTile, (int)R, O, f.Dv);
+      if (f.stream) {  // O += P V straight from the V rows, in the same order
+        for (int64_t jj = 0; jj < kt; jj += kDecodeKeys) {
+          const int64_t ns = std::min(kDecodeKeys, kt - jj);
+          const int64_t jn = j0 + kKeyTile + jj;  // the next tile's K rows, for its S pass
+          prefetch_rows(kbase + jn * k->nb[1], k->nb[1], std::min(ns, jb - jn), krow);
+          for (int64_t e = 0; e < ne; ++e)
+            vk->rows_axpy(f.Dv, ns, vbase + e * v->nb[2] + (j0 + jj) * v->nb[1], v->nb[1], S + e * C * kKeyTile + jj,
+                          kKeyTile, (int)C, O + e * C * f.Dv, f.Dv);
+        }
         continue;
       }
       // O += P V, columns of nr rows at a time, over the tile's V panel ([dim / 16][kt_full][16]);
@@ -325,8 +363,14 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
         }
       }
     }
+    if (state) {  // a decode chunk: O, m and l as they are
+      std::copy(O, O + R * f.Dv, state);
+      std::copy(M, M + R, state + f.R * f.Dv);
+      std::copy(Lsum, Lsum + R, state + f.R * (f.Dv + 1));
+      return;
+    }
     for (int64_t r = 0; r < R; ++r) {
-      const int64_t iq = p0 + r / f.group, h = ikv * f.group + r % f.group;
+      const int64_t iq = p0 + r % C / f.group, h = (e0 + r / C) * f.group + r % f.group;
       float* out = reinterpret_cast<float*>(row_ptr(dst, h, iq, ib));
       const float inv = Lsum[r] > 0.0f ? 1.0f / Lsum[r] : 0.0f;
       const float* o = O + r * f.Dv;
@@ -334,12 +378,44 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
     }
   };
 
-  const int64_t heads = q->ne[3] * n_kvh;
   if (f.stream) {
-    // units: (head, position block), positions fastest; shared dynamically
-    for_units(args, heads * n_pb, [&](int64_t u) { unit(u / n_pb, u % n_pb, nullptr); });
+    // units: (batch, position block, chunk of keys), chunks fastest, every kv head in each
+    const int64_t blocks = q->ne[3] * n_pb;
+    const int64_t ck = decode_chunk_keys(f, blocks, args.nth), nch = ceil_div(f.n_kv, ck);
+    if (nch == 1) {
+      for_units(args, blocks, [&](int64_t b) { unit(b / n_pb, 0, n_kvh, b % n_pb, 0, f.n_kv, nullptr, nullptr); });
+      return;
+    }
+    auto* states = reinterpret_cast<float*>(base + L.total * args.nth);
+    const size_t sf = decode_state_floats(f);
+    for_units(args, blocks * nch, [&](int64_t u) {
+      const int64_t b = u / nch, c0 = u % nch * ck;
+      unit(b / n_pb, 0, n_kvh, b % n_pb, c0, std::min(f.n_kv, c0 + ck), nullptr, states + (size_t)u * sf);
+    });
+    args.barrier();
+    // the chunks' states merged per row: m = max m_c, l = sum l_c e^(m_c - m), out = sum O_c e^(m_c - m) / l
+    for_units(args, blocks, [&](int64_t b) {
+      const int64_t ib = b / n_pb, p0 = b % n_pb * f.qb, C = std::min(f.qb, f.n_q - p0) * f.group;
+      const float* st = states + (size_t)b * nch * sf;
+      for (int64_t r = 0; r < C * n_kvh; ++r) {
+        float m = kNegInf;
+        for (int64_t c = 0; c < nch; ++c) m = std::max(m, st[c * sf + f.R * f.Dv + r]);
+        float l = 0.0f;
+        float* out = reinterpret_cast<float*>(row_ptr(dst, r / C * f.group + r % f.group, p0 + r % C / f.group, ib));
+        std::fill(out, out + f.Dv, 0.0f);
+        if (m == kNegInf) continue;  // no visible key: zeros, as the reference
+        for (int64_t c = 0; c < nch; ++c) {
+          const float* sc = st + c * sf;
+          const float w = std::exp(sc[f.R * f.Dv + r] - m);  // 0 for a chunk that saw no key
+          l += w * sc[f.R * (f.Dv + 1) + r];
+          f32k->axpy(f.Dv, w, sc + r * f.Dv, out);
+        }
+        scale_f32(f.Dv, 1.0f / l, out);
+      }
+    });
     return;
   }
+  const int64_t heads = q->ne[3] * n_kvh;
   // Prompts: per chunk of heads, the panels by all threads, then the chunk's units (claimed
   // dynamically)
   const int64_t head_items = f.k_groups + f.v_tiles;
@@ -353,8 +429,10 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
     args.barrier();
     // the chunk's heads of one position block one after the other (they read the same mask
     // rows), the dearest (last) position blocks of a causal prompt first
-    for_units(args, nh * n_pb,
-              [&](int64_t u) { unit(h0 + u % nh, n_pb - 1 - u / nh, packed + (size_t)(u % nh) * f.head_floats); });
+    for_units(args, nh * n_pb, [&](int64_t u) {
+      const int64_t hh = h0 + u % nh;
+      unit(hh / n_kvh, hh % n_kvh, 1, n_pb - 1 - u / nh, 0, f.n_kv, packed + (size_t)(u % nh) * f.head_floats, nullptr);
+    });
     args.barrier();
   }
 }
