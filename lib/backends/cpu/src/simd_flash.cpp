@@ -113,8 +113,8 @@ Layout layout_of(const Shape& f) {
   return L;
 }
 
-// Decode: keys per step of the kv-head loop (one head over more keys at a time leaves the
-// rows' order for the prefetcher: 8 keys already read slower than 4).
+// Decode: keys per step of the kv-head loop. Measured (tg32 at depth 3500, small llama, 1 / 2
+// threads): 2 keys 51 / 83 t/s, 1 key 44 / 66, 4 keys 43 / 67, 8 keys 43 / -.
 constexpr int64_t kDecodeKeys = 2;
 
 // Asks for the cache lines of `rows` rows (stride ldx), `bytes` from each row's start.
