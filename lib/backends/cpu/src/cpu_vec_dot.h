@@ -5,6 +5,7 @@
 // its own table; weight_kernels() returns the active level's, so callers never name an ISA.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -86,6 +87,29 @@ using QuantizeActFn = void (*)(const float* x, void* dst, int64_t K);
 // (loom/core/fp16.h: round to nearest even, one quiet NaN) give.
 using RowFromF32Fn = void (*)(const float* src, void* dst, int64_t n);
 
+// Rows whose cache lines a kernel asks for as it goes (rows j < rows at base + j * ld, `bytes`
+// from each row's start), in step with its own rows j.
+struct PrefetchRows {
+  const char* base = nullptr;
+  size_t ld = 0;
+  int64_t rows = 0;
+  size_t bytes = 0;
+  void ask(int64_t j0, int64_t j1) const {
+    for (int64_t j = j0; j < std::min(j1, rows); ++j)
+      for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(base + j * ld + b);
+  }
+};
+// Decode attention's key-order walk (simd_flash.cpp). Rows x_jh (key j, head h < nh) at
+// x + j * ldx + h * ldh bytes; keys are visited a few at a time with every head inside, the
+// rows' memory order when a cache row holds every head of a key.
+//   heads_dot:  out[h * nc + c][j] = a_jh . b[h * nc + c] for keys j < nr, c < nc <= kMaxDotCols
+using HeadsDotFn = void (*)(int64_t K, const void* a, size_t lda, size_t ldh, int64_t nr, int nh, const float* const* b,
+                            int nc, float* const* out, const PrefetchRows& pf);
+//   heads_axpy: y_i[0, n) += sum_{j < m} p[i * ldp + j] * x_jh[0, n) for i = h * nr + r, r < nr <= kMaxDotCols,
+//               y_i at y + i * ldy floats
+using HeadsAxpyFn = void (*)(int64_t n, int64_t m, const void* x, size_t ldx, size_t ldh, int nh, const float* p,
+                             size_t ldp, int nr, float* y, size_t ldy, const PrefetchRows& pf);
+
 struct WeightKernels {
   DType type;
   int64_t block;  // elements per block (1 for plain floats)
@@ -101,6 +125,9 @@ struct WeightKernels {
   RowsDotFn rows_dot_r8 = nullptr;
   // F16 / BF16: f32 -> a row of the type (the KV cache's SET_ROWS, CPY); nullptr elsewhere.
   RowFromF32Fn from_f32 = nullptr;
+  // Plain floats at the SIMD levels: decode attention's key-order walk; nullptr elsewhere.
+  HeadsDotFn heads_dot = nullptr;
+  HeadsAxpyFn heads_axpy = nullptr;
 };
 
 // Kernels of a weight type at the active level (or at `isa`), nullptr when the type has none (I32).

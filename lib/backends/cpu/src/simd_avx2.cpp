@@ -195,13 +195,18 @@ void f32_to_bf16_fast(const float* src, void* dst, int64_t n) {
   for (; i < n; ++i) d[i] = f32_to_bf16(src[i]);
 }
 
+#include "simd_heads.h"  // this level's copy of the decode walk, over dot_row and rows_axpy_n above
+
 const WeightKernels kKernels[] = {
     {DType::F32, 1, sizeof(float), dot_cols_fast<DType::F32>, to_f32_fast<DType::F32>, axpy_fast<DType::F32>,
-     ActType::f32, rows_dot_fast<DType::F32>, rows_axpy_fast<DType::F32>},
+     ActType::f32, rows_dot_fast<DType::F32>, rows_axpy_fast<DType::F32>, nullptr, nullptr, heads_dot_fast<DType::F32>,
+     heads_axpy_fast<DType::F32>},
     {DType::F16, 1, sizeof(fp16_t), dot_cols_fast<DType::F16>, to_f32_fast<DType::F16>, axpy_fast<DType::F16>,
-     ActType::f32, rows_dot_fast<DType::F16>, rows_axpy_fast<DType::F16>, nullptr, f32_to_f16_fast},
+     ActType::f32, rows_dot_fast<DType::F16>, rows_axpy_fast<DType::F16>, nullptr, f32_to_f16_fast,
+     heads_dot_fast<DType::F16>, heads_axpy_fast<DType::F16>},
     {DType::BF16, 1, sizeof(bf16_t), dot_cols_fast<DType::BF16>, to_f32_fast<DType::BF16>, axpy_fast<DType::BF16>,
-     ActType::f32, rows_dot_fast<DType::BF16>, rows_axpy_fast<DType::BF16>, nullptr, f32_to_bf16_fast},
+     ActType::f32, rows_dot_fast<DType::BF16>, rows_axpy_fast<DType::BF16>, nullptr, f32_to_bf16_fast,
+     heads_dot_fast<DType::BF16>, heads_axpy_fast<DType::BF16>},
     {DType::Q8_0, kQK8_0, sizeof(BlockQ8_0), dot_cols<DecQ8_0>, to_f32<DecQ8_0>, nullptr, ActType::q8,
      rows_dot_q8_0_avx2, nullptr, rows_dot_q8_0_r8_avx2},
     {DType::Q4_0, kQK4_0, sizeof(BlockQ4_0), dot_cols<DecQ4_0>, to_f32<DecQ4_0>, nullptr, ActType::q8,

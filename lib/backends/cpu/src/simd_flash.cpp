@@ -70,7 +70,7 @@ Shape shape_of(const Tensor* dst) {
   s.cols = s.qb * s.group;
   const WeightKernels* kk = weight_kernels(k->type);
   const WeightKernels* vk = weight_kernels(v->type);
-  s.stream = s.cols <= kMaxDotCols && kk->act == ActType::f32 && kk->rows_dot && vk->rows_axpy;
+  s.stream = s.cols <= kMaxDotCols && kk->heads_dot && vk->heads_axpy;
   s.R = s.stream ? s.cols * k->ne[2] : s.cols;
   s.k_groups = ceil_div(s.n_kv, kPanelRows);
   s.v_tiles = ceil_div(s.n_kv, kKeyTile);
@@ -111,16 +111,6 @@ Layout layout_of(const Shape& f) {
   L.ptrs = take(sizeof(void*) * 5 * (size_t)f.R);
   L.total = align64(off);
   return L;
-}
-
-// Decode: keys per step of the kv-head loop. Measured (tg32 at depth 3500, small llama, 1 / 2
-// threads): 2 keys 51 / 83 t/s, 1 key 44 / 66, 4 keys 43 / 67, 8 keys 43 / -.
-constexpr int64_t kDecodeKeys = 2;
-
-// Asks for the cache lines of `rows` rows (stride ldx), `bytes` from each row's start.
-void prefetch_rows(const char* x, size_t ldx, int64_t rows, size_t bytes) {
-  for (int64_t j = 0; j < rows; ++j)
-    for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(x + j * ldx + b);
 }
 
 // Decode chunks of the keys: enough units for every thread twice over (a thread the shared host
@@ -286,16 +276,10 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
         if (kt == 0) continue;
       }
       // S = (scale q) K^T for this tile: rows r, keys j
-      if (f.stream) {  // a few keys at a time, every kv head of them
-        for (int64_t jj = 0; jj < kt; jj += kDecodeKeys) {
-          const int64_t ns = std::min(kDecodeKeys, kt - jj);
-          prefetch_rows(vbase + (j0 + jj) * v->nb[1], v->nb[1], ns, vrow);  // for the PV pass below
-          for (int64_t e = 0; e < ne; ++e) {
-            float* so[kMaxDotCols];
-            for (int64_t c = 0; c < C; ++c) so[c] = sptr[e * C + c] + jj;
-            kk->rows_dot(f.D, kbase + e * k->nb[2] + (j0 + jj) * k->nb[1], k->nb[1], ns, qptr + e * C, (int)C, so);
-          }
-        }
+      if (f.stream) {  // in key order, every kv head of a few keys at a time; the tile's V rows asked for
+        const PrefetchRows vrows{vbase + j0 * v->nb[1], v->nb[1], kt, vrow};
+        kk->heads_dot(f.D, kbase + j0 * k->nb[1], k->nb[1], k->nb[2], kt, (int)ne,
+                      reinterpret_cast<const float* const*>(qptr), (int)C, sptr, vrows);
       } else {
         // per column group of q (in L1) over the tile's K panels (in L1 after the first group)
         float* cp[16];
@@ -337,15 +321,11 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
         if (alpha[r] != 1.0f) scale_f32(f.Dv, alpha[r], O + r * f.Dv);
         M[r] = Mnew[r];
       }
-      if (f.stream) {  // O += P V straight from the V rows, in the same order
-        for (int64_t jj = 0; jj < kt; jj += kDecodeKeys) {
-          const int64_t ns = std::min(kDecodeKeys, kt - jj);
-          const int64_t jn = j0 + kKeyTile + jj;  // the next tile's K rows, for its S pass
-          prefetch_rows(kbase + jn * k->nb[1], k->nb[1], std::min(ns, jb - jn), krow);
-          for (int64_t e = 0; e < ne; ++e)
-            vk->rows_axpy(f.Dv, ns, vbase + e * v->nb[2] + (j0 + jj) * v->nb[1], v->nb[1], S + e * C * kKeyTile + jj,
-                          kKeyTile, (int)C, O + e * C * f.Dv, f.Dv);
-        }
+      if (f.stream) {  // O += P V straight from the V rows, in the same order; the next tile's K rows asked for
+        const int64_t jn = j0 + kKeyTile;
+        const PrefetchRows krows{kbase + jn * k->nb[1], k->nb[1], std::min(kt, jb - jn), krow};
+        vk->heads_axpy(f.Dv, kt, vbase + j0 * v->nb[1], v->nb[1], v->nb[2], (int)ne, S, kKeyTile, (int)C, O, f.Dv,
+                       krows);
         continue;
       }
       // O += P V, columns of nr rows at a time, over the tile's V panel ([dim / 16][kt_full][16]);
