@@ -323,7 +323,7 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
       }
       if (f.stream) {  // O += P V straight from the V rows, in the same order; the next tile's K rows asked for
         const int64_t jn = j0 + kKeyTile;
-        const PrefetchRows krows{kbase + jn * k->nb[1], k->nb[1], std::min(kt, jb - jn), krow};
+        const PrefetchRows krows{jn < jb ? kbase + jn * k->nb[1] : nullptr, k->nb[1], std::min(kt, jb - jn), krow};
         vk->heads_axpy(f.Dv, kt, vbase + j0 * v->nb[1], v->nb[1], v->nb[2], (int)ne, S, kKeyTile, (int)C, O, f.Dv,
                        krows);
         continue;
