@@ -87,6 +87,10 @@ using QuantizeActFn = void (*)(const float* x, void* dst, int64_t K);
 // (loom/core/fp16.h: round to nearest even, one quiet NaN) give.
 using RowFromF32Fn = void (*)(const float* src, void* dst, int64_t n);
 
+// Asks for the cache lines of bytes [p, p + bytes).
+inline void prefetch_bytes(const char* p, size_t bytes) {
+  for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
+}
 // Rows whose cache lines a kernel asks for as it goes (rows j < rows at base + j * ld, `bytes`
 // from each row's start), in step with its own rows j.
 struct PrefetchRows {
@@ -95,8 +99,7 @@ struct PrefetchRows {
   int64_t rows = 0;
   size_t bytes = 0;
   void ask(int64_t j0, int64_t j1) const {
-    for (int64_t j = j0; j < std::min(j1, rows); ++j)
-      for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(base + j * ld + b);
+    for (int64_t j = j0; j < std::min(j1, rows); ++j) prefetch_bytes(base + j * ld, bytes);
   }
 };
 // Decode attention's key-order walk (simd_flash.cpp). Rows x_jh (key j, head h < nh) at

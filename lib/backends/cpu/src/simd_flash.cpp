@@ -268,8 +268,7 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
           // the row's next tile: a mask row is read a tile at a time, too little for the
           // hardware prefetcher to follow
           if (j0 + kKeyTile < jb) {
-            const char* next = mrow[r] + (j0 + kKeyTile) * mask->nb[0];
-            for (size_t b = 0; b < kKeyTile * mask->nb[0]; b += 64) __builtin_prefetch(next + b);
+            prefetch_bytes(mrow[r] + (j0 + kKeyTile) * mask->nb[0], kKeyTile * mask->nb[0]);
           }
         }
         while (kt > 0 && !seen[kt - 1]) --kt;

@@ -8,21 +8,29 @@
 // one head leaves the rows' memory order, which the hardware prefetcher follows.
 constexpr int64_t kHeadsStep = 2;
 
+// f(j0, j1) for the steps [j0, j1) of keys [0, m), pf's rows of each step asked for first.
+template <class F>
+inline void key_steps(int64_t m, const PrefetchRows& pf, F&& f) {
+  for (int64_t j0 = 0; j0 < m; j0 += kHeadsStep) {
+    const int64_t j1 = std::min(j0 + kHeadsStep, m);
+    pf.ask(j0, j1);
+    f(j0, j1);
+  }
+}
+
 template <DType T>
 void heads_dot_fast(int64_t K, const void* a, size_t lda, size_t ldh, int64_t nr, int nh, const float* const* b, int nc,
                     float* const* out, const PrefetchRows& pf) {
   const auto* pa = static_cast<const uint8_t*>(a);
   with_count<kMaxDotCols>(nc, [&]<int NC>() {
-    for (int64_t j0 = 0; j0 < nr; j0 += kHeadsStep) {
-      const int64_t j1 = std::min(j0 + kHeadsStep, nr);
-      pf.ask(j0, j1);
+    key_steps(nr, pf, [&](int64_t j0, int64_t j1) {
       for (int h = 0; h < nh; ++h)
         for (int64_t j = j0; j < j1; ++j) {
           float o[NC];
           dot_row<T, NC>(K, pa + j * lda + h * ldh, b + h * NC, o);
           for (int c = 0; c < NC; ++c) out[h * NC + c][j] = o[c];
         }
-    }
+    });
   });
 }
 
@@ -31,11 +39,9 @@ void heads_axpy_fast(int64_t n, int64_t m, const void* x, size_t ldx, size_t ldh
                      int nr, float* y, size_t ldy, const PrefetchRows& pf) {
   const auto* px = static_cast<const uint8_t*>(x);
   with_count<kMaxDotCols>(nr, [&]<int NR>() {
-    for (int64_t j0 = 0; j0 < m; j0 += kHeadsStep) {
-      const int64_t j1 = std::min(j0 + kHeadsStep, m);
-      pf.ask(j0, j1);
+    key_steps(m, pf, [&](int64_t j0, int64_t j1) {
       for (int h = 0; h < nh; ++h)
         rows_axpy_n<T, NR>(n, j1 - j0, px + j0 * ldx + h * ldh, ldx, p + h * NR * ldp + j0, ldp, y + h * NR * ldy, ldy);
-    }
+    });
   });
 }
