@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Issue-8 CPU speed measurements (docs/PERFORMANCE.md, "CPU kernels").
 
-Each round runs, back to back: the machine limits, F32 GEMM 1024^3, tg128 of the ~300M llama
+Each round runs, back to back: the machine limits (int8 peak, and the int8 rate with per-32 block
+scales, the ceiling of a Q8_0 / Q4_0 product), F32 GEMM 1024^3, tg128 of the ~300M llama
 in F16/Q8_0/Q4_0, pp512 in Q8_0/Q4_0, the limits again -- every ratio is taken against the mean
 of the limits measured right before and after, then the median over rounds is reported (the
 shared machine drifts a lot).
@@ -60,7 +61,7 @@ def main():
     for r in range(a.rounds):
         row = {"load": os.getloadavg()[0]}
         lim = json.loads(run([f"{B}/loom-bench-ops", "--limits", "--json", "-t", T]))
-        row.update(fma=lim["fp32_gflops"], int8=lim["int8_gops"], bw=lim["read_gbps"])
+        row.update(fma=lim["fp32_gflops"], int8=lim["int8_gops"], int8b=lim["int8_block32_gops"], bw=lim["read_gbps"])
         g = json.loads(run([f"{B}/loom-bench-ops", "perf", "-o", "MUL_MAT", "-b", "CPU", "-t", T, "-p",
                             "type_a=f32.*m=1024,n=1024,k=1024", "--json"]))
         row["gemm"] = g["results"][0]["gflops"]
@@ -78,6 +79,7 @@ def main():
         row["bw_after"] = after["read_gbps"]
         row["fma"] = (row["fma"] + after["fp32_gflops"]) / 2
         row["int8"] = (row["int8"] + after["int8_gops"]) / 2
+        row["int8b"] = (row["int8b"] + after["int8_block32_gops"]) / 2
         row["bw"] = (row["bw"] + after["read_gbps"]) / 2
         row["gemm/fma"] = row["gemm"] / row["fma"]
         for t in ("f16", "q8_0", "q4_0"):
@@ -87,6 +89,8 @@ def main():
         row["q4/f16"] = row["tg_q4_0"] / row["tg_f16"]
         for t in ("q8_0", "q4_0"):
             row[f"pp_{t}/int8"] = row["pp_" + t] * useful / 1e9 / row["int8"]
+            # against the int8 rate left with Q8_0's per-32 block scales (limits' int8_block32)
+            row[f"pp_{t}/int8b"] = row["pp_" + t] * useful / 1e9 / row["int8b"]
         out.append(row)
         print(time.strftime("%H:%M:%S"), json.dumps({k: round(v, 3) for k, v in row.items()}), flush=True)
     for name, pick in (("median", statistics.median), ("min", min), ("max", max)):

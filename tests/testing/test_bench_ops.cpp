@@ -163,9 +163,11 @@ TEST(Limits, MeasuresPositivePeaksAndPrintsJson) {
   EXPECT_GT(m.read_gbps, 0.1);
   EXPECT_FALSE(m.fma_isa.empty());
   EXPECT_EQ(m.int8_isa.empty(), m.int8_gops == 0.0);
+  EXPECT_EQ(m.int8_isa.empty(), m.int8_block32_gops == 0.0);
   EXPECT_EQ(m.bf16_isa.empty(), m.bf16_gflops == 0.0);
   const nlohmann::json j = nlohmann::json::parse(limits_json(m));
   EXPECT_DOUBLE_EQ(j["fp32_gflops"].get<double>(), m.fp32_gflops);
+  EXPECT_DOUBLE_EQ(j["int8_block32_gops"].get<double>(), m.int8_block32_gops);
   EXPECT_NE(limits_text(m).find("GFLOPS"), std::string::npos);
 }
 

@@ -1,7 +1,8 @@
 // This machine's limits, measured with all threads: FP32 FMA peak (AVX-512F or AVX2+FMA loop,
-// chosen at run time), int8 dot-product peak (AVX-512 VNNI or AVX-VNNI, when present), BF16
-// dot-product peak (AVX-512 BF16, when present) and read bandwidth over a buffer far larger
-// than the caches. The bar for kernels (docs/PERFORMANCE.md).
+// chosen at run time), int8 dot-product peak (AVX-512 VNNI or AVX-VNNI, when present) and the
+// int8 rate left when every 32 values carry two scales (Q8_0 / Q4_0 products), BF16 dot-product
+// peak (AVX-512 BF16, when present) and read bandwidth over a buffer far larger than the caches.
+// The bar for kernels (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cstddef>
@@ -16,6 +17,9 @@ struct MachineLimits {
   double fp32_gflops = 0.0;
   std::string int8_isa;          // "avx512vnni", "avxvnni" or "" (none: int8_gops is 0)
   double int8_gops = 0.0;        // multiply-adds count 2 ops
+  // The same dot products with each 32 values' sum scaled by two block scales (a multiply and
+  // an FMA), as Q8_0 / Q4_0 weights times Q8_0 activations need: their products' ceiling.
+  double int8_block32_gops = 0.0;
   std::string bf16_isa;          // "avx512bf16" or "" (none: bf16_gflops is 0)
   double bf16_gflops = 0.0;      // vdpbf16ps: 2 multiply-adds per lane
   size_t read_bytes = 0;         // buffer size of the bandwidth test
