@@ -303,6 +303,8 @@ const FlashCase kFlashCases[] = {
     {"softcap_alibi", 32, 32, 4, 9, 6, 3, 1, true, DType::F32, 0.5f, 8.0f, 20.0f, 3.0f},
     {"decode_gqa", 64, 64, 1, 33, 8, 2, 1, true, DType::F16, 0.125f, 0.0f, 0.0f, 1.0f},
     {"long_kv", 8, 12, 2, 300, 2, 1, 1, false, DType::F32, 0.35f, 0.0f, 0.0f, 2.0f},
+    // a prompt (96 rows per kv head: the tiled kernel's key-major softmax) with ALiBi and softcap
+    {"prompt_alibi_softcap", 64, 48, 40, 150, 8, 2, 1, true, DType::F16, 0.125f, 8.0f, 30.0f, 2.0f},
 };
 
 // q {D, n_q, h, b}, k {D, n_kv, h_kv, b}, v {Dv, n_kv, h_kv, b} -> {Dv, h, n_q, b}

@@ -642,6 +642,57 @@ TEST_P(MathLevelTest, ExpWithinTwoUlpAndEdgeCasesLikeStdExp) {
   EXPECT_EQ(vm.max(z.data(), 0), -INFINITY);
 }
 
+// One online-softmax step of the prompt attention (key-major scores, rows as lanes) against a
+// double reference: rows past a vector's width, a mask with hidden keys and an ALiBi-like slope,
+// rows with an earlier maximum (rescaled), rows that have seen nothing yet and see nothing now.
+TEST_P(MathLevelTest, SoftmaxStepKeyMajor) {
+  const cpu::VecMath& vm = cpu::vec_math(GetParam());
+  for (int64_t n : {1L, 7L, 16L, 37L})
+    for (bool with_mask : {false, true}) {
+      const int64_t kt = 23, ld = n + 5;
+      std::mt19937 rng(7 + (unsigned)n);
+      std::normal_distribution<float> nd(0.0f, 3.0f);
+      std::vector<float> s((size_t)(kt * ld)), mask((size_t)(kt * ld)), slope((size_t)n), m((size_t)n), l((size_t)n);
+      for (auto& x : s) x = nd(rng);
+      for (int64_t j = 0; j < kt; ++j)
+        for (int64_t r = 0; r < n; ++r)
+          mask[(size_t)(j * ld + r)] = r % 5 == 2 || (j + r) % 4 == 1 ? -INFINITY : -0.25f * (float)j;
+      for (int64_t r = 0; r < n; ++r) {
+        slope[(size_t)r] = 0.5f + 0.1f * (float)r;
+        m[(size_t)r] = r % 3 == 0 ? -INFINITY : nd(rng);  // no key seen yet, or an earlier maximum
+        l[(size_t)r] = m[(size_t)r] == -INFINITY ? 0.0f : 2.0f;
+      }
+      std::vector<float> got = s, gm = m, gl = l, alpha((size_t)n);
+      vm.softmax_step(got.data(), with_mask ? mask.data() : nullptr, slope.data(), ld, kt, n, gm.data(), gl.data(),
+                      alpha.data());
+      for (int64_t r = 0; r < n; ++r) {
+        double mx = m[(size_t)r];
+        std::vector<double> x((size_t)kt);
+        for (int64_t j = 0; j < kt; ++j) {
+          x[(size_t)j] = s[(size_t)(j * ld + r)];
+          if (with_mask) x[(size_t)j] += (double)slope[(size_t)r] * mask[(size_t)(j * ld + r)];
+          mx = std::max(mx, x[(size_t)j]);
+        }
+        const double shift = mx == -INFINITY ? 0.0 : mx, a = std::exp((double)m[(size_t)r] - shift);
+        double sum = 0;
+        for (int64_t j = 0; j < kt; ++j) {
+          const double p = std::exp(x[(size_t)j] - shift);
+          sum += p;
+          EXPECT_NEAR(got[(size_t)(j * ld + r)], p, 1e-6 * std::max(1.0, p))
+              << "n " << n << " row " << r << " key " << j;
+        }
+        EXPECT_NEAR(alpha[(size_t)r], a, 1e-6 * std::max(1.0, a)) << "n " << n << " row " << r;
+        EXPECT_NEAR(gl[(size_t)r], l[(size_t)r] * a + sum, 1e-5 * (l[(size_t)r] * a + sum + 1)) << "row " << r;
+        if (mx == -INFINITY)
+          EXPECT_EQ(gm[(size_t)r], -INFINITY) << "row " << r;
+        else
+          EXPECT_NEAR(gm[(size_t)r], mx, 1e-6 * std::abs(mx)) << "row " << r;
+      }
+      for (int64_t j = 0; j < kt; ++j)  // the padding past n is left alone
+        for (int64_t r = n; r < ld; ++r) EXPECT_EQ(got[(size_t)(j * ld + r)], s[(size_t)(j * ld + r)]);
+    }
+}
+
 TEST_P(MathLevelTest, SiluSwigluSoftmaxOps) {
   for (int64_t n : {1L, 15L, 16L, 1000L}) {
     OpRunner r;

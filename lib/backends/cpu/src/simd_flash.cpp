@@ -2,13 +2,17 @@
 // positions); its R rows are (position, head of the GQA group) pairs sharing every K/V row.
 // Prompts (units of more than kMaxDotCols rows): the K and V rows of a chunk of kv heads are
 // first converted to f32 panels by all threads together (each key once, not once per unit),
-// then the units of those heads run, keys in tiles of kKeyTile:
-//   S = (scale q) K^T          f32 register tiles: K panels [16 keys][D] x q packed once per unit
+// then the units of those heads run, keys in tiles of kPromptKeyTile. The scores are held
+// key-major, S[key][row], so that a unit's rows are the vector lanes of the softmax and S is
+// already the packed b of the P V tiles:
+//   S = K (scale q)^T          f32 register tiles: q packed once per unit [16 rows][D] x K^T
+//                              panels [D][nr keys]
 //   S = softcap(S) + slope * mask;  per row: m' = max(m, max S), P = exp(S - m'),
-//       l = l e^(m - m') + sum P,   O = O e^(m - m')
-//   O += P V                   register tiles over V panels [16 dims][key] x P packed [key][nr]
+//       l = l e^(m - m') + sum P,   O = O e^(m - m')   (VecMath::softmax_step, 16 rows at a time)
+//   O += P V                   register tiles over V panels [16 dims][key] x S
 // and finally out = O / l (zeros for a row that saw no visible key). Tiles every row of the
-// unit masks out entirely (causal prompts) are skipped.
+// unit masks out entirely (causal prompts) are skipped, a tile's mask is added only where it
+// holds something other than zeros (in a causal prompt, the diagonal's tiles).
 // Decode (at most kMaxDotCols rows per kv head, plain float K and V) streams K and V instead of
 // packing them: S by the row-dot kernels of K's type (the decode GEMV), O += P V by rows_axpy
 // from the V rows, read once, in place. A decode unit runs every kv head over a chunk of the
@@ -32,7 +36,10 @@
 namespace loom::cpu {
 namespace {
 
-constexpr int64_t kKeyTile = 64;
+constexpr int64_t kKeyTile = 64;  // decode
+// Keys per prompt tile: a whole number of the tiles' columns (12 on AVX-512, 6 on AVX2) and of
+// panel rows (16); more keys per tile spread the per-row softmax work over more products.
+constexpr int64_t kPromptKeyTile = 96;
 // Query rows per unit: K/V tile packing is amortized over more rows (64 gave +10% over 32), and
 // 96 is a whole number of 12-column tiles where 64 left a 4-column one (~3%, near the noise).
 constexpr int64_t kRowsTarget = 96;
@@ -49,8 +56,11 @@ struct Shape {
   int64_t cols;  // rows of a unit per kv head (qb positions x group)
   int64_t R;     // rows of a unit: cols, or cols x every kv head in decode
   bool stream;   // decode: K and V read in place (no panels), all kv heads per unit
-  // prompt panels of one kv head, as the f32 tiles read them: K in blocks of kGemmKc dims, each
-  // [key / 16][kc][16]; V per tile of kKeyTile keys, each [dim / 16][key][16]
+  int64_t kt;    // keys per tile
+  int64_t nr;    // columns of the f32 tile
+  int64_t ld;    // prompts: rows of S per key (R rounded up to 16)
+  // prompt panels of one kv head, as the f32 tiles read them: K^T per group of nr keys, each
+  // [D][nr]; V per tile of kt keys, each [dim / 16][key][16]
   int64_t k_groups, v_tiles, dv16;
   size_t head_floats;   // K then V panels of one head (a multiple of 16 floats)
   int64_t chunk_heads;  // kv heads (of all batches) packed per phase
@@ -72,10 +82,14 @@ Shape shape_of(const Tensor* dst) {
   const WeightKernels* vk = weight_kernels(v->type);
   s.stream = s.cols <= kMaxDotCols && kk->heads_dot && vk->heads_axpy;
   s.R = s.stream ? s.cols * k->ne[2] : s.cols;
-  s.k_groups = ceil_div(s.n_kv, kPanelRows);
-  s.v_tiles = ceil_div(s.n_kv, kKeyTile);
+  s.kt = s.stream ? kKeyTile : kPromptKeyTile;
+  const GemmKernels* gk = gemm_kernels(active_isa());
+  s.nr = gk ? std::min(gk->f32_nr, 16) : 16;
+  s.ld = ceil_div(s.R, kPanelRows) * kPanelRows;
+  s.k_groups = ceil_div(s.n_kv, s.nr);
+  s.v_tiles = ceil_div(s.n_kv, s.kt);
   s.dv16 = ceil_div(s.Dv, kPanelRows) * kPanelRows;
-  s.head_floats = (size_t)(s.k_groups * kPanelRows * s.D + s.v_tiles * s.dv16 * kKeyTile);
+  s.head_floats = (size_t)(s.k_groups * s.nr * s.D + s.v_tiles * s.dv16 * s.kt);
   const int64_t heads = k->ne[2] * q->ne[3];
   s.chunk_heads =
       s.stream ? 0 : std::clamp<int64_t>((int64_t)(kPackBudget / (sizeof(float) * s.head_floats)), 1, heads);
@@ -84,7 +98,7 @@ Shape shape_of(const Tensor* dst) {
 
 // Per-thread scratch, in bytes from the slice start.
 struct Layout {
-  size_t q, qpack, s, o, m, l, slope, m_new, alpha, seen, mconv, ppack, rows, ptrs, total;
+  size_t q, qpack, s, mt, o, m, l, slope, m_new, alpha, seen, mconv, rows, ptrs, total;
 };
 Layout layout_of(const Shape& f) {
   Layout L{};
@@ -95,9 +109,10 @@ Layout layout_of(const Shape& f) {
     return at;
   };
   L.q = take(sizeof(float) * (size_t)(f.R * f.D));
-  const GemmKernels* gk = gemm_kernels(active_isa());
-  L.qpack = gk ? take(gemm_f32_packed_bytes(*gk, DType::F32, f.D, f.R)) : 0;  // q as the tiles' packed b
-  L.s = take(sizeof(float) * (size_t)(f.R * kKeyTile));
+  // prompts: q as the tiles' panel, S and the mask key-major; decode: S per row
+  L.qpack = take(f.stream ? 0 : sizeof(float) * (size_t)(f.ld * f.D));
+  L.s = take(sizeof(float) * (size_t)(f.stream ? f.R * f.kt : f.kt * f.ld));
+  L.mt = take(f.stream ? 0 : sizeof(float) * (size_t)(f.kt * f.ld));
   L.o = take(sizeof(float) * (size_t)(f.R * f.Dv));
   L.m = take(sizeof(float) * (size_t)f.R);
   L.l = take(sizeof(float) * (size_t)f.R);
@@ -105,8 +120,7 @@ Layout layout_of(const Shape& f) {
   L.m_new = take(sizeof(float) * (size_t)f.R);
   L.alpha = take(sizeof(float) * (size_t)f.R);
   L.seen = take((size_t)f.R);
-  L.mconv = take(sizeof(float) * (size_t)(f.R * kKeyTile));
-  L.ppack = take(sizeof(float) * (size_t)(kKeyTile * 16));
+  L.mconv = take(sizeof(float) * (size_t)(f.R * f.kt));
   L.rows = take(sizeof(float) * (size_t)(kPanelRows * std::max(f.D, f.dv16)));  // rows being converted
   L.ptrs = take(sizeof(void*) * 5 * (size_t)f.R);
   L.total = align64(off);
@@ -124,31 +138,26 @@ int64_t decode_chunk_keys(const Shape& f, int64_t blocks, int nth) {
 size_t decode_state_floats(const Shape& f) { return (size_t)(f.R * (f.Dv + 2)); }
 
 // Item `it` of packing one kv head into `panels` (Shape::head_floats): items below k_groups
-// are groups of 16 keys of K, the rest tiles of kKeyTile keys of V. `rows`: kPanelRows x
-// max(D, dv16) floats of scratch.
+// are groups of nr keys of K, the rest tiles of kt keys of V. `rows`: kPanelRows x max(D, dv16)
+// floats of scratch.
 void pack_head_item(const GemmKernels& gk, const Shape& f, const WeightKernels* kk, const WeightKernels* vk,
                     const char* kbase, size_t ldk, const char* vbase, size_t ldv, int64_t it, float* panels,
                     float* rows) {
   if (it < f.k_groups) {
-    const int64_t j0 = it * kPanelRows;
-    const int nk = (int)std::min<int64_t>(kPanelRows, f.n_kv - j0);
+    const int64_t j0 = it * f.nr;
+    const int nk = (int)std::min(f.nr, f.n_kv - j0);
     const float* src[kPanelRows];
     for (int s = 0; s < nk; ++s) {
       kk->to_f32(kbase + (j0 + s) * ldk, rows + s * f.D, f.D);
       src[s] = rows + s * f.D;
     }
-    for (int64_t k0 = 0; k0 < f.D; k0 += kGemmKc) {
-      const int64_t kc = std::min(kGemmKc, f.D - k0);
-      float* dst = panels + f.k_groups * kPanelRows * k0 + it * kc * kPanelRows;
-      if (nk < kPanelRows) std::fill(dst, dst + kc * kPanelRows, 0.0f);  // keys past n_kv: zeros
-      const float* at[kPanelRows];
-      for (int s = 0; s < nk; ++s) at[s] = src[s] + k0;
-      gk.transpose16(at, nk, kc, dst, kPanelRows);
-    }
+    float* dst = panels + it * f.D * f.nr;
+    if (nk < f.nr) std::fill(dst, dst + f.D * f.nr, 0.0f);  // keys past n_kv: zeros
+    gk.transpose16(src, nk, f.D, dst, (int)f.nr);
     return;
   }
-  const int64_t t = it - f.k_groups, j0 = t * kKeyTile, kt = std::min(kKeyTile, f.n_kv - j0);
-  float* tile = panels + f.k_groups * kPanelRows * f.D + t * f.dv16 * kKeyTile;
+  const int64_t t = it - f.k_groups, j0 = t * f.kt, kt = std::min(f.kt, f.n_kv - j0);
+  float* tile = panels + f.k_groups * f.nr * f.D + t * f.dv16 * f.kt;
   std::fill(rows + f.Dv, rows + f.dv16, 0.0f);  // dims past Dv: zeros
   for (int64_t j = 0; j < kt; ++j) {
     vk->to_f32(vbase + (j0 + j) * ldv, rows, f.Dv);
@@ -193,6 +202,7 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
   auto* qs = reinterpret_cast<float*>(slice + L.q);
   auto* qpack = reinterpret_cast<float*>(slice + L.qpack);
   auto* S = reinterpret_cast<float*>(slice + L.s);
+  auto* MT = reinterpret_cast<float*>(slice + L.mt);
   auto* O = reinterpret_cast<float*>(slice + L.o);
   auto* M = reinterpret_cast<float*>(slice + L.m);
   auto* Lsum = reinterpret_cast<float*>(slice + L.l);
@@ -200,7 +210,6 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
   auto* Mnew = reinterpret_cast<float*>(slice + L.m_new);
   auto* alpha = reinterpret_cast<float*>(slice + L.alpha);
   auto* sees = reinterpret_cast<bool*>(slice + L.seen);
-  auto* ppack = reinterpret_cast<float*>(slice + L.ppack);
   auto* rows = reinterpret_cast<float*>(slice + L.rows);
   auto** qptr = reinterpret_cast<const void**>(slice + L.ptrs);
   auto** sptr = reinterpret_cast<float**>(slice + L.ptrs + sizeof(void*) * (size_t)f.R);
@@ -210,26 +219,19 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
   auto* mconv = reinterpret_cast<float*>(slice + L.mconv);
   const WeightKernels* f32k = weight_kernels(DType::F32);
   const WeightKernels* mk = mask ? weight_kernels(mask->type) : nullptr;
-  const int nr = std::min(gk.f32_nr, 16);
-  const int64_t n_kb = ceil_div(f.D, kGemmKc);
-
   const int64_t n_pb = (f.n_q + f.qb - 1) / f.qb;
   const int64_t n_kvh = k->ne[2];
-  // Unit: the rows of position block pb of batch ib for kv heads [e0, e0 + ne) against keys
-  // [ja, jb); `panels`: the head's K/V panels (prompts, ne = 1) or nullptr (decode); `state`: where
-  // a decode chunk leaves its softmax state (nullptr: the rows' outputs are written).
-  auto unit = [&](int64_t ib, int64_t e0, int64_t ne, int64_t pb, int64_t ja, int64_t jb, const float* panels,
-                  float* state) {
-    const int64_t p0 = pb * f.qb, np = std::min(f.qb, f.n_q - p0);
-    const int64_t C = np * f.group;  // rows per kv head
-    const int64_t R = C * ne;        // row r: kv head e0 + r / C, position p0 + r % C / group, head of it r % group
+
+  // The unit's R rows: q scaled into qs, outputs O zeroed, the softmax state reset. Row r is kv
+  // head e0 + r / C, position p0 + r % C / group, head of it r % group.
+  auto start_rows = [&](int64_t ib, int64_t e0, int64_t R, int64_t C, int64_t p0, int64_t ld_s) {
     for (int64_t r = 0; r < R; ++r) {
       const int64_t iq = p0 + r % C / f.group, h = (e0 + r / C) * f.group + r % f.group;
       const float* src = reinterpret_cast<const float*>(row_ptr(q, iq, h, ib));
       float* qr = qs + r * f.D;
       for (int64_t d = 0; d < f.D; ++d) qr[d] = src[d] * scale;
       qptr[r] = qr;
-      sptr[r] = S + r * kKeyTile;
+      sptr[r] = S + r * ld_s;
       optr[r] = O + r * f.Dv;
       mrow[r] = mask ? row_ptr(mask, iq, h % mask->ne[2], ib % mask->ne[3]) : nullptr;
       slope[r] = alibi_slope(max_bias, f.n_head, h);
@@ -237,68 +239,136 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
       Lsum[r] = 0.0f;
     }
     std::fill(O, O + R * f.Dv, 0.0f);
-    // q packed once for all the unit's key tiles (its R columns; offsets by R below)
-    if (!f.stream)
-      gemm_f32_pack_b(gk, DType::F32, f.D, R, qs, (size_t)f.D, qpack, 0, gemm_f32_pack_items(gk, DType::F32, f.D, R));
-    const char* kbase = row_ptr(k, 0, e0, ib);
-    const char* vbase = row_ptr(v, 0, e0, ib);
-    const size_t krow = std::min((size_t)ne * k->nb[2], k->nb[1]), vrow = std::min((size_t)ne * v->nb[2], v->nb[1]);
+  };
+  // The mask of keys [j0, j0 + kt) for the R rows, as f32 segments mseg[r]; returns how many keys
+  // the tile keeps (it ends after the last key some row sees: a causal prompt's diagonal tile;
+  // 0: no row sees any) and, in *zeros, whether those keys' mask is all zeros.
+  auto mask_tile = [&](int64_t R, int64_t j0, int64_t kt, int64_t jb, bool* zeros) {
+    int32_t seen[kPromptKeyTile] = {}, nonzero[kPromptKeyTile] = {};  // loops without exits: vectorized
+    for (int64_t r = 0; r < R; ++r) {
+      if (r > 0 && mrow[r] == mrow[r - 1]) {
+        mseg[r] = mseg[r - 1];
+        continue;
+      }
+      if (mask->type == DType::F32) {
+        mseg[r] = reinterpret_cast<const float*>(mrow[r]) + j0;
+      } else {
+        mk->to_f32(mrow[r] + j0 * mask->nb[0], mconv + r * f.kt, kt);
+        mseg[r] = mconv + r * f.kt;
+      }
+      const float* m = mseg[r];
+      for (int64_t j = 0; j < kt; ++j) {
+        seen[j] |= (int32_t)(m[j] != kNegInf);
+        nonzero[j] |= (int32_t)(m[j] != 0.0f);
+      }
+      // the row's next tile: a mask row is read a tile at a time, too little for the hardware
+      // prefetcher to follow
+      if (j0 + f.kt < jb) prefetch_bytes(mrow[r] + (j0 + f.kt) * mask->nb[0], f.kt * mask->nb[0]);
+    }
+    while (kt > 0 && !seen[kt - 1]) --kt;
+    int32_t any = 0;
+    for (int64_t j = 0; j < kt; ++j) any |= nonzero[j];
+    *zeros = any == 0;
+    return kt;
+  };
 
-    for (int64_t j0 = ja; j0 < jb; j0 += kKeyTile) {
-      const int64_t kt_full = std::min(kKeyTile, jb - j0);
+  // Prompt unit: position block pb of batch ib, kv head ikv, against the head's K/V panels.
+  auto prompt_unit = [&](int64_t ib, int64_t ikv, int64_t pb, const float* panels) {
+    const int64_t p0 = pb * f.qb, R = std::min(f.qb, f.n_q - p0) * f.group;
+    start_rows(ib, ikv, R, R, p0, 0);
+    // q as the tiles' panel: per block of kGemmKc dims, groups of 16 rows, each [kc][16]
+    for (int64_t k0 = 0; k0 < f.D; k0 += kGemmKc) {
+      const int64_t kc = std::min(kGemmKc, f.D - k0);
+      for (int64_t r0 = 0; r0 < R; r0 += kPanelRows) {
+        const int n = (int)std::min<int64_t>(kPanelRows, R - r0);
+        const float* at[kPanelRows];
+        for (int i = 0; i < n; ++i) at[i] = qs + (r0 + i) * f.D + k0;
+        float* p = qpack + k0 * f.ld + r0 * kc;
+        if (n < kPanelRows) std::fill(p, p + kc * kPanelRows, 0.0f);
+        gk.transpose16(at, n, kc, p, kPanelRows);
+      }
+    }
+    for (int64_t j0 = 0; j0 < f.n_kv; j0 += f.kt) {
+      const int64_t kt_full = std::min(f.kt, f.n_kv - j0);
       int64_t kt = kt_full;
-      // the tile's mask as f32 per row (rows of one mask row share it); the tile ends after the
-      // last key some row can see (a causal prompt's diagonal tile: those keys' P would be 0)
-      // and is skipped if no row sees any
+      const float* mt = nullptr;  // the mask key-major, where it adds something
       if (mask) {
-        int32_t seen[kKeyTile] = {};  // key j visible to some row (a loop without exits: vectorized)
-        for (int64_t r = 0; r < R; ++r) {
-          if (r > 0 && mrow[r] == mrow[r - 1]) {
-            mseg[r] = mseg[r - 1];
-            continue;
-          }
-          if (mask->type == DType::F32) {
-            mseg[r] = reinterpret_cast<const float*>(mrow[r]) + j0;
-          } else {
-            mk->to_f32(mrow[r] + j0 * mask->nb[0], mconv + r * kKeyTile, kt);
-            mseg[r] = mconv + r * kKeyTile;
-          }
-          const float* m = mseg[r];
-          for (int64_t j = 0; j < kt; ++j) seen[j] |= (int32_t)(m[j] != kNegInf);
-          // the row's next tile: a mask row is read a tile at a time, too little for the
-          // hardware prefetcher to follow
-          if (j0 + kKeyTile < jb) {
-            prefetch_bytes(mrow[r] + (j0 + kKeyTile) * mask->nb[0], kKeyTile * mask->nb[0]);
+        bool zeros = true;
+        kt = mask_tile(R, j0, kt_full, f.n_kv, &zeros);
+        if (kt == 0) continue;
+        if (!zeros) {
+          for (int64_t r0 = 0; r0 < R; r0 += kPanelRows)
+            gk.transpose16(mseg + r0, (int)std::min<int64_t>(kPanelRows, R - r0), kt, MT + r0, (int)f.ld);
+          mt = MT;
+        }
+      }
+      // S[j][r] = K_j . (scale q_r): 16-row groups of q (in L1) over the tile's K^T groups
+      float* cp[16];
+      for (int64_t k0 = 0; k0 < f.D; k0 += kGemmKc) {
+        const int64_t kc = std::min(kGemmKc, f.D - k0);
+        for (int64_t r0 = 0; r0 < R; r0 += gk.f32_mr) {
+          const int mr = (int)std::min<int64_t>(gk.f32_mr, R - r0);
+          for (int64_t c0 = 0; c0 < kt; c0 += f.nr) {
+            const int nc = (int)std::min(f.nr, kt - c0);
+            for (int c = 0; c < nc; ++c) cp[c] = S + (c0 + c) * f.ld + r0;
+            const float* kp = panels + ((j0 + c0) / f.nr * f.D + k0) * f.nr;
+            gk.f32_tile(kc, qpack + k0 * f.ld + r0 * kc, kp, (int)f.nr, nc, cp, mr, k0 > 0);
           }
         }
-        while (kt > 0 && !seen[kt - 1]) --kt;
+      }
+      if (softcap != 0.0f)
+        for (int64_t j = 0; j < kt; ++j)
+          for (int64_t r = 0; r < R; ++r) S[j * f.ld + r] = softcap * std::tanh(S[j * f.ld + r] / softcap);
+      vm.softmax_step(S, mt, slope, f.ld, kt, R, M, Lsum, alpha);
+      for (int64_t r = 0; r < R; ++r)
+        if (alpha[r] != 1.0f) scale_f32(f.Dv, alpha[r], O + r * f.Dv);
+      // O += P V, nr rows at a time, over the tile's V panel ([dim / 16][kt_full][16]); a tile the
+      // mask shortened reads each 16-dim group apart (the tile's groups are kt_full apart)
+      const float* vp = panels + f.k_groups * f.nr * f.D + (j0 / f.kt) * f.dv16 * f.kt;
+      const int64_t step = kt == kt_full ? gk.f32_mr : kPanelRows;
+      for (int64_t r0 = 0; r0 < R; r0 += f.nr) {
+        const int nc = (int)std::min(f.nr, R - r0);
+        for (int64_t i0 = 0; i0 < f.Dv; i0 += step) {
+          for (int c = 0; c < nc; ++c) cp[c] = optr[r0 + c] + i0;
+          gk.f32_tile(kt, vp + (i0 / kPanelRows) * kt_full * kPanelRows, S + r0, (int)f.ld, nc, cp,
+                      (int)std::min<int64_t>(step, f.Dv - i0), true);
+        }
+      }
+    }
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t iq = p0 + r / f.group, h = ikv * f.group + r % f.group;
+      float* out = reinterpret_cast<float*>(row_ptr(dst, h, iq, ib));
+      const float inv = Lsum[r] > 0.0f ? 1.0f / Lsum[r] : 0.0f;
+      for (int64_t d = 0; d < f.Dv; ++d) out[d] = O[r * f.Dv + d] * inv;
+    }
+  };
+
+  // Decode unit: the rows of position block pb of batch ib for every kv head against keys
+  // [ja, jb), S per row; `state`: where a chunk of the keys leaves its softmax state (nullptr:
+  // the rows' outputs are written).
+  auto decode_unit = [&](int64_t ib, int64_t pb, int64_t ja, int64_t jb, float* state) {
+    const int64_t p0 = pb * f.qb, C = std::min(f.qb, f.n_q - p0) * f.group, R = C * n_kvh;
+    start_rows(ib, 0, R, C, p0, f.kt);
+    const char* kbase = row_ptr(k, 0, 0, ib);
+    const char* vbase = row_ptr(v, 0, 0, ib);
+    const size_t krow = std::min((size_t)n_kvh * k->nb[2], k->nb[1]),
+                 vrow = std::min((size_t)n_kvh * v->nb[2], v->nb[1]);
+    for (int64_t j0 = ja; j0 < jb; j0 += f.kt) {
+      int64_t kt = std::min(f.kt, jb - j0);
+      if (mask) {
+        bool zeros = true;
+        kt = mask_tile(R, j0, kt, jb, &zeros);
         if (kt == 0) continue;
       }
-      // S = (scale q) K^T for this tile: rows r, keys j
-      if (f.stream) {  // in key order, every kv head of a few keys at a time; the tile's V rows asked for
-        const PrefetchRows vrows{vbase + j0 * v->nb[1], v->nb[1], kt, vrow};
-        kk->heads_dot(f.D, kbase + j0 * k->nb[1], k->nb[1], k->nb[2], kt, (int)ne,
-                      reinterpret_cast<const float* const*>(qptr), (int)C, sptr, vrows);
-      } else {
-        // per column group of q (in L1) over the tile's K panels (in L1 after the first group)
-        float* cp[16];
-        for (int64_t g = 0; g * nr < R; ++g) {
-          const int nc = (int)std::min<int64_t>(nr, R - g * nr);
-          for (int64_t i0 = 0; i0 < kt; i0 += gk.f32_mr) {
-            const int mr = (int)std::min<int64_t>(gk.f32_mr, kt - i0);
-            for (int c = 0; c < nc; ++c) cp[c] = sptr[g * nr + c] + i0;
-            for (int64_t kb = 0; kb < n_kb; ++kb) {
-              const int64_t k0 = kb * kGemmKc, kc = std::min(kGemmKc, f.D - k0);
-              const float* kp = panels + f.k_groups * kPanelRows * k0 + (j0 + i0) / kPanelRows * kc * kPanelRows;
-              gk.f32_tile(kc, kp, qpack + gemm_f32_packed_offset(gk, R, kb, g), nr, nc, cp, mr, kb > 0);
-            }
-          }
-        }
-      }
+      // S = (scale q) K^T for this tile, in key order, every kv head of a few keys at a time; the
+      // tile's V rows asked for
+      const PrefetchRows vrows{vbase + j0 * v->nb[1], v->nb[1], kt, vrow};
+      kk->heads_dot(f.D, kbase + j0 * k->nb[1], k->nb[1], k->nb[2], kt, (int)n_kvh,
+                    reinterpret_cast<const float* const*>(qptr), (int)C, sptr, vrows);
       // softcap, mask, online softmax: S becomes P. First the rows' new maxima and the
       // exponents of their rescale factors e^(m - m'), which then go through exp together
       for (int64_t r = 0; r < R; ++r) {
-        float* s = S + r * kKeyTile;
+        float* s = S + r * f.kt;
         if (softcap != 0.0f)
           for (int64_t j = 0; j < kt; ++j) s[j] = softcap * std::tanh(s[j] / softcap);
         if (mask) f32k->axpy(kt, slope[r], mseg[r], s);
@@ -315,45 +385,27 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
       vm.exp_shift_sum(alpha, 0.0f, alpha, R);
       for (int64_t r = 0; r < R; ++r) {
         if (!sees[r]) continue;
-        float* s = S + r * kKeyTile;
+        float* s = S + r * f.kt;
         Lsum[r] = Lsum[r] * alpha[r] + vm.exp_shift_sum(s, Mnew[r], s, kt);
         if (alpha[r] != 1.0f) scale_f32(f.Dv, alpha[r], O + r * f.Dv);
         M[r] = Mnew[r];
       }
-      if (f.stream) {  // O += P V straight from the V rows, in the same order; the next tile's K rows asked for
-        const int64_t jn = j0 + kKeyTile;
-        const PrefetchRows krows{jn < jb ? kbase + jn * k->nb[1] : nullptr, k->nb[1], std::min(kt, jb - jn), krow};
-        vk->heads_axpy(f.Dv, kt, vbase + j0 * v->nb[1], v->nb[1], v->nb[2], (int)ne, S, kKeyTile, (int)C, O, f.Dv,
-                       krows);
-        continue;
-      }
-      // O += P V, columns of nr rows at a time, over the tile's V panel ([dim / 16][kt_full][16]);
-      // a tile the mask shortened reads each 16-dim group apart (the tile's groups are kt apart)
-      const float* vp = panels + f.k_groups * kPanelRows * f.D + (j0 / kKeyTile) * f.dv16 * kKeyTile;
-      const int64_t step = kt == kt_full ? gk.f32_mr : kPanelRows;
-      for (int64_t r0 = 0; r0 < R; r0 += nr) {
-        const int nc = (int)std::min<int64_t>(nr, R - r0);
-        gk.transpose16(reinterpret_cast<const float* const*>(sptr + r0), nc, kt, ppack, nr);
-        for (int64_t i0 = 0; i0 < f.Dv; i0 += step) {
-          float* cp[16];
-          for (int c = 0; c < nc; ++c) cp[c] = optr[r0 + c] + i0;
-          gk.f32_tile(kt, vp + (i0 / kPanelRows) * kt_full * kPanelRows, ppack, nr, nc, cp,
-                      (int)std::min<int64_t>(step, f.Dv - i0), true);
-        }
-      }
+      // O += P V straight from the V rows, in the same order; the next tile's K rows asked for
+      const int64_t jn = j0 + f.kt;
+      const PrefetchRows krows{jn < jb ? kbase + jn * k->nb[1] : nullptr, k->nb[1], std::min(kt, jb - jn), krow};
+      vk->heads_axpy(f.Dv, kt, vbase + j0 * v->nb[1], v->nb[1], v->nb[2], (int)n_kvh, S, f.kt, (int)C, O, f.Dv, krows);
     }
-    if (state) {  // a decode chunk: O, m and l as they are
+    if (state) {  // a chunk of the keys: O, m and l as they are
       std::copy(O, O + R * f.Dv, state);
       std::copy(M, M + R, state + f.R * f.Dv);
       std::copy(Lsum, Lsum + R, state + f.R * (f.Dv + 1));
       return;
     }
     for (int64_t r = 0; r < R; ++r) {
-      const int64_t iq = p0 + r % C / f.group, h = (e0 + r / C) * f.group + r % f.group;
+      const int64_t iq = p0 + r % C / f.group, h = r / C * f.group + r % f.group;
       float* out = reinterpret_cast<float*>(row_ptr(dst, h, iq, ib));
       const float inv = Lsum[r] > 0.0f ? 1.0f / Lsum[r] : 0.0f;
-      const float* o = O + r * f.Dv;
-      for (int64_t d = 0; d < f.Dv; ++d) out[d] = o[d] * inv;
+      for (int64_t d = 0; d < f.Dv; ++d) out[d] = O[r * f.Dv + d] * inv;
     }
   };
 
@@ -362,14 +414,14 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
     const int64_t blocks = q->ne[3] * n_pb;
     const int64_t ck = decode_chunk_keys(f, blocks, args.nth), nch = ceil_div(f.n_kv, ck);
     if (nch == 1) {
-      for_units(args, blocks, [&](int64_t b) { unit(b / n_pb, 0, n_kvh, b % n_pb, 0, f.n_kv, nullptr, nullptr); });
+      for_units(args, blocks, [&](int64_t b) { decode_unit(b / n_pb, b % n_pb, 0, f.n_kv, nullptr); });
       return;
     }
     auto* states = reinterpret_cast<float*>(base + L.total * args.nth);
     const size_t sf = decode_state_floats(f);
     for_units(args, blocks * nch, [&](int64_t u) {
       const int64_t b = u / nch, c0 = u % nch * ck;
-      unit(b / n_pb, 0, n_kvh, b % n_pb, c0, std::min(f.n_kv, c0 + ck), nullptr, states + (size_t)u * sf);
+      decode_unit(b / n_pb, b % n_pb, c0, std::min(f.n_kv, c0 + ck), states + (size_t)u * sf);
     });
     args.barrier();
     // the chunks' states merged per row: m = max m_c, l = sum l_c e^(m_c - m), out = sum O_c e^(m_c - m) / l
@@ -410,7 +462,7 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
     // rows), the dearest (last) position blocks of a causal prompt first
     for_units(args, nh * n_pb, [&](int64_t u) {
       const int64_t hh = h0 + u % nh;
-      unit(hh / n_kvh, hh % n_kvh, 1, n_pb - 1 - u / nh, 0, f.n_kv, packed + (size_t)(u % nh) * f.head_floats, nullptr);
+      prompt_unit(hh / n_kvh, hh % n_kvh, n_pb - 1 - u / nh, packed + (size_t)(u % nh) * f.head_floats);
     });
     args.barrier();
   }

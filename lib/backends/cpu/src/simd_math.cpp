@@ -49,7 +49,29 @@ float max_ref(const float* x, int64_t n) {
   return m;
 }
 
-const VecMath kScalar{exp_shift_sum_ref, silu_ref, swiglu_ref, max_ref};
+void softmax_step_ref(float* s, const float* mask, const float* slope, int64_t ld, int64_t kt, int64_t n, float* m,
+                      float* l, float* alpha) {
+  for (int64_t r = 0; r < n; ++r) {
+    float mt = -INFINITY;
+    for (int64_t j = 0; j < kt; ++j) {
+      float& x = s[j * ld + r];
+      if (mask) x += slope[r] * mask[j * ld + r];
+      mt = std::max(mt, x);
+    }
+    const float mn = std::max(m[r], mt), shift = mn == -INFINITY ? 0.0f : mn;
+    float sum = 0.0f;
+    for (int64_t j = 0; j < kt; ++j) {
+      float& x = s[j * ld + r];
+      x = exp_ref(x - shift);
+      sum += x;
+    }
+    alpha[r] = exp_ref(m[r] - shift);
+    l[r] = l[r] * alpha[r] + sum;
+    m[r] = mn;
+  }
+}
+
+const VecMath kScalar{exp_shift_sum_ref, silu_ref, swiglu_ref, max_ref, softmax_step_ref};
 
 }  // namespace
 
@@ -141,6 +163,41 @@ float max_avx2(const float* x, int64_t n) {
   return std::max(_mm_cvtss_f32(_mm_max_ss(t, _mm_movehdup_ps(t))), max_ref(x + i, n - i));
 }
 
+void softmax_step_avx2(float* s, const float* mask, const float* slope, int64_t ld, int64_t kt, int64_t n, float* m,
+                       float* l, float* alpha) {
+  const __m256 ninf = _mm256_set1_ps(-INFINITY);
+  int64_t r = 0;
+  for (; r + 8 <= n; r += 8) {
+    const __m256 sl = mask ? _mm256_loadu_ps(slope + r) : _mm256_setzero_ps();
+    __m256 mt = ninf;
+    for (int64_t j = 0; j < kt; ++j) {
+      float* x = s + j * ld + r;
+      __m256 v = _mm256_loadu_ps(x);
+      if (mask) {
+        v = _mm256_fmadd_ps(sl, _mm256_loadu_ps(mask + j * ld + r), v);
+        _mm256_storeu_ps(x, v);
+      }
+      mt = _mm256_max_ps(mt, v);
+    }
+    const __m256 mo = _mm256_loadu_ps(m + r), mn = _mm256_max_ps(mo, mt);
+    const __m256 shift = _mm256_blendv_ps(mn, _mm256_setzero_ps(), _mm256_cmp_ps(mn, ninf, _CMP_EQ_OQ));
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t j = 0; j < kt; ++j) {
+      float* x = s + j * ld + r;
+      const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x), shift));
+      _mm256_storeu_ps(x, e);
+      sum = _mm256_add_ps(sum, e);
+    }
+    const __m256 a = exp8(_mm256_sub_ps(mo, shift));
+    _mm256_storeu_ps(alpha + r, a);
+    _mm256_storeu_ps(l + r, _mm256_fmadd_ps(_mm256_loadu_ps(l + r), a, sum));
+    _mm256_storeu_ps(m + r, mn);
+  }
+  if (r < n)
+    softmax_step_ref(s + r, mask ? mask + r : nullptr, mask ? slope + r : nullptr, ld, kt, n - r, m + r, l + r,
+                     alpha + r);
+}
+
 #pragma GCC pop_options
 
 // ---- AVX-512 --------------------------------------------------------------------------------------
@@ -207,10 +264,42 @@ float max_avx512(const float* x, int64_t n) {
   return _mm512_reduce_max_ps(m);
 }
 
+void softmax_step_avx512(float* s, const float* mask, const float* slope, int64_t ld, int64_t kt, int64_t n, float* m,
+                         float* l, float* alpha) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  for (int64_t r = 0; r < n; r += 16) {
+    const __mmask16 k = n - r >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - r)) - 1);
+    const __m512 sl = mask ? _mm512_maskz_loadu_ps(k, slope + r) : _mm512_setzero_ps();
+    __m512 mt = ninf;
+    for (int64_t j = 0; j < kt; ++j) {
+      float* x = s + j * ld + r;
+      __m512 v = _mm512_maskz_loadu_ps(k, x);
+      if (mask) {
+        v = _mm512_fmadd_ps(sl, _mm512_maskz_loadu_ps(k, mask + j * ld + r), v);
+        _mm512_mask_storeu_ps(x, k, v);
+      }
+      mt = _mm512_max_ps(mt, v);
+    }
+    const __m512 mo = _mm512_mask_loadu_ps(ninf, k, m + r), mn = _mm512_max_ps(mo, mt);
+    const __m512 shift = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mn, ninf, _CMP_EQ_OQ), mn, _mm512_setzero_ps());
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < kt; ++j) {
+      float* x = s + j * ld + r;
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x), shift));
+      _mm512_mask_storeu_ps(x, k, e);
+      sum = _mm512_add_ps(sum, e);
+    }
+    const __m512 a = exp16(_mm512_sub_ps(mo, shift));
+    _mm512_mask_storeu_ps(alpha + r, k, a);
+    _mm512_mask_storeu_ps(l + r, k, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, l + r), a, sum));
+    _mm512_mask_storeu_ps(m + r, k, mn);
+  }
+}
+
 #pragma GCC pop_options
 
-const VecMath kAvx2{exp_shift_sum_avx2, silu_avx2, swiglu_avx2, max_avx2};
-const VecMath kAvx512{exp_shift_sum_avx512, silu_avx512, swiglu_avx512, max_avx512};
+const VecMath kAvx2{exp_shift_sum_avx2, silu_avx2, swiglu_avx2, max_avx2, softmax_step_avx2};
+const VecMath kAvx512{exp_shift_sum_avx512, silu_avx512, swiglu_avx512, max_avx512, softmax_step_avx512};
 
 }  // namespace
 

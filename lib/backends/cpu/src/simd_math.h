@@ -19,6 +19,13 @@ struct VecMath {
   void (*swiglu)(const float* a, const float* b, float* y, int64_t n);
   // max of x[0, n) (-inf for n == 0; NaNs may or may not win).
   float (*max)(const float* x, int64_t n);
+  // One online-softmax step over a tile of kt keys held key-major, s[j * ld + r] for rows r < n
+  // (flash attention's scores, so that the rows are the vector lanes): s += slope[r] * mask[j *
+  // ld + r] where mask is given; then per row m' = max(m[r], max_j s), s = exp(s - m'),
+  // alpha[r] = exp(m[r] - m'), l[r] = l[r] alpha[r] + sum_j s, m[r] = m'. A row with m' = -inf
+  // (no visible key yet) gets s = 0 and alpha = 0. slope is read only with a mask.
+  void (*softmax_step)(float* s, const float* mask, const float* slope, int64_t ld, int64_t kt, int64_t n, float* m,
+                       float* l, float* alpha);
 };
 
 float exp_ref(float x);
