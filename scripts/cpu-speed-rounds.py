@@ -2,10 +2,10 @@
 """Issue-8 CPU speed measurements (docs/PERFORMANCE.md, "CPU kernels").
 
 Each round runs, back to back: the machine limits (int8 peak, and the int8 rate with per-32 block
-scales, the ceiling of a Q8_0 / Q4_0 product), F32 GEMM 1024^3, tg128 of the ~300M llama
-in F16/Q8_0/Q4_0, pp512 in Q8_0/Q4_0, the limits again -- every ratio is taken against the mean
-of the limits measured right before and after, then the median over rounds is reported (the
-shared machine drifts a lot).
+scales, the ceiling of a Q8_0 / Q4_0 product), tg128 of the ~300M llama in F16, the limits again,
+F32 GEMM 1024^3, tg128 in Q8_0/Q4_0, pp512 in Q8_0/Q4_0, the limits a third time -- every ratio is
+taken against the mean of the limits measured right before and after it (F16 decode: the first
+two), then the median over rounds is reported (the shared machine drifts a lot).
 
 usage: scripts/cpu-speed-rounds.py [--bin build/bin] [--rounds 8] [--threads 2] [--models DIR]
 The models (loom-gguf new --arch llama --preset small --type T) are made in DIR if missing.
@@ -58,33 +58,40 @@ def main():
     print(f"bytes/token: " + ", ".join(f"{t} {b / 2**20:.2f} MiB" for t, b in read_bytes.items()) +
           f"; useful FLOP per pp512 token: {useful / 1e6:.1f} M", flush=True)
     out = []
+    def limits():
+        return json.loads(run([f"{B}/loom-bench-ops", "--limits", "--json", "-t", T]))
+
+    def tg(t):
+        j = json.loads(run([f"{B}/loom-bench", "-m", paths[t], "-t", T, "-p", "0", "-n", "128", "-r", "2", "-o", "json"]))
+        return statistics.median(j[0]["samples_ts"])
+
     for r in range(a.rounds):
         row = {"load": os.getloadavg()[0]}
-        lim = json.loads(run([f"{B}/loom-bench-ops", "--limits", "--json", "-t", T]))
-        row.update(fma=lim["fp32_gflops"], int8=lim["int8_gops"], int8b=lim["int8_block32_gops"], bw=lim["read_gbps"])
+        # F16 decode between two limits of its own: its ratio uses their mean bandwidth (the shared
+        # host's bandwidth drifts between ~26 and ~57 GB/s within a round)
+        lim_a = limits()
+        row["tg_f16"] = tg("f16")
+        lim_b = limits()
         g = json.loads(run([f"{B}/loom-bench-ops", "perf", "-o", "MUL_MAT", "-b", "CPU", "-t", T, "-p",
                             "type_a=f32.*m=1024,n=1024,k=1024", "--json"]))
         row["gemm"] = g["results"][0]["gflops"]
-        for t in ("f16", "q8_0", "q4_0"):
-            j = json.loads(run([f"{B}/loom-bench", "-m", paths[t], "-t", T, "-p", "0", "-n", "128", "-r", "2", "-o",
-                                "json"]))
-            row["tg_" + t] = statistics.median(j[0]["samples_ts"])
+        for t in ("q8_0", "q4_0"):
+            row["tg_" + t] = tg(t)
         for t in ("q8_0", "q4_0"):
             j = json.loads(run([f"{B}/loom-bench", "-m", paths[t], "-t", T, "-p", str(P), "-n", "0", "-r", "2", "-o",
                                 "json"]))
             row["pp_" + t] = statistics.median(j[0]["samples_ts"])
-        # the limits again after the round; ratios use the mean of before and after (the shared
-        # host's bandwidth drifts between ~26 and ~50 GB/s within minutes)
-        after = json.loads(run([f"{B}/loom-bench-ops", "--limits", "--json", "-t", T]))
-        row["bw_after"] = after["read_gbps"]
-        row["fma"] = (row["fma"] + after["fp32_gflops"]) / 2
-        row["int8"] = (row["int8"] + after["int8_gops"]) / 2
-        row["int8b"] = (row["int8b"] + after["int8_block32_gops"]) / 2
-        row["bw"] = (row["bw"] + after["read_gbps"]) / 2
+        lim_c = limits()
+        # everything else against the mean of the limits before and after it
+        row["bw_a"], row["bw_b"], row["bw_c"] = lim_a["read_gbps"], lim_b["read_gbps"], lim_c["read_gbps"]
+        row["fma"] = (lim_b["fp32_gflops"] + lim_c["fp32_gflops"]) / 2
+        row["int8"] = (lim_b["int8_gops"] + lim_c["int8_gops"]) / 2
+        row["int8b"] = (lim_b["int8_block32_gops"] + lim_c["int8_block32_gops"]) / 2
         row["gemm/fma"] = row["gemm"] / row["fma"]
         for t in ("f16", "q8_0", "q4_0"):
+            bw = (row["bw_a"] + row["bw_b"]) / 2 if t == "f16" else (row["bw_b"] + row["bw_c"]) / 2
             row["gbs_" + t] = row["tg_" + t] * read_bytes[t] / 1e9
-            row[f"gbs_{t}/bw"] = row["gbs_" + t] / row["bw"]
+            row[f"gbs_{t}/bw"] = row["gbs_" + t] / bw
         row["q8/f16"] = row["tg_q8_0"] / row["tg_f16"]
         row["q4/f16"] = row["tg_q4_0"] / row["tg_f16"]
         for t in ("q8_0", "q4_0"):
