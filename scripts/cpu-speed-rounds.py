@@ -58,6 +58,7 @@ def main():
     print(f"bytes/token: " + ", ".join(f"{t} {b / 2**20:.2f} MiB" for t, b in read_bytes.items()) +
           f"; useful FLOP per pp512 token: {useful / 1e6:.1f} M", flush=True)
     out = []
+
     def limits():
         return json.loads(run([f"{B}/loom-bench-ops", "--limits", "--json", "-t", T]))
 

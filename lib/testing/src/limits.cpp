@@ -1,7 +1,8 @@
 // Machine limits: FMA and VNNI throughput loops (12 independent accumulators, more than latency
 // x ports, so the loop is bound by issue rate; the block-scaled VNNI loop reads its operands
-// through opaque pointers, as a product reads its panels) compiled per ISA with target attributes and picked
-// with __builtin_cpu_supports, and a multi-threaded read of a large buffer. Best of 3 runs.
+// through opaque pointers, as a product reads its panels) compiled per ISA with target
+// attributes and picked with __builtin_cpu_supports, and a multi-threaded read of a large
+// buffer. Best of 3 runs.
 #include "loom/testing/limits.h"
 
 #include <sys/mman.h>
@@ -110,7 +111,7 @@ __attribute__((target("avx2,avxvnni"))) double vnni_avx2(int64_t iters) {
 // What a Q8_0 / Q4_0 product must do: every 32 values' integer sum gets the weight block's scale
 // times the activation block's (a multiply and an FMA per lane and 32 products). Both run on the
 // pipes the dot product uses, so this is the most such a product can reach (the tile shape of
-// the CPU backend: 12 accumulators of 8 dot products per block, operands in registers).
+// the CPU backend: 12 accumulators of 8 dot products per block, operands read from L1).
 
 // Operands of the block loops, in L1 as the tile's are: 2 x 8 quads of 16 weight rows, 6
 // activation blocks of 32 bytes.
@@ -151,7 +152,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) double vnni_block32_avx51
   return (double)iters * 8 * 12 * 64 * 2;
 }
 
-// The AVX-VNNI form: 2 x 8 rows per 256-bit register, 32 values per lane pair and block.
+// The same loop on 256-bit registers (AVX-VNNI): 8 rows per register.
 __attribute__((target("avx2,fma,avxvnni"))) double vnni_block32_avx2(int64_t iters) {
   __m256 acc[12];
   for (int j = 0; j < 12; ++j) acc[j] = _mm256_setzero_ps();
