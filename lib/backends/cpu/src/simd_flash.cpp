@@ -222,11 +222,14 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
   const int64_t n_pb = (f.n_q + f.qb - 1) / f.qb;
   const int64_t n_kvh = k->ne[2];
 
-  // The unit's R rows: q scaled into qs, outputs O zeroed, the softmax state reset. Row r is kv
-  // head e0 + r / C, position p0 + r % C / group, head of it r % group.
+  // A unit's rows: row r of a unit with C rows per kv head is kv head e0 + r / C, position
+  // p0 + r % C / group, head r % group of it.
+  auto row_pos = [&](int64_t r, int64_t C, int64_t p0) { return p0 + r % C / f.group; };
+  auto row_head = [&](int64_t r, int64_t C, int64_t e0) { return (e0 + r / C) * f.group + r % f.group; };
+  // The unit's R rows: q scaled into qs, outputs O zeroed, the softmax state reset.
   auto start_rows = [&](int64_t ib, int64_t e0, int64_t R, int64_t C, int64_t p0, int64_t ld_s) {
     for (int64_t r = 0; r < R; ++r) {
-      const int64_t iq = p0 + r % C / f.group, h = (e0 + r / C) * f.group + r % f.group;
+      const int64_t iq = row_pos(r, C, p0), h = row_head(r, C, e0);
       const float* src = reinterpret_cast<const float*>(row_ptr(q, iq, h, ib));
       float* qr = qs + r * f.D;
       for (int64_t d = 0; d < f.D; ++d) qr[d] = src[d] * scale;
@@ -240,9 +243,17 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
     }
     std::fill(O, O + R * f.Dv, 0.0f);
   };
+  // The rows' outputs: out = O / l (zeros for a row that saw no visible key).
+  auto finish_rows = [&](int64_t ib, int64_t e0, int64_t R, int64_t C, int64_t p0) {
+    for (int64_t r = 0; r < R; ++r) {
+      float* out = reinterpret_cast<float*>(row_ptr(dst, row_head(r, C, e0), row_pos(r, C, p0), ib));
+      const float inv = Lsum[r] > 0.0f ? 1.0f / Lsum[r] : 0.0f;
+      for (int64_t d = 0; d < f.Dv; ++d) out[d] = O[r * f.Dv + d] * inv;
+    }
+  };
   // The mask of keys [j0, j0 + kt) for the R rows, as f32 segments mseg[r]; returns how many keys
   // the tile keeps (it ends after the last key some row sees: a causal prompt's diagonal tile;
-  // 0: no row sees any) and, in *zeros, whether those keys' mask is all zeros.
+  // 0: no row sees any) and, in *zeros where asked (prompts), whether those keys' mask is all zeros.
   auto mask_tile = [&](int64_t R, int64_t j0, int64_t kt, int64_t jb, bool* zeros) {
     int32_t seen[kPromptKeyTile] = {}, nonzero[kPromptKeyTile] = {};  // loops without exits: vectorized
     for (int64_t r = 0; r < R; ++r) {
@@ -257,18 +268,19 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
         mseg[r] = mconv + r * f.kt;
       }
       const float* m = mseg[r];
-      for (int64_t j = 0; j < kt; ++j) {
-        seen[j] |= (int32_t)(m[j] != kNegInf);
-        nonzero[j] |= (int32_t)(m[j] != 0.0f);
-      }
+      for (int64_t j = 0; j < kt; ++j) seen[j] |= (int32_t)(m[j] != kNegInf);
+      if (zeros)
+        for (int64_t j = 0; j < kt; ++j) nonzero[j] |= (int32_t)(m[j] != 0.0f);
       // the row's next tile: a mask row is read a tile at a time, too little for the hardware
       // prefetcher to follow
       if (j0 + f.kt < jb) prefetch_bytes(mrow[r] + (j0 + f.kt) * mask->nb[0], f.kt * mask->nb[0]);
     }
     while (kt > 0 && !seen[kt - 1]) --kt;
-    int32_t any = 0;
-    for (int64_t j = 0; j < kt; ++j) any |= nonzero[j];
-    *zeros = any == 0;
+    if (zeros) {
+      int32_t any = 0;
+      for (int64_t j = 0; j < kt; ++j) any |= nonzero[j];
+      *zeros = any == 0;
+    }
     return kt;
   };
 
@@ -335,12 +347,7 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
         }
       }
     }
-    for (int64_t r = 0; r < R; ++r) {
-      const int64_t iq = p0 + r / f.group, h = ikv * f.group + r % f.group;
-      float* out = reinterpret_cast<float*>(row_ptr(dst, h, iq, ib));
-      const float inv = Lsum[r] > 0.0f ? 1.0f / Lsum[r] : 0.0f;
-      for (int64_t d = 0; d < f.Dv; ++d) out[d] = O[r * f.Dv + d] * inv;
-    }
+    finish_rows(ib, ikv, R, R, p0);
   };
 
   // Decode unit: the rows of position block pb of batch ib for every kv head against keys
@@ -356,8 +363,7 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
     for (int64_t j0 = ja; j0 < jb; j0 += f.kt) {
       int64_t kt = std::min(f.kt, jb - j0);
       if (mask) {
-        bool zeros = true;
-        kt = mask_tile(R, j0, kt, jb, &zeros);
+        kt = mask_tile(R, j0, kt, jb, nullptr);
         if (kt == 0) continue;
       }
       // S = (scale q) K^T for this tile, in key order, every kv head of a few keys at a time; the
@@ -401,12 +407,7 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
       std::copy(Lsum, Lsum + R, state + f.R * (f.Dv + 1));
       return;
     }
-    for (int64_t r = 0; r < R; ++r) {
-      const int64_t iq = p0 + r % C / f.group, h = r / C * f.group + r % f.group;
-      float* out = reinterpret_cast<float*>(row_ptr(dst, h, iq, ib));
-      const float inv = Lsum[r] > 0.0f ? 1.0f / Lsum[r] : 0.0f;
-      for (int64_t d = 0; d < f.Dv; ++d) out[d] = O[r * f.Dv + d] * inv;
-    }
+    finish_rows(ib, 0, R, C, p0);
   };
 
   if (f.stream) {
