@@ -83,6 +83,37 @@ TEST(Executor, TwoLayersMatchTheCpu) {
   }
 }
 
+// Host waits per compute for make() on two SIM devices and the CPU (same outputs as the CPU).
+uint64_t syncs_per_compute(const MakeGraph& make, const Bits& ref) {
+  Devices devs(2);
+  auto tg = make();
+  std::vector<std::unique_ptr<Buffer>> bufs;
+  tg->place_weights(devs, bufs, 5);
+  const sched::ExecutionPlan p = sched::plan(tg->graph, devs.all, {});
+  sched::Executor ex(devs.all);
+  EXPECT_TRUE(ex.alloc(tg->graph, p));
+  fill_test_inputs(*tg, 5);
+  refill_weights(*tg, 5);
+  const uint64_t before = ex.n_syncs();
+  EXPECT_TRUE(ex.compute(tg->graph, p));
+  EXPECT_EQ(read_outputs(tg->outputs), ref);
+  return ex.n_syncs() - before;
+}
+
+TEST(Executor, WaitsOnlyForStreamsNoLaterWaitCovers) {
+  // SIM0 -> SIM1 -> CPU: the CPU's copies wait for SIM1's event, SIM1's for SIM0's, so the end of
+  // compute waits on no asynchronous stream; with the output on SIM1, on SIM1 alone.
+  const MakeGraph to_cpu = [] { return two_layers(0, 1, 2); };
+  const MakeGraph to_sim1 = [] { return two_layers(0, 1, 1); };
+  const Bits ref_cpu = run_reference(to_cpu, 5), ref_sim1 = run_reference(to_sim1, 5);
+  EXPECT_EQ(syncs_per_compute(to_cpu, ref_cpu), 0u);
+  EXPECT_EQ(syncs_per_compute(to_sim1, ref_sim1), 1u);
+  setenv("LOOM_SCHED_SYNC_ALL", "1", 1);  // the rule before: every stream
+  EXPECT_EQ(syncs_per_compute(to_cpu, ref_cpu), 2u);
+  EXPECT_EQ(syncs_per_compute(to_sim1, ref_sim1), 2u);
+  unsetenv("LOOM_SCHED_SYNC_ALL");
+}
+
 TEST(Executor, CacheReadWriteMatchesTheCpu) {
   const MakeGraph make = [] { return cache_rw(0); };
   const Bits ref = run_reference(make, 9);

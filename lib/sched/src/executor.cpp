@@ -5,6 +5,7 @@
 #include "loom/sched/executor.h"
 
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -20,6 +21,13 @@ std::mutex g_registry_mutex;
 std::unordered_set<const Buffer*>& registry() {
   static std::unordered_set<const Buffer*> buffers;
   return buffers;
+}
+
+// LOOM_SCHED_SYNC_ALL=1 waits for every stream at the end of compute (the rule before covered
+// streams were skipped), for comparing sync counts.
+bool sync_covered_streams() {
+  const char* v = std::getenv("LOOM_SCHED_SYNC_ALL");
+  return !(v && *v && std::strcmp(v, "0") != 0);
 }
 
 bool no_realloc_env() {
@@ -206,15 +214,54 @@ Status Executor::compute(const Graph& g, const ExecutionPlan& plan) {
   } catch (const Error& e) {
     result = from_error(e);
   }
-  for (auto& s : streams_) {
+  // Outputs readable on return: wait for the streams whose last work no other waited-for stream
+  // covers; the rest finished before an event a waited-for stream passed, and are only asked for
+  // an error (no wait).
+  const std::vector<bool> wait_for =
+      result ? streams_to_wait(plan) : std::vector<bool>(streams_.size(), true);  // a failed job: all
+  for (size_t d = 0; d < streams_.size(); ++d) {
     try {
-      s->synchronize();
+      if (wait_for[d]) {
+        streams_[d]->synchronize();
+        if (devices_[d]->caps().async) ++n_syncs_;
+      } else if (Status st = streams_[d]->error(); !st && result) {
+        result = st;
+      }
     } catch (const Error& e) {
       if (result) result = from_error(e);
     }
   }
   if (comm_) comm_->end_compute();
   return result;
+}
+
+std::vector<bool> Executor::streams_to_wait(const ExecutionPlan& plan) const {
+  std::vector<int> last(streams_.size(), -1);  // each stream's last job in this compute
+  for (size_t j = 0; j < plan.jobs.size(); ++j) last[(size_t)plan.jobs[j].device] = (int)j;
+  std::vector<bool> wait(streams_.size(), false);
+  if (!sync_covered_streams()) {
+    for (size_t d = 0; d < wait.size(); ++d) wait[d] = true;  // LOOM_SCHED_SYNC_ALL=1: every stream
+    return wait;
+  }
+  // Streams by their last job, latest first: the latest is always waited for; an earlier one is
+  // covered (complete once compute returns) when a later job of a stream already known complete
+  // waited for its last job's event.
+  std::vector<size_t> order;
+  for (size_t d = 0; d < last.size(); ++d)
+    if (last[d] >= 0) order.push_back(d);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return last[a] > last[b]; });
+  std::vector<bool> complete(streams_.size(), false);
+  for (size_t d : order) {
+    bool covered = false;
+    for (size_t j = (size_t)last[d] + 1; j < plan.jobs.size() && !covered; ++j) {
+      const Job& job = plan.jobs[j];
+      if (!complete[(size_t)job.device]) continue;
+      for (int w : job.waits) covered = covered || w == last[d];
+    }
+    wait[d] = !covered;
+    complete[d] = true;
+  }
+  return wait;
 }
 
 // A split with AllReduce nodes runs in pieces: up to and including each one, then the sum over
@@ -228,6 +275,7 @@ Status Executor::compute_nodes(Stream& stream, const Graph& graph, const std::ve
       return st;
     first = i + 1;
     stream.synchronize();
+    ++n_syncs_;
     if (t->type != DType::F32 || !t->is_contiguous())
       return Status::error(ErrorKind::internal,
                            fmt::format("[executor] AllReduce '{}' must be contiguous f32", t->name));
@@ -262,7 +310,10 @@ void Executor::run_jobs(const ExecutionPlan& plan, size_t slot, std::vector<std:
     }
     if (result && job.signals) {
       events[j] = stream.record();
-      if (!events[j]) stream.synchronize();  // a stream without events: finish now
+      if (!events[j]) {  // a stream without events: finish now
+        stream.synchronize();
+        if (devices_[(size_t)job.device]->caps().async) ++n_syncs_;
+      }
     }
   }
 }

@@ -105,6 +105,14 @@ class SimStream final : public Stream {
     }
   }
 
+  Status error() override {
+    std::lock_guard lock(mutex_);
+    if (!error_) return Status::ok();
+    const Error e = *error_;
+    error_.reset();
+    return Status::error(e.kind(), e.what());
+  }
+
   void optimize_graph(std::vector<Tensor*>& nodes) override { dev_.optimize(nodes); }
 
  private:

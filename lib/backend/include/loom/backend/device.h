@@ -95,6 +95,9 @@ class Stream {
   // (optional) later work on this stream waits for e (which may belong to another stream).
   virtual void wait(Event& e) { e.synchronize(); }
   virtual void synchronize() = 0;
+  // (optional) the first error of queued work that has already failed, without waiting for the
+  // rest; the executor asks streams whose work an event it waited for already covers.
+  virtual Status error() { return Status::ok(); }
   // (optional) may reorder nodes of one split before compute (e.g. to save barriers);
   // must keep every node after its sources.
   virtual void optimize_graph(std::vector<Tensor*>& nodes) { (void)nodes; }

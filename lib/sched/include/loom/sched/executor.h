@@ -40,6 +40,10 @@ class Executor {
   size_t buffer_size(int device) const;           // bytes of device's compute buffer (0: none)
   int n_reallocs() const { return n_reallocs_; }  // buffers grown after the first allocation
   uint64_t n_computes() const { return n_computes_; }
+  // Host waits on asynchronous streams so far (end-of-compute waits the plan requires, streams
+  // without events, AllReduce staging): compute() waits only for the streams whose last work no
+  // other waited-for stream's event covers.
+  uint64_t n_syncs() const { return n_syncs_; }
   uint64_t bound_plan() const { return bound_plan_; }  // uid of the plan whose memory is bound (0: none)
 
  private:
@@ -47,6 +51,7 @@ class Executor {
   void release_buffer(int d);
   void run_jobs(const ExecutionPlan& plan, size_t slot, std::vector<std::unique_ptr<Event>>& events, Status& result);
 
+  std::vector<bool> streams_to_wait(const ExecutionPlan& plan) const;
   Status compute_nodes(Stream& stream, const Graph& graph, const std::vector<Tensor*>& nodes);
 
   Communicator* comm_ = nullptr;
@@ -56,6 +61,7 @@ class Executor {
   std::vector<std::vector<std::vector<Tensor*>>> run_nodes_;  // [pipeline copy][split], optimized
   uint64_t bound_plan_ = 0;
   uint64_t n_computes_ = 0;
+  uint64_t n_syncs_ = 0;
   int n_reallocs_ = 0;
 };
 
