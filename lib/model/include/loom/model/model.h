@@ -40,7 +40,7 @@ struct LayerWeights {
 };
 
 // Where the tensor of a role lives: in `l` for per-layer roles, else in `m` (the Model or any
-// struct with tok_embd / output_norm / output members, e.g. the trainer's weights).
+// struct with tok_embd / output_norm / output members).
 template <class Weights>
 Tensor** role_slot(Weights& m, LayerWeights* l, TensorRole role) {
   switch (role) {
