@@ -113,7 +113,7 @@ Status Executor::ensure_buffer(int d, const ExecutionPlan& plan, bool is_reserve
   const bool had = buf != nullptr;
   release_buffer(d);  // free first: the peak is the new size, not both
   std::unique_ptr<Buffer> fresh;
-  if (Status st = devices_[(size_t)d]->buffer_type().alloc(need, fresh); !st)
+  if (Status st = compute_buffer_type(d).alloc(need, fresh); !st)
     return Status::error(st.kind(), fmt::format("[executor] compute buffer of {} ({} bytes): {}",
                                                 devices_[(size_t)d]->name(), need, st.message()));
   {
@@ -124,6 +124,17 @@ Status Executor::ensure_buffer(int d, const ExecutionPlan& plan, bool is_reserve
   if (had) ++n_reallocs_;
   bound_plan_ = 0;
   return Status::ok();
+}
+
+// A host device computes in pinned memory when another device offers it (inputs and the host's
+// side of copies then move without staging); any other device in its own memory.
+const BufferType& Executor::compute_buffer_type(int d) const {
+  const Device& dev = *devices_[(size_t)d];
+  if (dev.buffer_type().is_host())
+    for (const Device* other : devices_)
+      if (const BufferType* pinned = other != &dev ? other->host_buffer_type() : nullptr)
+        if (dev.supports_buffer_type(*pinned)) return *pinned;
+  return dev.buffer_type();
 }
 
 Status Executor::reserve(const Graph& g, const ExecutionPlan& plan) {

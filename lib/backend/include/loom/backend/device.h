@@ -120,6 +120,15 @@ class Device {
   virtual std::unique_ptr<Stream> create_stream() = 0;
   // (optional) prefer running this op here even though its weights live elsewhere
   virtual bool offload_op(const Tensor* node) const { return false; }
+  // (optional, caps().host_buffer) pinned host memory this device copies from and to without
+  // staging; host devices may compute in it (the executor puts the host's compute buffer there).
+  virtual const BufferType* host_buffer_type() const { return nullptr; }
+  // (optional) named counters of the device's work so far, e.g. CUDA graph replays.
+  struct Counter {
+    std::string name;
+    uint64_t value = 0;
+  };
+  virtual std::vector<Counter> counters() const { return {}; }
 };
 
 // Byte copy between any two tensors of equal size through their buffers' get/set (staging

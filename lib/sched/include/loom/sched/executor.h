@@ -51,6 +51,7 @@ class Executor {
   void release_buffer(int d);
   void run_jobs(const ExecutionPlan& plan, size_t slot, std::vector<std::unique_ptr<Event>>& events, Status& result);
 
+  const BufferType& compute_buffer_type(int d) const;
   std::vector<bool> streams_to_wait(const ExecutionPlan& plan) const;
   Status compute_nodes(Stream& stream, const Graph& graph, const std::vector<Tensor*>& nodes);
 
