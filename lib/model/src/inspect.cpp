@@ -76,6 +76,7 @@ std::string inspect_splits(Model& model, const SessionParams& params, bool decod
     j["devices"] = devs;
     j["phase"] = decode ? "decode" : "prompt";
     j["fused"] = fused_groups(step.plan);
+    j["barriers"] = sched::split_barriers(step.plan);
     if (model.tensor_parallel()) j["tensor_parallel"] = tensor_parallel_json(model, step);
     return j.dump(2) + "\n";
   }
@@ -115,6 +116,9 @@ std::string inspect_splits(Model& model, const SessionParams& params, bool decod
   for (const auto& f : fused)
     out += fmt::format("  {}  split {}  {}  {} nodes\n", f["kind"].get<std::string>(), f["split"].get<int>(),
                        f["device"].get<std::string>(), f["nodes"].size());
+  for (const auto& b : sched::split_barriers(step.plan))
+    out += fmt::format("barriers: split {}  {}  {} in graph order, {} after optimize_graph\n", b["split"].get<int>(),
+                       b["device"].get<std::string>(), b["barriers_before"].get<int>(), b["barriers_after"].get<int>());
   return out;
 }
 

@@ -6,6 +6,9 @@
 
 #include "loom/cpu/cpu.h"
 #include "loom/sim/sim.h"
+#ifdef LOOM_HAVE_VULKAN
+#include "loom/vulkan/vulkan.h"
+#endif
 
 namespace loom::sched {
 
@@ -14,13 +17,31 @@ DeviceSet make_devices(const std::string& sim_sizes, int n_threads) {
   if (spec.empty())
     if (const char* env = std::getenv("LOOM_SIM_DEVICES")) spec = env;
   DeviceSet set;
+#ifdef LOOM_HAVE_VULKAN
+  std::string note;
+  for (auto& d : vulkan::make_devices(note)) set.owned.push_back(std::move(d));
+  if (!note.empty()) set.notes.push_back("Vulkan: " + note);
+#else
+  set.notes.push_back("Vulkan: not built (LOOM_VULKAN=OFF or libvulkan-dev/glslc missing at build time)");
+#endif
   const std::vector<size_t> caps = sim::parse_sim_sizes(spec);
   for (size_t i = 0; i < caps.size(); ++i)
     set.owned.push_back(std::make_unique<sim::SimDevice>((int)i, caps[i], n_threads));
   set.owned.push_back(std::make_unique<cpu::CpuDevice>(n_threads));
   for (auto& d : set.owned) set.all.push_back(d.get());
   set.cpu = set.all.back();
+  for (Device* d : set.all)
+    if (!is_software_device(*d)) set.defaults.push_back(d);
   return set;
+}
+
+bool is_software_device(const Device& d) {
+#ifdef LOOM_HAVE_VULKAN
+  return vulkan::is_software(d);
+#else
+  (void)d;
+  return false;
+#endif
 }
 
 std::vector<Device*> select_devices(const DeviceSet& set, std::string_view names) {
@@ -42,7 +63,8 @@ std::vector<Device*> select_devices(const DeviceSet& set, std::string_view names
       Device* found = nullptr;
       for (Device* d : set.all)
         if (d->name() == name) found = d;
-      LOOM_CHECK(found, usage, "[-dev] unknown device '{}' (available: {})", name, available());
+      LOOM_CHECK(found, usage, "[-dev] unknown device '{}' (available: {}){}", name, available(),
+                 name.rfind("Vulkan", 0) == 0 && !set.notes.empty() ? "; " + set.notes.front() : std::string());
       LOOM_CHECK(std::find(out.begin(), out.end(), found) == out.end(), usage, "[-dev] device '{}' listed twice", name);
       out.push_back(found);
     }
@@ -57,8 +79,12 @@ std::string list_devices(std::span<Device* const> devices) {
   std::string out = "NAME  KIND  TOTAL MiB  FREE MiB\n";
   for (Device* d : devices) {
     const MemoryInfo m = d->memory();
-    out += fmt::format("{}  {}  {}  {}\n", d->name(), device_kind_name(d->kind()), m.total / (1024 * 1024),
-                       m.free / (1024 * 1024));
+    std::string about;
+#ifdef LOOM_HAVE_VULKAN
+    about = vulkan::describe(*d);
+#endif
+    out += fmt::format("{}  {}  {}  {}{}\n", d->name(), device_kind_name(d->kind()), m.total / (1024 * 1024),
+                       m.free / (1024 * 1024), about.empty() ? "" : "  " + about);
   }
   return out;
 }

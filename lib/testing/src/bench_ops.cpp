@@ -156,6 +156,7 @@ int run_bench_ops(const BenchOpsOptions& o, std::FILE* out) {
   }
   if (wanted.empty()) {
     devices = all;
+    std::erase_if(devices, [](Device* d) { return sched::is_software_device(*d); });  // lavapipe: only when named
     if (!broken.empty())
       std::erase_if(devices, [](Device* d) { return d->name().rfind("BROKEN_", 0) == 0; });  // only when asked for
   }

@@ -98,6 +98,9 @@ class Stream {
   // (optional) may reorder nodes of one split before compute (e.g. to save barriers);
   // must keep every node after its sources.
   virtual void optimize_graph(std::vector<Tensor*>& nodes) { (void)nodes; }
+  // (optional) barriers this stream would record between the nodes of one split in this order;
+  // -1 when its work needs none (inspection: optimize_graph's effect, loom-split-inspect).
+  virtual int count_barriers(const std::vector<Tensor*>& nodes) { return (void)nodes, -1; }
 };
 
 class Device {

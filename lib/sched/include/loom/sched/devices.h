@@ -1,5 +1,5 @@
-// The device registry of a run: simulated devices SIM0.. (from --sim-devices or
-// LOOM_SIM_DEVICES) first and the CPU last (like llama.cpp lists GPUs before the CPU), device
+// The device registry of a run: Vulkan devices Vulkan0.. (where built), simulated devices SIM0..
+// (from --sim-devices or LOOM_SIM_DEVICES) and the CPU last (like llama.cpp lists GPUs before the CPU), device
 // selection by name (-dev), and the --list-devices text.
 #pragma once
 
@@ -16,6 +16,8 @@ struct DeviceSet {
   std::vector<std::unique_ptr<Device>> owned;
   std::vector<Device*> all;  // in priority order: SIM0.., then CPU
   Device* cpu = nullptr;
+  std::vector<Device*> defaults;   // used when -dev is not given: all but software Vulkan devices
+  std::vector<std::string> notes;  // why a backend has no devices ("Vulkan: not built (LOOM_VULKAN=OFF)")
 };
 
 // SIM devices with the capacities of sim_sizes (empty: env LOOM_SIM_DEVICES; see
@@ -25,6 +27,8 @@ DeviceSet make_devices(const std::string& sim_sizes, int n_threads);
 // CPU appended when absent (it is the planner's last resort). Unknown name -> Error(usage)
 // listing the available devices.
 std::vector<Device*> select_devices(const DeviceSet& set, std::string_view names);
+// A software implementation of a GPU API (Mesa's lavapipe): listed and selectable, never a default.
+bool is_software_device(const Device& d);
 // One line per device, "NAME  KIND  TOTAL MiB  FREE MiB" with a header line.
 std::string list_devices(std::span<Device* const> devices);
 
