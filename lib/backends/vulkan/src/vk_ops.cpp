@@ -343,34 +343,29 @@ bool conflicts(const Unit& a, const Unit& b) {
   return false;
 }
 
-std::vector<Unit> make_units(const VulkanDevice& dev, std::span<Tensor* const> nodes,
+std::vector<Unit> make_units(const VulkanDevice* dev, std::span<Tensor* const> nodes,
                              const std::vector<FusedGroup>& groups) {
   std::vector<Unit> units;
   size_t gi = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     while (gi < groups.size() && groups[gi].first < i) ++gi;
-    if (gi < groups.size() && groups[gi].first == i && fusion_supported(dev, groups[gi])) {
-      const FusedGroup& g = groups[gi];
-      Unit u;
-      u.first = i;
-      u.last = g.last;
-      u.group = &g;
-      for (const Tensor* t : g.inputs)
-        if (t) u.reads.push_back(range_of(t));
-      for (const Tensor* t : g.outputs) u.writes.push_back(range_of(t));
-      units.push_back(std::move(u));
-      i = g.last;
-      continue;
-    }
+    const bool fused = gi < groups.size() && groups[gi].first == i && (!dev || fusion_supported(*dev, groups[gi]));
     const Tensor* n = nodes[i];
-    if (!is_compute(n)) continue;
+    if (!fused && !is_compute(n)) continue;
     Unit u;
-    u.first = u.last = i;
-    u.node = n;
-    for (const Tensor* s : n->src)
-      if (s) u.reads.push_back(range_of(s));
-    u.writes.push_back(range_of(n));
+    u.first = i;
+    u.last = fused ? groups[gi].last : i;
+    if (fused) u.group = &groups[gi];
+    else u.node = n;
+    // every node of a group's span (views inside travel with it; a device may run it unfused)
+    for (size_t j = u.first; j <= u.last; ++j) {
+      for (const Tensor* s : nodes[j]->src)
+        if (s) u.reads.push_back(range_of(s));
+      u.writes.push_back(range_of(nodes[j]));
+    }
+    const size_t last = u.last;
     units.push_back(std::move(u));
+    i = last;
   }
   return units;
 }

@@ -31,8 +31,9 @@ struct Unit {
   std::vector<Range> reads, writes;
 };
 
-// Units of `nodes` (views and leaves skipped), fusing the groups in `groups` that the device supports.
-std::vector<Unit> make_units(const VulkanDevice& dev, std::span<Tensor* const> nodes,
+// Units of `nodes` (views and leaves skipped), fusing the groups in `groups` that dev supports
+// (every group when dev is null: optimize_graph keeps groups whole).
+std::vector<Unit> make_units(const VulkanDevice* dev, std::span<Tensor* const> nodes,
                              const std::vector<FusedGroup>& groups);
 // Whether b must stay after a (their memory conflicts: one writes what the other touches).
 bool conflicts(const Unit& a, const Unit& b);

@@ -16,41 +16,11 @@ namespace {
 
 constexpr size_t kWindow = 64;  // how far ahead a unit may be pulled (keeps the pass linear)
 
-bool is_view_node(const Tensor* n) { return n->op == OpKind::NONE || op_info(n->op).is_view; }
-
 // Computing units of a node list (views left out: they compute nothing and are placed next to
-// their users afterwards), every known fusion group kept whole, also ones a device runs unfused.
+// their users afterwards), every known fusion group kept whole.
 std::vector<Unit> all_units(const Graph& g, std::span<Tensor* const> nodes, std::vector<FusedGroup>& groups) {
   groups = find_fusions(g, nodes);
-  std::vector<Unit> units;
-  size_t gi = 0;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    while (gi < groups.size() && groups[gi].first < i) ++gi;
-    if (gi < groups.size() && groups[gi].first == i) {
-      Unit u;
-      u.first = i;
-      u.last = groups[gi].last;
-      u.group = &groups[gi];
-      for (size_t j = i; j <= u.last; ++j) {  // every node of the span: views inside travel with it
-        for (const Tensor* s : nodes[j]->src)
-          if (s) u.reads.push_back(range_of(s));
-        u.writes.push_back(range_of(nodes[j]));
-      }
-      units.push_back(std::move(u));
-      i = groups[gi].last;
-      continue;
-    }
-    const Tensor* n = nodes[i];
-    if (is_view_node(n)) continue;
-    Unit u;
-    u.first = u.last = i;
-    u.node = n;
-    for (const Tensor* s : n->src)
-      if (s) u.reads.push_back(range_of(s));
-    u.writes.push_back(range_of(n));
-    units.push_back(std::move(u));
-  }
-  return units;
+  return make_units(nullptr, nodes, groups);
 }
 
 int barriers_in_order(const std::vector<Unit>& units) {

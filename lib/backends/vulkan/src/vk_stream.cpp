@@ -190,7 +190,7 @@ class VulkanStream final : public Stream {
 
   Recording record(const Graph& graph, std::span<Tensor* const> nodes) {
     const std::vector<FusedGroup> groups = find_fusions(graph, nodes);
-    const std::vector<Unit> units = make_units(dev_, nodes, groups);
+    const std::vector<Unit> units = make_units(&dev_, nodes, groups);
     std::vector<std::vector<Dispatch>> per_unit(units.size());
     size_t n_dispatch = 0;
     for (size_t i = 0; i < units.size(); ++i) {
