@@ -19,7 +19,7 @@ DeviceSet make_devices(const std::string& sim_sizes, int n_threads) {
   DeviceSet set;
 #ifdef LOOM_HAVE_VULKAN
   std::string note;
-  for (auto& d : vulkan::make_devices(note)) set.owned.push_back(std::move(d));
+  std::vector<std::unique_ptr<Device>> gpus = vulkan::make_devices(note);
   if (!note.empty()) set.notes.push_back("Vulkan: " + note);
 #else
   set.notes.push_back("Vulkan: not built (LOOM_VULKAN=OFF or libvulkan-dev/glslc missing at build time)");
@@ -30,25 +30,27 @@ DeviceSet make_devices(const std::string& sim_sizes, int n_threads) {
   set.owned.push_back(std::make_unique<cpu::CpuDevice>(n_threads));
   for (auto& d : set.owned) set.all.push_back(d.get());
   set.cpu = set.all.back();
-  for (Device* d : set.all)
-    if (!is_software_device(*d)) set.defaults.push_back(d);
+#ifdef LOOM_HAVE_VULKAN
+  // GPUs first (before SIM and the CPU); software ones only by name
+  std::vector<Device*> hw;
+  for (auto& d : gpus) (vulkan::is_software(*d) ? set.named_only : hw).push_back(d.get());
+  set.all.insert(set.all.begin(), hw.begin(), hw.end());
+  for (auto& d : gpus) set.owned.push_back(std::move(d));
+#endif
   return set;
 }
 
-bool is_software_device(const Device& d) {
-#ifdef LOOM_HAVE_VULKAN
-  return vulkan::is_software(d);
-#else
-  (void)d;
-  return false;
-#endif
+std::vector<Device*> listed_devices(const DeviceSet& set) {
+  std::vector<Device*> out = set.named_only;
+  out.insert(out.end(), set.all.begin(), set.all.end());
+  return out;
 }
 
 std::vector<Device*> select_devices(const DeviceSet& set, std::string_view names) {
   std::vector<Device*> out;
   auto available = [&] {
     std::string s;
-    for (Device* d : set.all) s += (s.empty() ? "" : ", ") + d->name();
+    for (Device* d : listed_devices(set)) s += (s.empty() ? "" : ", ") + d->name();
     return s;
   };
   size_t start = 0;
@@ -61,7 +63,7 @@ std::vector<Device*> select_devices(const DeviceSet& set, std::string_view names
       // CPU only: nothing to add
     } else {
       Device* found = nullptr;
-      for (Device* d : set.all)
+      for (Device* d : listed_devices(set))
         if (d->name() == name) found = d;
       LOOM_CHECK(found, usage, "[-dev] unknown device '{}' (available: {}){}", name, available(),
                  name.rfind("Vulkan", 0) == 0 && !set.notes.empty() ? "; " + set.notes.front() : std::string());

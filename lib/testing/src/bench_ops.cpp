@@ -133,7 +133,8 @@ int run_bench_ops(const BenchOpsOptions& o, std::FILE* out) {
   // Devices: SIM0.., extra (tests), broken (test builds), then the CPU.
   const int threads = o.n_threads > 0 ? o.n_threads : ThreadPool::default_threads();
   sched::DeviceSet set = sched::make_devices(o.sim_devices, threads);
-  std::vector<Device*> all(set.all.begin(), set.all.end() - 1);
+  std::vector<Device*> all = set.named_only;  // listed first: Vulkan0 on lavapipe, only with -b
+  all.insert(all.end(), set.all.begin(), set.all.end() - 1);
   all.insert(all.end(), o.extra_devices.begin(), o.extra_devices.end());
   std::vector<std::unique_ptr<Device>> broken;
 #ifdef LOOM_BROKEN_KERNELS
@@ -156,7 +157,9 @@ int run_bench_ops(const BenchOpsOptions& o, std::FILE* out) {
   }
   if (wanted.empty()) {
     devices = all;
-    std::erase_if(devices, [](Device* d) { return sched::is_software_device(*d); });  // lavapipe: only when named
+    std::erase_if(devices, [&](Device* d) {
+      return std::find(set.named_only.begin(), set.named_only.end(), d) != set.named_only.end();
+    });
     if (!broken.empty())
       std::erase_if(devices, [](Device* d) { return d->name().rfind("BROKEN_", 0) == 0; });  // only when asked for
   }

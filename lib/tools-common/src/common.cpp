@@ -105,7 +105,7 @@ bool is_output_rank(const CommonOptions& o) { return o.comm != "mpi" || meta::mp
 
 void print_devices(const CommonOptions& o) {
   RunDevices d = make_run_devices(o);
-  fmt::print("{}", sched::list_devices(d.set.all));
+  fmt::print("{}", sched::list_devices(sched::listed_devices(d.set)));
   for (const std::string& note : d.set.notes) fmt::print("{}\n", note);
 }
 
@@ -113,7 +113,7 @@ RunDevices make_run_devices(const CommonOptions& o) {
   RunDevices d;
   const int threads = o.n_threads > 0 ? o.n_threads : ThreadPool::default_threads();
   d.set = sched::make_devices(o.sim_devices, threads);
-  d.selected = o.devices.empty() ? d.set.defaults : sched::select_devices(d.set, o.devices);
+  d.selected = o.devices.empty() ? d.set.all : sched::select_devices(d.set, o.devices);
   return d;
 }
 

@@ -16,7 +16,9 @@ struct DeviceSet {
   std::vector<std::unique_ptr<Device>> owned;
   std::vector<Device*> all;  // in priority order: SIM0.., then CPU
   Device* cpu = nullptr;
-  std::vector<Device*> defaults;   // used when -dev is not given: all but software Vulkan devices
+  // Listed and selectable by name, never in `all` (the default device list): software
+  // implementations of a GPU API (Mesa's lavapipe as Vulkan0), slower than the CPU backend.
+  std::vector<Device*> named_only;
   std::vector<std::string> notes;  // why a backend has no devices ("Vulkan: not built (LOOM_VULKAN=OFF)")
 };
 
@@ -27,8 +29,8 @@ DeviceSet make_devices(const std::string& sim_sizes, int n_threads);
 // CPU appended when absent (it is the planner's last resort). Unknown name -> Error(usage)
 // listing the available devices.
 std::vector<Device*> select_devices(const DeviceSet& set, std::string_view names);
-// A software implementation of a GPU API (Mesa's lavapipe): listed and selectable, never a default.
-bool is_software_device(const Device& d);
+// `all` and `named_only`, for listing.
+std::vector<Device*> listed_devices(const DeviceSet& set);
 // One line per device, "NAME  KIND  TOTAL MiB  FREE MiB" with a header line.
 std::string list_devices(std::span<Device* const> devices);
 
