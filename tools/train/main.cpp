@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
     o.n_batch = app.count("--batch-size") ? common.n_batch : 8;
     o.n_ubatch = app.count("--ubatch-size") ? common.n_ubatch : 0;
     o.n_threads = common.n_threads;
+    o.json = common.json;
     o.opt.kind = train::optimizer_from_name(optimizer);
     if (!schedule.empty()) o.opt.schedule = train::schedule_from_name(schedule);
     else if (o.opt.lr_min >= 0) o.opt.schedule = train::LrSchedule::cosine;

@@ -33,6 +33,7 @@ struct RunOptions {
   std::string resume;
   uint64_t seed = 42;
   int n_threads = 0;
+  bool json = false;        // one JSON object per step on stdout, then a summary object
   int progress = -1;       // -1: in place on a terminal, one line per epoch otherwise; 0/1 force
 };
 
