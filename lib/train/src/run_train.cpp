@@ -134,7 +134,15 @@ std::unique_ptr<TrainModel> init_model(const RunOptions& o, const std::string& t
   }
   cleanup.files.push_back(nm.output);
   make_random_model(nm);
-  auto m = TrainModel::open(nm.output, mo);  // the file stays mapped after it is removed
+  std::unique_ptr<TrainModel> m;
+  try {
+    m = TrainModel::open(nm.output, mo);  // the file stays mapped after it is removed
+  } catch (const Error& e) {  // name what the user gave, not the temporary file
+    std::string msg = e.what();
+    if (const size_t at = msg.find(nm.output); at != std::string::npos)
+      msg.replace(at, nm.output.size(), "--init " + o.init);
+    throw Error(e.kind(), msg);
+  }
   // Untied token embeddings start at unit scale instead of loom-gguf new's N(0, 0.02): every
   // layer input is RMS-normalized, so only their size relative to the attention and FFN
   // outputs added to the residual stream matters, and at 0.02 those outputs (~0.1) drown the
