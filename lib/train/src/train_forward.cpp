@@ -74,7 +74,7 @@ ForwardGraph build_train_forward(Context& c, const ModelWeights& m, const BatchS
     const LayerWeights& l = m.layers[(size_t)il];
     Tensor* cur = norm_mul(c, x, l.attn_norm, hp.rms_eps);
     cur->name = fmt::format("blk.{}.attn_norm-out", il);
-    const QkvHeads h = project_qkv(c, hp, l, cur, hp.n_head, hp.n_head_kv, fg.positions, rope_p);
+    const QkvHeads h = project_qkv(c, hp, l, cur, hp.n_head, hp.n_head_kv, fg.positions, rope_p, m.rope_freqs);
     cur = attention(c, hp, h.q, h.k, h.v, fg.mask, s);
     cur = mul_mat(c, l.wo, cur);
     cur->name = fmt::format("blk.{}.attn_out", il);

@@ -30,6 +30,11 @@ std::unique_ptr<TrainModel> TrainModel::open(const std::string& path, const Trai
   m->file_ = gguf::File::open(path);
   const gguf::File& f = *m->file_;
   HParams hp = read_hparams(f);
+  // the training forward builds llama / qwen layers only (no gemma post norms, soft-capping,
+  // sliding windows, sinks, fused projections or gpt-oss experts)
+  LOOM_CHECK(hp.arch == Arch::llama || hp.arch == Arch::qwen2 || hp.arch == Arch::qwen3 || hp.arch == Arch::qwen3moe,
+             unsupported, "{}: {} is not supported for training (loom-train trains llama, qwen2, qwen3, qwen3moe)",
+             path, arch_name(hp.arch));
   m->tokenizer_ = Tokenizer::from_gguf(f);
   LOOM_CHECK(m->tokenizer_->n_vocab() == hp.n_vocab, invalid_input, "{}: tokenizer has {} tokens, model vocab is {}",
              path, m->tokenizer_->n_vocab(), hp.n_vocab);

@@ -19,6 +19,9 @@ struct ModelWeights {
   Tensor* tok_embd = nullptr;
   Tensor* output_norm = nullptr;
   Tensor* output = nullptr;  // == tok_embd when tied
+  Tensor* rope_freqs = nullptr;  // llama 3's RoPE divisors, or null
+  Tensor* rope_long = nullptr;   // phi3 (not trainable: loading refuses phi3)
+  Tensor* rope_short = nullptr;
   std::vector<LayerWeights> layers;
 };
 
