@@ -135,8 +135,10 @@ int main(int argc, char** argv) {
   tok->add_flag("--ids", o.ids, "print only the ids, space separated");
 
   CLI::App* nw = app.add_subcommand("new", "write a random-init (or header-only) model");
-  nw->add_option("--arch", o.arch, "llama | qwen2 | qwen3 | qwen3moe | gemma2 | gemma3 | phi3 | gpt-oss")->required();
-  nw->add_option("--preset", o.preset, "tiny | small | llama-8b | llama-70b | qwen3-8b | qwen3-30b-a3b")
+  nw->add_option("--arch", o.arch, "llama | qwen2 | qwen3 | qwen3moe | gemma2 | gemma3 | phi3 | gpt-oss")
+      ->required();
+  nw->add_option("--preset", o.preset,
+                 "tiny | small | llama-8b | llama-70b | qwen3-8b | qwen3-30b-a3b | gemma3-27b | gpt-oss-20b")
       ->capture_default_str();
   nw->add_option("--n-layer", o.n_layer, "layers");
   nw->add_option("--n-embd", o.n_embd, "embedding width");

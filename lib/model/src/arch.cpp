@@ -205,7 +205,46 @@ HParams qwen3_30b_a3b() {
   return hp;
 }
 
+HParams gpt_oss_20b() {
+  HParams hp;
+  hp.arch = Arch::gpt_oss;
+  hp.n_layer = 24;
+  hp.n_embd = 2880;
+  hp.n_head = 64;
+  hp.n_head_kv = 8;
+  hp.head_dim = 64;
+  hp.n_ff = 2880;
+  hp.n_expert = 32;
+  hp.n_expert_used = 4;
+  hp.n_ff_exp = 2880;
+  hp.n_vocab = 201088;
+  hp.n_ctx_train = 131072;
+  hp.rms_eps = 1e-5f;
+  add_arch_features(hp, 128);
+  hp.rope_freq_scale = hp.rope_freq_scale_swa = 1.0f / 32;  // YaRN 32x over 4096
+  hp.n_ctx_orig = 4096;
+  return hp;
+}
+
+HParams gemma3_27b() {
+  HParams hp;
+  hp.arch = Arch::gemma3;
+  hp.n_layer = 62;
+  hp.n_embd = 5376;
+  hp.n_head = 32;
+  hp.n_head_kv = 16;
+  hp.head_dim = 128;
+  hp.n_ff = 21504;
+  hp.n_vocab = 262208;
+  hp.n_ctx_train = 131072;
+  hp.rms_eps = 1e-6f;
+  add_arch_features(hp, 1024);
+  return hp;
+}
+
 const RealPreset kRealPresets[] = {
+    {"gpt-oss-20b", Arch::gpt_oss, gpt_oss_20b},
+    {"gemma3-27b", Arch::gemma3, gemma3_27b},
     {"llama-8b", Arch::llama, [] { return llama3(32, 4096, 32, 14336); }},
     {"llama-70b", Arch::llama, [] { return llama3(80, 8192, 64, 28672); }},
     {"qwen3-8b", Arch::qwen3, qwen3_8b},

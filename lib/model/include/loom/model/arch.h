@@ -77,7 +77,8 @@ struct HParams {
 };
 
 // Presets: "tiny" and "small" exist for every architecture; the real shapes are tied to theirs
-// ("llama-8b", "llama-70b" for llama; "qwen3-8b" for qwen3; "qwen3-30b-a3b" for qwen3moe).
+// ("llama-8b", "llama-70b" for llama; "qwen3-8b" for qwen3; "qwen3-30b-a3b" for qwen3moe;
+// "gemma3-27b"; "gpt-oss-20b").
 // Throws usage naming the preset and listing the valid ones.
 HParams preset_hparams(Arch arch, std::string_view name);
 std::vector<std::string> preset_names(Arch arch);
