@@ -1,15 +1,17 @@
 // Forward pass of every architecture: embeddings (scaled for gemma), per layer attention (RoPE
 // with its scaling and factors, GQA, KV cache write through set_rows, flash or plain attention,
-// soft-capping, sinks, sliding windows) and FFN (SwiGLU, GELU, phi3's fused gate/up, routed
-// experts with softmax-renormalized or gpt-oss gating), the post norms of gemma, final norm,
-// output projection for the requested rows and gemma2's logit soft-capping.
-#include "forward.h"
+// soft-capping, sinks, sliding windows; or, for training, windows that attend within themselves)
+// and FFN (SwiGLU, GELU, phi3's fused gate/up, routed experts with softmax-renormalized or
+// gpt-oss gating), gemma's post norms, final norm, output projection for the requested rows and
+// gemma2's logit soft-capping.
+#include "loom/model/forward.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
 #include <limits>
 
+#include "loom/core/error.h"
 #include "loom/graph/ops.h"
 #include "loom/model/layer_blocks.h"
 
@@ -30,34 +32,60 @@ void name_unnamed(Context& c, size_t first, const std::string& prefix) {
   }
 }
 
-Tensor* attention(Context& c, const ForwardModel& fm, Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* mask,
-                  Tensor* sinks, const ForwardShape& s) {
+// q {hd, n_head, T} and k, v {hd, n_kv, n_head_kv, n_seq} (T = n_seq rows of T / n_seq queries)
+// -> {hd * n_head, T}. The plain path (mul_mat, soft_max, mul_mat) has a gradient rule for every
+// op; flash attention (one sequence) is one fused kernel.
+Tensor* attention(Context& c, const ForwardModel& fm, Tensor* q, Tensor* k, Tensor* v, Tensor* mask, Tensor* sinks,
+                  const ForwardShape& s) {
   const HParams& hp = *fm.hp;
-  const int64_t hd = hp.head_dim, T = s.n_tokens, n_kv = s.n_kv;
-  const int64_t n_head = fm.n_head, n_head_kv = fm.n_head_kv;
+  const int64_t hd = hp.head_dim, T = s.n_tokens, n_seq = k->ne[3];
+  const int64_t n_head = fm.n_head;
   const float scale = hp.attn_scale(), cap = hp.attn_softcap;
-  // cache views {hd, n_kv, n_head_kv}: one row per position, heads side by side in a row
-  Tensor* k = view_3d(c, k_cache, hd, n_kv, n_head_kv, k_cache->nb[1], row_size(k_cache->type, hd), 0);
-  Tensor* v = view_3d(c, v_cache, hd, n_kv, n_head_kv, v_cache->nb[1], row_size(v_cache->type, hd), 0);
-  // a quantized cache (-ctk/-ctv q8_0) is read through an F16 copy of the attended rows
-  if (dtype_info(k->type).is_quantized) k = cpy(c, k, c.new_tensor(DType::F16, {hd, n_kv, n_head_kv}));
-  if (dtype_info(v->type).is_quantized) v = cpy(c, v, c.new_tensor(DType::F16, {hd, n_kv, n_head_kv}));
-  Tensor* qp = permute(c, q, 0, 2, 1, 3);  // {hd, T, n_head}
+  if (n_seq > 1) q = reshape(c, q, {hd, n_head, T / n_seq, n_seq});
+  Tensor* qp = permute(c, q, 0, 2, 1, 3);  // {hd, T / n_seq, n_head, n_seq}
   if (s.flash_attn) {
+    LOOM_ASSERT(n_seq == 1, "flash attention over {} windows", n_seq);
     Tensor* o = flash_attn_ext(c, qp, k, v, mask, scale, 0.0f, cap, sinks);  // {hd, n_head, T}
     return reshape(c, o, {hd * n_head, T});
   }
-  Tensor* kq = mul_mat(c, k, qp);  // {n_kv, T, n_head}
+  Tensor* kq = mul_mat(c, k, qp);  // {n_kv, T / n_seq, n_head, n_seq}
   if (cap > 0.0f) {                // soft-capped scores, then a softmax of scale 1
     kq = logit_softcap(c, ops::scale(c, kq, scale), cap);
     kq = soft_max(c, kq, mask, 1.0f, 0.0f, sinks);
   } else {
     kq = soft_max(c, kq, mask, scale, 0.0f, sinks);
   }
-  Tensor* vt = cont(c, permute(c, v, 1, 0, 2, 3));   // {n_kv, hd, n_head_kv}
-  Tensor* kqv = mul_mat(c, vt, kq);                  // {hd, T, n_head}
-  Tensor* o = cont(c, permute(c, kqv, 0, 2, 1, 3));  // {hd, n_head, T}
+  Tensor* vt = cont(c, permute(c, v, 1, 0, 2, 3));            // {n_kv, hd, n_head_kv, n_seq}
+  Tensor* kqv = mul_mat(c, vt, kq);                           // {hd, T / n_seq, n_head, n_seq}
+  Tensor* o = cont(c, permute(c, kqv, 0, 2, 1, 3));           // {hd, n_head, T / n_seq, n_seq}
   return reshape(c, o, {hd * n_head, T});
+}
+
+// Keys and values attended to: the cache rows 0..n_kv as {hd, n_kv, n_head_kv} views (one row
+// per position, heads side by side in a row) after this batch's rows are written.
+struct AttendedKv {
+  Tensor* k;
+  Tensor* v;
+};
+AttendedKv cached_kv(Context& c, const ForwardModel& fm, const KvCache& kv, int64_t il, const QkvHeads& h,
+                     Tensor* kv_slots, const ForwardShape& s) {
+  const int64_t hd = fm.hp->head_dim, T = s.n_tokens, n_kv = s.n_kv, n_head_kv = fm.n_head_kv;
+  Tensor* k_cache = set_rows(c, kv.k[(size_t)il], reshape(c, h.k, {hd * n_head_kv, T}), kv_slots);
+  Tensor* v_cache = set_rows(c, kv.v[(size_t)il], h.v, kv_slots);
+  Tensor* k = view_3d(c, k_cache, hd, n_kv, n_head_kv, k_cache->nb[1], row_size(k_cache->type, hd), 0);
+  Tensor* v = view_3d(c, v_cache, hd, n_kv, n_head_kv, v_cache->nb[1], row_size(v_cache->type, hd), 0);
+  // a quantized cache (-ctk/-ctv q8_0) is read through an F16 copy of the attended rows
+  if (dtype_info(k->type).is_quantized) k = cpy(c, k, c.new_tensor(DType::F16, {hd, n_kv, n_head_kv}));
+  if (dtype_info(v->type).is_quantized) v = cpy(c, v, c.new_tensor(DType::F16, {hd, n_kv, n_head_kv}));
+  return {k, v};
+}
+
+// Keys and values of a batch of windows: this batch's own rows as {hd, n_kv, n_head_kv, n_seq}.
+AttendedKv window_kv(Context& c, const ForwardModel& fm, const QkvHeads& h, const ForwardShape& s) {
+  const int64_t hd = fm.hp->head_dim, n_head_kv = fm.n_head_kv;
+  Tensor* k = permute(c, reshape(c, h.k, {hd, n_head_kv, s.n_kv, s.n_seq}), 0, 2, 1, 3);
+  Tensor* v = permute(c, reshape(c, h.v, {hd, n_head_kv, s.n_kv, s.n_seq}), 0, 2, 1, 3);
+  return {k, v};
 }
 
 Tensor* moe_ffn(Context& c, const HParams& hp, const LayerWeights& l, Tensor* x, int64_t T, ForwardInputs& in) {
@@ -153,17 +181,18 @@ void fill_masks(const ForwardInputs& in, const HParams& hp, int64_t n_past, int6
 
 ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache& kv, const ForwardShape& s) {
   const HParams& hp = *model.hp;
-  const int64_t T = s.n_tokens, hd = hp.head_dim;
+  const int64_t T = s.n_tokens;
+  const bool windows = s.n_seq > 0;
+  LOOM_ASSERT(!windows || (T == s.n_seq * s.n_kv && s.n_outputs == T), "{} windows of {} tokens, {} tokens, {} outputs",
+              s.n_seq, s.n_kv, T, s.n_outputs);
   ForwardInputs in;
   in.tokens = c.new_tensor(DType::I32, {T}, "inp_tokens");
   in.positions = c.new_tensor(DType::I32, {T}, "inp_pos");
-  in.kv_slots = c.new_tensor(DType::I32, {T}, "inp_kv_slots");
-  in.mask = c.new_tensor(DType::F32, {s.n_kv, T}, "inp_mask");
-  for (Tensor* t : {in.tokens, in.positions, in.kv_slots, in.mask}) t->flags |= kFlagInput;
-  if (hp.has_swa()) {
-    in.mask_swa = c.new_tensor(DType::F32, {s.n_kv, T}, "inp_mask_swa");
-    in.mask_swa->flags |= kFlagInput;
-  }
+  if (!windows) in.kv_slots = c.new_tensor(DType::I32, {T}, "inp_kv_slots");
+  in.mask = c.new_tensor(DType::F32, {s.n_kv, windows ? s.n_kv : T}, "inp_mask");
+  if (hp.has_swa()) in.mask_swa = c.new_tensor(DType::F32, {s.n_kv, windows ? s.n_kv : T}, "inp_mask_swa");
+  for (Tensor* t : {in.tokens, in.positions, in.kv_slots, in.mask, in.mask_swa})
+    if (t) t->flags |= kFlagInput;
   // phi3 rotates with the long factors when the context reaches past the original one
   Tensor* rope_factors = model.rope_freqs;
   if (model.rope_long) rope_factors = kv.size > hp.n_ctx_orig_or_train() ? model.rope_long : model.rope_short;
@@ -183,9 +212,8 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
     } else {
       const QkvHeads h = project_qkv(c, hp, l, cur, model.n_head, model.n_head_kv, in.positions,
                                      rope_params(hp, swa), rope_factors);
-      Tensor* k_stored = set_rows(c, kv.k[(size_t)il], reshape(c, h.k, {hd * model.n_head_kv, T}), in.kv_slots);
-      Tensor* v_stored = set_rows(c, kv.v[(size_t)il], h.v, in.kv_slots);
-      cur = attention(c, model, h.q, k_stored, v_stored, swa ? in.mask_swa : in.mask, l.sinks, s);
+      const AttendedKv a = windows ? window_kv(c, model, h, s) : cached_kv(c, model, kv, il, h, in.kv_slots, s);
+      cur = attention(c, model, h.q, a.k, a.v, swa ? in.mask_swa : in.mask, l.sinks, s);
       cur = mul_mat(c, l.wo, cur);
       if (l.bo) cur = add(c, cur, l.bo);  // tensor parallel: held by one member
     }

@@ -3,6 +3,7 @@
 // the step finishes, the checkpoint is written, exit 130/143) -> output model, written to a
 // temporary name and renamed (an interrupted run leaves no output file).
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <chrono>
@@ -26,6 +27,27 @@ namespace loom::train {
 namespace {
 
 namespace fs = std::filesystem;
+
+// --json: one object per optimizer step on stdout (the mean loss and accuracy of its batches).
+void print_step_json(int64_t step, int64_t epoch, const StepResult& r, float lr, double elapsed_s) {
+  double loss = 0;
+  int64_t correct = 0, tokens = 0;
+  for (const BatchResult& b : r.batches) {
+    loss += b.loss;
+    correct += b.n_correct;
+    tokens += b.n_tokens;
+  }
+  const nlohmann::json j = {{"step", step},
+                            {"epoch", epoch},
+                            {"loss", r.batches.empty() ? 0.0 : loss / (double)r.batches.size()},
+                            {"acc", tokens > 0 ? (double)correct / (double)tokens : 0.0},
+                            {"lr", lr},
+                            {"grad_norm", r.grad_norm},
+                            {"tokens", tokens},
+                            {"elapsed_s", elapsed_s}};
+  fmt::print("{}\n", j.dump());
+  std::fflush(stdout);
+}
 
 volatile std::sig_atomic_t g_signal = 0;
 extern "C" void on_signal(int sig) { g_signal = sig; }
@@ -112,15 +134,24 @@ std::unique_ptr<TrainModel> init_model(const RunOptions& o, const std::string& t
   }
   cleanup.files.push_back(nm.output);
   make_random_model(nm);
-  auto m = TrainModel::open(nm.output, mo);  // the file stays mapped after it is removed
+  std::unique_ptr<TrainModel> m;
+  try {
+    m = TrainModel::open(nm.output, mo);  // the file stays mapped after it is removed
+  } catch (const Error& e) {  // name what the user gave, not the temporary file
+    std::string msg = e.what();
+    if (const size_t at = msg.find(nm.output); at != std::string::npos)
+      msg.replace(at, nm.output.size(), "--init " + o.init);
+    throw Error(e.kind(), msg);
+  }
   // Untied token embeddings start at unit scale instead of loom-gguf new's N(0, 0.02): every
   // layer input is RMS-normalized, so only their size relative to the attention and FFN
   // outputs added to the residual stream matters, and at 0.02 those outputs (~0.1) drown the
   // token's identity; small models then sit on the unigram plateau for many steps.
-  const ModelWeights& w = m->weights();
+  const Model& w = m->model();
   if (w.output != w.tok_embd && w.tok_embd->has_flag(kFlagParam)) {
-    auto* e = static_cast<float*>(w.tok_embd->data);
-    for (int64_t i = 0; i < w.tok_embd->nelements(); ++i) e[i] *= 50.0f;
+    std::vector<float> e = read_f32(w.tok_embd);
+    for (float& x : e) x *= 50.0f;
+    write_f32(w.tok_embd, e);
   }
   return m;
 }
@@ -143,6 +174,16 @@ void write_output(const RunOptions& o, const TrainModel& model) {
   }
   model.add_tensors(w, /*checkpoint=*/false, out_type);
   write_gguf_atomic(w, o.output);
+}
+
+// "SIM0 1.25 MiB, CPU 0.31 MiB": weight bytes per device used.
+std::string placement_summary(const Model& m) {
+  std::string out;
+  for (size_t d = 0; d < m.devices().size(); ++d)
+    if (m.device_bytes()[d] > 0)
+      out += fmt::format("{}{} {:.2f} MiB", out.empty() ? "" : ", ", m.devices()[d]->name(),
+                         (double)m.device_bytes()[d] / (1 << 20));
+  return out;
 }
 
 std::string human(int64_t n) {
@@ -181,10 +222,12 @@ int run(const RunOptions& o) {
     check_same("-c", o.n_ctx, state.n_ctx);
     check_same("--seed", (int64_t)o.seed, (int64_t)state.seed);
     TrainModelOptions mo;
+    mo.placement = o.placement;
     mo.trainable = state.trainable;
     model = TrainModel::open(o.resume, mo);
   } else {
     TrainModelOptions mo;
+    mo.placement = o.placement;
     mo.train_tensors = o.train_tensors;
     model = o.init.empty() ? TrainModel::open(o.base_model, mo) : init_model(o, text, mo);
     state.seed = o.seed;
@@ -225,7 +268,6 @@ int run(const RunOptions& o) {
   cfg.n_batch = n_batch;
   cfg.n_ubatch = n_ubatch;
   cfg.opt = o.opt;
-  cfg.n_threads = o.n_threads;
   Trainer trainer(*model, cfg);
   if (resume_file) load_optimizer_state(*resume_file, trainer.params());
 
@@ -233,6 +275,7 @@ int run(const RunOptions& o) {
   fmt::print(stderr, "loom-train: {} {} params ({} trained), vocab {}, {} tokens: {} windows of {} ({} held out)\n",
              arch_name(hp.arch), human(model->n_params()), human(model->n_trainable()), hp.n_vocab, tokens.size(),
              data.n_train(), state.n_ctx, data.n_val());
+  fmt::print(stderr, "loom-train: weights on {}\n", placement_summary(model->model()));
   if (const std::string q = model->frozen_quantized(); !q.empty())
     fmt::print(stderr, "loom-train: frozen: {} — quantized weights do not train (the float tensors do)\n", q);
   fmt::print(stderr, "loom-train: {} steps of {} windows ({} per physical batch), {} per epoch{}\n", total_steps,
@@ -250,12 +293,16 @@ int run(const RunOptions& o) {
   // each epoch is one line; on a terminal after every step, otherwise (a log file) after the
   // first step and then at most every 10 s.
   auto last_print = clock::now();
+  EpochStats last_val;
   bool printed = false;
   auto line = [&](bool final) {
     const double t = elapsed();
     const int64_t done = state.epoch_pos, total = steps_per_epoch * n_batch;
     const double eta = done > 0 ? t / (double)done * (double)(total - done) : 0.0;
-    fmt::print(stderr, "{} \r{}", format_progress("train", done, total, state.stats, t, eta), final ? "\n" : "");
+    // in place on a terminal; elsewhere a plain line (no '\r' in logs and pipes)
+    const std::string text = format_progress("train", done, total, state.stats, t, eta);
+    if (tty) fmt::print(stderr, "{} \r{}", text, final ? "\n" : "");
+    else fmt::print(stderr, "{}\n", text);
     std::fflush(stderr);
     last_print = clock::now();
     printed = true;
@@ -270,8 +317,11 @@ int run(const RunOptions& o) {
     }
     EpochStats vs;
     for (const BatchResult& b : trainer.evaluate(in, tg)) vs.add(b.loss, b.n_correct, b.n_tokens);
-    fmt::print(stderr, "{} \r\n", format_progress("val", data.n_val(), data.n_val(), vs,
-                                                  std::chrono::duration<double>(clock::now() - t0).count(), 0.0));
+    fmt::print(stderr, "{}{}\n",
+               format_progress("val", data.n_val(), data.n_val(), vs,
+                               std::chrono::duration<double>(clock::now() - t0).count(), 0.0),
+               tty ? " \r" : "");
+    last_val = vs;
   };
   auto checkpoint = [&](const std::string& path) {
     state.elapsed_s = elapsed();
@@ -280,6 +330,7 @@ int run(const RunOptions& o) {
 
   double step_seconds = 0;
   int64_t steps_run = 0;
+  auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   while (state.step < total_steps) {
     std::vector<const int32_t*> in, tg;
     for (int64_t i = 0; i < n_batch; ++i) {
@@ -294,12 +345,11 @@ int run(const RunOptions& o) {
     ++steps_run;
     for (const BatchResult& b : r.batches) state.stats.add(b.loss, b.n_correct, b.n_tokens);
     ++state.step;
+    if (o.json) print_step_json(state.step, state.epoch, r, lr, elapsed());
     state.epoch_pos += n_batch;
     const bool epoch_end = state.epoch_pos + n_batch > data.n_train();
     const bool done = state.step >= total_steps;
-    if (!epoch_end && !done &&
-        (tty || !printed || std::chrono::duration<double>(clock::now() - last_print).count() >= 10.0))
-      line(false);
+    if (!epoch_end && !done && (tty || !printed || since(last_print) >= 10.0)) line(false);
     if (epoch_end || done) {
       line(true);
       validate();
@@ -323,11 +373,18 @@ int run(const RunOptions& o) {
     }
   }
   write_output(o, *model);
+  if (o.json) {
+    nlohmann::json j = {{"summary", true},          {"steps", state.step}, {"steps_run", steps_run},
+                        {"train_seconds", step_seconds}, {"output", o.output}};
+    if (last_val.n_batches > 0) j["val_loss"] = last_val.loss(), j["val_acc"] = last_val.acc();
+    fmt::print("{}\n", j.dump());
+    std::fflush(stdout);
+  }
   if (steps_run > 0 && step_seconds > 0) {
     // Model FLOPs per token as PaLM counts them: 6 per weight that multiplies (forward 2,
     // backward 4; the embedding lookup is free) plus attention's 12 * n_layer * n_ctx * n_embd_q.
     // MoE expert tensors count for the experts a token uses.
-    const ModelWeights& mw = model->weights();
+    const Model& mw = model->model();
     double n_matmul = (double)(model->n_params() - (mw.output == mw.tok_embd ? 0 : mw.tok_embd->nelements()));
     for (const LayerWeights& l : mw.layers)
       for (const Tensor* e : {l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps})
