@@ -138,14 +138,6 @@ TEST(Args, FlashAttnAcceptsOneAndZero) {
   EXPECT_THROW(loom::tools::validate_common(bad.common), loom::Error);
 }
 
-TEST(Args, BashCompletionListsFlagsAndAliases) {
-  Parsed r;
-  const std::string script = loom::tools::bash_completion(r.app, "loom-run");
-  for (const char* w : {" -cnv ", " --conversation ", " -ngl ", " --top-k ", " -s ", " --ignore-eos "})
-    EXPECT_NE(script.find(w), std::string::npos) << w;
-  EXPECT_NE(script.find("complete -o default -F _loom_run loom-run"), std::string::npos) << script;
-}
-
 TEST(Args, VersionNamesTheCommit) {
   const std::string v = loom::tools::version_string("run");
   EXPECT_EQ(v.rfind("loom-run ", 0), 0u) << v;

@@ -2,10 +2,8 @@
 // a flag's value is always the next argument (even one starting with '-'), the last repetition
 // of a flag wins, and flags loom refuses (-hf) say why.
 #include <CLI/CLI.hpp>
-#include <fmt/format.h>
 
 #include <algorithm>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -150,39 +148,6 @@ std::vector<std::string> normalize_args(const CLI::App& app, int argc, char** ar
   }
   std::reverse(out.begin(), out.end());  // CLI11 takes a reversed vector
   return out;
-}
-
-std::string bash_completion(const CLI::App& app, const std::string& program) {
-  std::string words;
-  std::set<std::string> seen;
-  auto word = [&](const std::string& w) {
-    if (seen.insert(w).second) words += " " + w;
-  };
-  auto add = [&](const CLI::App& a) {
-    for (const CLI::Option* o : const_cast<CLI::App&>(a).get_options()) {
-      for (const std::string& n : o->get_snames()) word("-" + n);
-      for (const std::string& n : o->get_lnames()) word("--" + n);
-      for (const auto& [alias, to] : kAliases)
-        for (const std::string& n : o->get_lnames())
-          if (to == "--" + n) word(alias);
-    }
-  };
-  add(app);
-  for (const CLI::App* sub : const_cast<CLI::App&>(app).get_subcommands({})) {
-    word(sub->get_name());
-    add(*sub);
-  }
-  std::string fn = "_" + program;
-  for (char& c : fn)
-    if (c == '-') c = '_';
-  // flags complete from the list; anything else (model files, text files) as file names
-  return fmt::format(
-      "{0}() {{\n"
-      "  local cur=\"${{COMP_WORDS[COMP_CWORD]}}\"\n"
-      "  if [[ \"$cur\" == -* ]]; then COMPREPLY=($(compgen -W \"{1}\" -- \"$cur\")); fi\n"
-      "}}\n"
-      "complete -o default -F {0} {2}\n",
-      fn, words.substr(words.empty() ? 0 : 1), program);
 }
 
 }  // namespace loom::tools

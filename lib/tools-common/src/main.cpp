@@ -49,15 +49,9 @@ int run_main(const char* tool_name, int argc, char** argv, CLI::App& app, const 
   app.set_version_flag("--version", version_string(tool_name));
   LogOptions log;
   add_log_flags(app, log);
-  bool completion = false;
-  app.add_flag("--completion-bash", completion, "print a bash completion script for this tool and exit");
   take_last_repetition(app);
   try {
     std::vector<std::string> args = normalize_args(app, argc, argv);
-    if (std::find(args.begin(), args.end(), "--completion-bash") != args.end()) {
-      fmt::print("{}", bash_completion(app, fmt::format("loom-{}", tool_name)));
-      return 0;
-    }
     app.parse(args);
     configure_log(log.disable ? 0 : log.verbose ? 4 : log.verbosity, log.file);
   } catch (const CLI::CallForHelp&) {

@@ -28,9 +28,6 @@ int run_main(const char* tool_name, int argc, char** argv, CLI::App& app, const 
 // option's value is the next argument even when it starts with '-', download flags (-hf) are
 // refused (Error usage). Reversed, as CLI::App::parse(std::vector) expects.
 std::vector<std::string> normalize_args(const CLI::App& app, int argc, char** argv);
-// A bash completion script for the program's flags (--completion-bash): source it, or put it in
-// /etc/bash_completion.d/.
-std::string bash_completion(const CLI::App& app, const std::string& program);
 // Every single-valued option of app and its subcommands: the last repetition wins.
 void take_last_repetition(CLI::App& app);
 
