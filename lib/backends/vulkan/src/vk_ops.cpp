@@ -275,12 +275,13 @@ bool op_supported(const VulkanDevice& dev, const Tensor* n) {
     case OpKind::MEAN:
       return a->type == DType::F32 && n->type == DType::F32 && n->nb[0] == 4;
     case OpKind::SOFT_MAX:
-      return a->type == DType::F32 && n->nb[0] == 4 && (!b || (is_float(b->type) && b->type != DType::BF16 &&
-                                                              rows_contiguous(b)));
+      return a->type == DType::F32 && n->nb[0] == 4 && !n->src[2] &&  // no attention sinks yet
+             (!b || (is_float(b->type) && b->type != DType::BF16 && rows_contiguous(b)));
     case OpKind::ROPE:
     case OpKind::ROPE_BACK: {
       const int mode = n->param_i32(1);
       return a->type == DType::F32 && n->nb[0] == 4 && (mode == ops::kRopeNormal || mode == ops::kRopeNeox) &&
+             n->param_f32(6) == 0.0f &&  // no YaRN ramp yet
              a->ne[0] % 2 == 0 && n->param_i32(0) % 2 == 0 && n->param_i32(0) <= a->ne[0] &&
              (!n->src[2] || n->src[2]->type == DType::F32);
     }
