@@ -36,9 +36,9 @@ Tensor* attention(Context& c, const ForwardModel& fm, Tensor* q, Tensor* k_cache
   // cache views {hd, n_kv, n_head_kv}: one row per position, heads side by side in a row
   Tensor* k = view_3d(c, k_cache, hd, n_kv, n_head_kv, k_cache->nb[1], row_size(k_cache->type, hd), 0);
   Tensor* v = view_3d(c, v_cache, hd, n_kv, n_head_kv, v_cache->nb[1], row_size(v_cache->type, hd), 0);
-  // a quantized cache (-ctk/-ctv q8_0) is read through an F16 copy of the attended rows
-  if (dtype_info(k->type).is_quantized) k = cpy(c, k, c.new_tensor(DType::F16, {hd, n_kv, n_head_kv}));
-  if (dtype_info(v->type).is_quantized) v = cpy(c, v, c.new_tensor(DType::F16, {hd, n_kv, n_head_kv}));
+  // a quantized cache (-ctk/-ctv q8_0...) is read in place: flash attention converts K/V rows as
+  // it goes, the plain path's K^T q is a matmul over quantized rows; a quantized V needs flash
+  // attention (checked by Session, as llama.cpp does: V^T of quantized rows has no layout)
   Tensor* qp = permute(c, q, 0, 2, 1, 3);  // {hd, T, n_head}
   if (s.flash_attn) {
     Tensor* o = flash_attn_ext(c, qp, k, v, mask, scale);  // {hd, n_head, T}
