@@ -28,7 +28,7 @@ constexpr std::pair<const char*, const char*> kAliases[] = {
     {"-mg", "--main-gpu"},      {"-dev", "--device"},       {"-ot", "--override-tensor"}, {"-cmoe", "--cpu-moe"},
     {"-fa", "--flash-attn"},    {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},   {"-opt", "--optimizer"},
     {"-lr", "--learning-rate"}, {"-lr-min", "--lr-min"},    {"-wd", "--weight-decay"},    {"-epochs", "--epochs"},
-    {"-nr", "--no-repack"},
+    {"-nr", "--no-repack"},     {"-pg", "--pg"},
 };
 }  // namespace
 
