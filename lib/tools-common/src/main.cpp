@@ -32,6 +32,12 @@ constexpr std::pair<const char*, const char*> kAliases[] = {
 };
 }  // namespace
 
+std::vector<std::pair<std::string, std::string>> llama_aliases() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [from, to] : kAliases) out.emplace_back(from, to);
+  return out;
+}
+
 std::vector<std::string> normalize_args(int argc, char** argv) {
   std::vector<std::string> out;
   for (int i = 1; i < argc; ++i) {
@@ -46,6 +52,10 @@ std::vector<std::string> normalize_args(int argc, char** argv) {
 
 int run_main(const char* tool_name, int argc, char** argv, CLI::App& app, const std::function<int()>& body) {
   app.set_version_flag("--version", fmt::format("loom-{} {}", tool_name, kVersion));
+  if (argc == 2 && std::string(argv[1]) == "--completion-bash") {
+    fmt::print("{}", bash_completion(app, tool_name));
+    return 0;
+  }
   try {
     std::vector<std::string> args = normalize_args(argc, argv);
     app.parse(args);

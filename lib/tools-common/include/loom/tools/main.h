@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace CLI {
@@ -22,6 +23,11 @@ int run_main(const char* tool_name, int argc, char** argv, CLI::App& app, const 
 // argv[1..] with llama.cpp's multi-letter single-dash flags (-ngl, -ub, ...) renamed to their
 // long forms, reversed as CLI::App::parse(std::vector) expects.
 std::vector<std::string> normalize_args(int argc, char** argv);
+
+// llama.cpp's multi-letter single-dash flags and the long names they stand for.
+std::vector<std::pair<std::string, std::string>> llama_aliases();
+// A bash completion script for the tool (`loom-<tool> --completion-bash` prints it).
+std::string bash_completion(const CLI::App& app, const char* tool_name);
 
 // Prints `loom-<tool>: error: <message>` on stderr.
 void print_error(const char* tool_name, const char* message);
