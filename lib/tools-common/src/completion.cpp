@@ -18,7 +18,9 @@ std::string bash_completion(const CLI::App& app, const char* tool_name) {
     for (const std::string& l : o->get_lnames()) {
       words.insert("--" + l);
       const std::string desc = o->get_description();
-      if (o->get_type_size() != 0 && (desc.find("file") != std::string::npos || desc.find("FILE") != std::string::npos))
+      // options taking text (flags have no type name) that say they name a file
+      if (o->get_type_name() == "TEXT" && (desc.find(" file") != std::string::npos || desc.find("file ") == 0 ||
+                                           desc.find("FILE") != std::string::npos))
         file_opts.insert("--" + l);
     }
   }
