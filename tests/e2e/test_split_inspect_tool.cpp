@@ -107,10 +107,12 @@ TEST(SplitInspectTool, MoeModelFusesRouterAndNormsWithoutChangingTokens) {
 
 namespace {
 
-// Boxes ("[label=") of a Graphviz text.
+// Boxes of a Graphviz text: the node statements inside the clusters ("    g3 [label=..." grouped,
+// "    n17 [label=..." in detail; edges are written at the top level).
 size_t dot_boxes(const std::string& dot) {
   size_t n = 0;
-  for (size_t p = dot.find("[label="); p != std::string::npos; p = dot.find("[label=", p + 1)) ++n;
+  for (const char* prefix : {"\n    g", "\n    n"})
+    for (size_t p = dot.find(prefix); p != std::string::npos; p = dot.find(prefix, p + 1)) ++n;
   return n;
 }
 
