@@ -126,7 +126,7 @@ TEST_F(BenchTool, VaryingSettingsGetColumnsAndSqlInserts) {
   EXPECT_NE(r.out.find("| n_ubatch | type_k | test |"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("type_v"), std::string::npos) << "type_v did not vary: no column";
   EXPECT_EQ(md_rows(r.out).size(), 4u) << r.out;
-  EXPECT_TRUE(std::regex_search(r.out, std::regex("\| 8 \| q8_0 \| pp8 \|"))) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("\\| 8 \\| q8_0 \\| pp8 \\|"))) << r.out;
   r = run("-p 8 -n 2 -r 1 -o sql");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out.rfind("CREATE TABLE IF NOT EXISTS test (", 0), 0u) << r.out;
