@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "gguf_test_util.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 
 namespace loom {
 namespace {

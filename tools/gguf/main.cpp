@@ -9,9 +9,9 @@
 #include "info.h"
 #include "loom/core/error.h"
 #include "loom/model/arch.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 #include "loom/model/model_file.h"
-#include "loom/model/tokenizer.h"
+#include "loom/tokenizer/tokenizer.h"
 #include "loom/tools/main.h"
 
 namespace {

@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "loom/core/error.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 #include "loom/model/model_file.h"
 #include "loom/train/bpe.h"
 

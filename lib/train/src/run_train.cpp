@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "loom/core/error.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 #include "loom/model/model_file.h"
 #include "loom/train/bpe.h"
 #include "loom/train/checkpoint.h"

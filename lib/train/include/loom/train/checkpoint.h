@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 #include "loom/train/optimizer.h"
 #include "loom/train/progress.h"
 #include "loom/train/train_model.h"

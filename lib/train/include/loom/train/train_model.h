@@ -13,8 +13,8 @@
 
 #include "loom/backend/device.h"
 #include "loom/graph/context.h"
-#include "loom/model/gguf.h"
-#include "loom/model/tokenizer.h"
+#include "loom/gguf/gguf.h"
+#include "loom/tokenizer/tokenizer.h"
 #include "loom/train/train_forward.h"
 
 namespace loom::train {

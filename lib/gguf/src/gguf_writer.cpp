@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "loom/core/error.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 
 namespace loom::gguf {
 

@@ -13,7 +13,7 @@
 #include <unordered_set>
 
 #include "loom/core/error.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 
 namespace loom::gguf {
 

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "loom/core/error.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 
 namespace loom::gguf {
 
