@@ -29,7 +29,7 @@ function(loom_tool name)
     return()  # a tool folder still being written
   endif()
   add_executable(loom-${name} ${srcs})
-  target_link_libraries(loom-${name} PRIVATE loom_tools_common)
+  target_link_libraries(loom-${name} PRIVATE loom_tools_common loom_backends_registration)
   loom_warnings(loom-${name})
   install(TARGETS loom-${name} RUNTIME DESTINATION bin)
 endfunction()
@@ -41,7 +41,8 @@ function(loom_test_suite name label)
     return()
   endif()
   add_executable(test-${name} ${srcs})
-  target_link_libraries(test-${name} PRIVATE GTest::gtest GTest::gtest_main ${ARGN})
+  # every suite gets the built-in backends registered (lib/backends/registration)
+  target_link_libraries(test-${name} PRIVATE GTest::gtest GTest::gtest_main ${ARGN} loom_backends_registration)
   target_compile_definitions(test-${name} PRIVATE
     LOOM_SHARED_DIR="${PROJECT_SOURCE_DIR}/../shared"
     LOOM_BIN_DIR="${CMAKE_BINARY_DIR}/bin"

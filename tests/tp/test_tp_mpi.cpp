@@ -12,7 +12,7 @@
 #include "loom/meta/comm.h"
 #include "loom/model/model_file.h"
 #include "loom/model/session.h"
-#include "loom/sched/devices.h"
+#include "loom/backend/registry.h"
 
 namespace loom {
 namespace {
@@ -114,7 +114,7 @@ TEST(MpiRank, SessionsAcrossRanksMatchOneProcess) {
   const std::vector<uint8_t> want_state = one.save_state();
   const std::vector<float> want(one.logits(0).begin(), one.logits(0).end());
 
-  sched::DeviceSet set = sched::make_devices("", 1);
+  DeviceSet set = make_devices("", 1);
   ModelLoadOptions lo;
   lo.placement.devices = set.all;
   lo.placement.split_mode = "tensor";

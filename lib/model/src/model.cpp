@@ -6,7 +6,7 @@
 
 #include "loom/alloc/alloc.h"
 #include "loom/core/error.h"
-#include "loom/cpu/cpu.h"
+#include "loom/backend/registry.h"
 
 namespace loom {
 
@@ -69,9 +69,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
 void Model::place(const PlacementParams& params, const std::function<void(size_t, size_t)>& progress) {
   PlacementParams p = params;
   if (p.devices.empty()) {
-    auto cpu = std::make_shared<cpu::CpuDevice>();
-    p.devices = {cpu.get()};
-    owned_devices_ = cpu;
+    std::shared_ptr<Device> host = registry().host_device();
+    p.devices = {host.get()};
+    owned_devices_ = host;
   }
   tp_shards_.clear();
   if (p.split_mode == "tensor") {
@@ -110,16 +110,17 @@ void Model::place(const PlacementParams& params, const std::function<void(size_t
     }
     device_bytes_[d] = alloc::tensors_size(per_device[d], bt);
     if (!has_data_ || per_device[d].empty()) continue;
+    const size_t first_buffer = buffers_.size();
     Status st = alloc::alloc_tensors(per_device[d], bt, buffers_);
+    for (size_t b = first_buffer; b < buffers_.size(); ++b) buffers_[b]->set_usage(BufferUsage::weights);
     LOOM_CHECK(st.is_ok(), out_of_memory, "{}: cannot place {} of weights on {}: {}{}", file_->path(),
                fmt::format("{:.2f} MiB", (double)device_bytes_[d] / (1 << 20)), placement_.devices[d]->name(),
                st.message(), d == cpu ? " (--mmap uses them in place in the file mapping)" : "");
     for (size_t i = 0; i < per_device[d].size(); ++i) {
       Tensor* t = per_device[d][i];
-      // The CPU's matrices in the layout its kernels read fastest (token embeddings are read by
-      // GET_ROWS, so they stay as they are).
-      const bool repacked = d == cpu && p.repack && t != tok_embd && cpu::repack_weight(*t, src[i]);
-      if (!repacked) t->buffer->set(t, src[i], 0, t->nbytes());
+      // Matrices in the layout the device's kernels read fastest, where it has one (--no-repack
+      // keeps the file's); token embeddings are read by GET_ROWS, so they stay as they are.
+      bt.upload_weight(t, src[i], p.repack && t != tok_embd);
       copied += t->nbytes();
       if (progress) progress(copied, copy_total);
     }

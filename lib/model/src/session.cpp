@@ -10,7 +10,6 @@
 
 #include "forward.h"
 #include "loom/alloc/alloc.h"
-#include "loom/cpu/cpu.h"
 #include "loom/sched/executor.h"
 #include "session_impl.h"
 
@@ -49,7 +48,7 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
   im.devices = model.devices();
   im.plan_only = !model.has_data() || params_.plan_only;
   if (params_.n_threads > 0)
-    if (auto* cpu = dynamic_cast<cpu::CpuDevice*>(im.devices.back())) cpu->set_n_threads(params_.n_threads);
+im.devices.back()->set_n_threads(params_.n_threads);
 
   if (model.tensor_parallel()) {
     im.tp = std::make_unique<TpRunner>(model, params_, im.plan_only);

@@ -89,7 +89,7 @@ std::vector<uint8_t> Session::save_state() const {
   const TpLayout& lay = model_.tp_layout();
   for (int r = 0; r < remote->size(); ++r) {
     const auto* theirs = reinterpret_cast<const uint8_t*>(all.data() + (size_t)r * n_floats) - sizeof(h);
-    const meta::Range heads = lay.head_kv[(size_t)r];
+    const tp::Range heads = lay.head_kv[(size_t)r];
     for_each_piece(h, {nullptr, heads.begin * hp.head_dim, heads.size() * hp.head_dim},
                    [&](const Tensor*, size_t, size_t at, size_t n) { std::memcpy(out.data() + at, theirs + at, n); });
   }

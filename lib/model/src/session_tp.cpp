@@ -7,7 +7,7 @@
 
 #include "loom/alloc/alloc.h"
 #include "loom/core/error.h"
-#include "loom/cpu/cpu.h"
+#include "loom/backend/registry.h"
 #include "tp_runner.h"
 
 namespace loom {
@@ -43,7 +43,7 @@ TpRunner::TpRunner(Model& model, const SessionParams& params, bool plan_only)
                "-sm tensor: this process holds member {} of {} but no communicator of that size was given (--comm)",
                shards[0]->rank, n_members());
   } else if (!plan_only) {
-    group_ = std::make_unique<meta::InProcessGroup>((int)shards.size());
+    group_ = registry().in_process_group((int)shards.size());
   }
   for (const auto& sh : shards) {
     auto m = std::make_unique<Member>();
@@ -236,7 +236,7 @@ void TpRunner::decode(std::span<const int32_t> tokens, int64_t n_past, int64_t n
   std::vector<float> blocks((size_t)(n_vocab * n_outputs));
   std::vector<size_t> counts, offsets;
   size_t off = 0;
-  for (const meta::Range& r : lay.vocab) {
+  for (const tp::Range& r : lay.vocab) {
     counts.push_back((size_t)(r.size() * n_outputs));
     offsets.push_back(off);
     off += counts.back();

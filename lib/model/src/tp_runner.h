@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "forward.h"
-#include "loom/meta/comm.h"
+#include "loom/backend/comm.h"
 #include "loom/model/session.h"
 #include "loom/sched/executor.h"
 
@@ -46,7 +46,7 @@ class TpRunner {
   Model& model_;
   SessionParams params_;
   bool plan_only_;
-  std::unique_ptr<meta::InProcessGroup> group_;
+  std::unique_ptr<CommGroup> group_;
   std::vector<std::unique_ptr<Member>> members_;
 };
 

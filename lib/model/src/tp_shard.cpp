@@ -71,13 +71,13 @@ TpLayout make_tp_layout(const HParams& hp, const std::vector<Tensor*>& weights, 
       break;
     }
   l.ff_granule = ff_block;
-  l.head_kv = meta::split_axis(hp.n_head_kv, l.head_granule, proportions);
-  l.ff = meta::split_axis(hp.n_ff, ff_block, proportions);
+  l.head_kv = tp::split_axis(hp.n_head_kv, l.head_granule, proportions);
+  l.ff = tp::split_axis(hp.n_ff, ff_block, proportions);
   if (hp.n_ff_exp > 0)
-    l.ff_exp = meta::split_axis(hp.n_ff_exp, ff_exp_block, proportions);
+    l.ff_exp = tp::split_axis(hp.n_ff_exp, ff_exp_block, proportions);
   else
     l.ff_exp.assign((size_t)n_members, {});
-  l.vocab = meta::split_axis(hp.n_vocab, 1, proportions);
+  l.vocab = tp::split_axis(hp.n_vocab, 1, proportions);
   return l;
 }
 
@@ -131,7 +131,7 @@ struct Slice {
   Tensor* dst;
   const Tensor* src;
   int axis;
-  meta::Range r;
+  tp::Range r;
 };
 
 void gather_slice(const Slice& s, std::vector<uint8_t>& out) {
@@ -195,7 +195,7 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
     TpShard& s = *sh;
     s.rank = r;
     s.device = members[one_rank ? 0 : (size_t)r];
-    const meta::Range heads = tp_layout_.head_kv[(size_t)r];
+    const tp::Range heads = tp_layout_.head_kv[(size_t)r];
     const int64_t q_per_kv = hp.n_head / hp.n_head_kv, hd = hp.head_dim;
     s.n_head_kv = heads.size();
     s.n_head = heads.size() * q_per_kv;
@@ -204,7 +204,7 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
     s.n_vocab = tp_layout_.vocab[(size_t)r].size();
     s.layers.resize((size_t)hp.n_layer);
     std::vector<Slice> slices;
-    auto add = [&](const Tensor* src, int axis, meta::Range range) -> Tensor* {
+    auto add = [&](const Tensor* src, int axis, tp::Range range) -> Tensor* {
       if (axis >= 0 && range.size() == 0) return nullptr;
       int64_t ne[4] = {src->ne[0], src->ne[1], src->ne[2], src->ne[3]};
       if (axis >= 0) ne[axis] = range.size();
@@ -222,10 +222,10 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
           spec.role == TensorRole::ffn_gate || spec.role == TensorRole::ffn_up || spec.role == TensorRole::ffn_down;
       const bool q = spec.role == TensorRole::attn_q || spec.role == TensorRole::attn_q_bias ||
                      spec.role == TensorRole::attn_output;
-      meta::Range range = ffn_exp ? tp_layout_.ff_exp[(size_t)r]
+      tp::Range range = ffn_exp ? tp_layout_.ff_exp[(size_t)r]
                           : ffn   ? tp_layout_.ff[(size_t)r]
-                          : q     ? meta::Range{heads.begin * q_per_kv * hd, heads.end * q_per_kv * hd}
-                                  : meta::Range{heads.begin * hd, heads.end * hd};
+                          : q     ? tp::Range{heads.begin * q_per_kv * hd, heads.end * q_per_kv * hd}
+                                  : tp::Range{heads.begin * hd, heads.end * hd};
       Tensor* t = nullptr;
       switch (tp_split_of(spec.role)) {
         case TpSplit::rows:
@@ -257,6 +257,7 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
       Status st = alloc::alloc_tensors(tensors, bt, s.buffers);
       LOOM_CHECK(st.is_ok(), out_of_memory, "{}: cannot place the {:.2f} MiB shard of member {} on {}: {}",
                  file_->path(), (double)s.bytes / (1 << 20), r, s.device->name(), st.message());
+      for (auto& b : s.buffers) b->set_usage(BufferUsage::weights);
       std::vector<uint8_t> bytes;
       for (const Slice& sl : slices) {
         gather_slice(sl, bytes);

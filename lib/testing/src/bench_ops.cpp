@@ -15,7 +15,7 @@
 #include "loom/core/error.h"
 #include "loom/core/thread_pool.h"
 #include "loom/graph/fusion.h"
-#include "loom/sched/devices.h"
+#include "loom/backend/registry.h"
 #include "loom/testing/broken_device.h"
 #include "loom/testing/limits.h"
 #include "loom/testing/runner.h"
@@ -132,7 +132,7 @@ int run_bench_ops(const BenchOpsOptions& o, std::FILE* out) {
 
   // Devices: SIM0.., extra (tests), broken (test builds), then the CPU.
   const int threads = o.n_threads > 0 ? o.n_threads : ThreadPool::default_threads();
-  sched::DeviceSet set = sched::make_devices(o.sim_devices, threads);
+  DeviceSet set = make_devices(o.sim_devices, threads);
   std::vector<Device*> all(set.all.begin(), set.all.end() - 1);
   all.insert(all.end(), o.extra_devices.begin(), o.extra_devices.end());
   std::vector<std::unique_ptr<Device>> broken;

@@ -9,10 +9,16 @@
 
 #include "loom/core/error.h"
 #include "loom/core/thread_pool.h"
-#include "loom/cpu/cpu.h"
-#include "loom/meta/comm.h"
 
 namespace loom::tools {
+
+namespace {
+Communicator& mpi_world() {
+  const auto& world = registry().collectives().mpi_world;
+  LOOM_CHECK(world, unsupported, "--comm mpi: no communicators registered in this binary");
+  return world();
+}
+}  // namespace
 
 void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("-m,--model", o.model, "GGUF model file");
@@ -95,24 +101,24 @@ SessionParams session_params(const CommonOptions& o) {
   // flash attention handles every cache type; "off" uses the plain path (f32/f16/bf16 caches only)
   p.flash_attn = o.flash_attn != "off";
   p.n_copies = o.n_copies;
-  if (o.comm == "mpi") p.comm = &meta::mpi_world();
+  if (o.comm == "mpi") p.comm = &mpi_world();
   LOOM_CHECK(o.reduce_bf16 >= -1, usage, "--reduce-bf16 {}: must be -1 (never) or a number of elements", o.reduce_bf16);
   if (o.reduce_bf16 >= 0) p.reduce_bf16_min = (size_t)o.reduce_bf16;
   return p;
 }
 
-bool is_output_rank(const CommonOptions& o) { return o.comm != "mpi" || meta::mpi_world().rank() == 0; }
+bool is_output_rank(const CommonOptions& o) { return o.comm != "mpi" || mpi_world().rank() == 0; }
 
 void print_devices(const CommonOptions& o) {
   RunDevices d = make_run_devices(o);
-  fmt::print("{}", sched::list_devices(d.set.all));
+  fmt::print("{}", list_devices(d.set));
 }
 
 RunDevices make_run_devices(const CommonOptions& o) {
   RunDevices d;
   const int threads = o.n_threads > 0 ? o.n_threads : ThreadPool::default_threads();
-  d.set = sched::make_devices(o.sim_devices, threads);
-  d.selected = o.devices.empty() ? d.set.all : sched::select_devices(d.set, o.devices);
+  d.set = make_devices(o.sim_devices, threads);
+  d.selected = o.devices.empty() ? d.set.all : select_devices(d.set, o.devices);
   return d;
 }
 
@@ -142,7 +148,7 @@ void tensor_parallel_members(const CommonOptions& o, PlacementParams& p) {
   p.devices = devices;
   p.tp_members = members;
   if (o.comm == "mpi") {
-    Communicator& world = meta::mpi_world();
+    Communicator& world = mpi_world();
     p.tp_rank = world.rank();
     p.tp_size = world.size();
     p.tp_members = {members.front()};

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "loom/core/error.h"
-#include "loom/meta/comm.h"
+#include "loom/backend/registry.h"
 
 namespace loom::tools {
 
@@ -75,7 +75,8 @@ int run_main(const char* tool_name, int argc, char** argv, CLI::App& app, const 
     print_error(tool_name, e.what());
     rc = 5;
   }
-  meta::mpi_abort_if_running(rc);  // --comm mpi: the other ranks would wait in a collective forever
+  // --comm mpi: the other ranks would wait in a collective forever
+  if (const auto& abort_world = registry().collectives().abort_world) abort_world(rc);
   return rc;
 }
 

@@ -25,7 +25,7 @@ struct SessionParams {
   int n_copies = 1;         // pipeline parallelism: input copies per split (a ring)
   bool plan_only = false;   // size everything, allocate nothing (also implied by a model without data)
   // split mode tensor across processes: this process's member talks to the others through it
-  // (not owned; e.g. meta::mpi_world()). Null: all members in this process (in-process group).
+  // (not owned; e.g. registry().collectives().mpi_world()). Null: all members in this process (in-process group).
   Communicator* comm = nullptr;
   // split mode tensor: AllReduce tensors of at least this many elements travel as BF16 (0: all)
   size_t reduce_bf16_min = SIZE_MAX;

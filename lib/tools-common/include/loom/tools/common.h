@@ -7,7 +7,7 @@
 
 #include "loom/model/model.h"
 #include "loom/model/session.h"
-#include "loom/sched/devices.h"
+#include "loom/backend/registry.h"
 
 namespace CLI {
 class App;
@@ -53,7 +53,7 @@ void print_devices(const CommonOptions& o);
 
 // The devices of a run: --sim-devices / LOOM_SIM_DEVICES, then -dev selection (CPU last).
 struct RunDevices {
-  sched::DeviceSet set;
+  DeviceSet set;
   std::vector<Device*> selected;
 };
 RunDevices make_run_devices(const CommonOptions& o);

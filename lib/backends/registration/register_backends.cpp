@@ -1,0 +1,45 @@
+// Registers the built-in backends (CPU, SIM) and the communicators of tensor parallelism with
+// the backend registry. Linked into every tool and test binary; a new backend adds its factory
+// here (or in its own object file linked the same way).
+#include <cstdlib>
+
+#include "loom/backend/registry.h"
+#include "loom/cpu/cpu.h"
+#include "loom/meta/comm.h"
+#include "loom/sim/sim.h"
+
+namespace loom {
+namespace {
+
+int host_threads(const DeviceOptions& o) { return o.n_threads > 0 ? o.n_threads : ThreadPool::default_threads(); }
+
+BackendDevices create_cpu(const DeviceOptions& o) {
+  BackendDevices out;
+  out.devices.push_back(std::make_unique<cpu::CpuDevice>(host_threads(o)));
+  return out;
+}
+
+// SIM0.. with the capacities of --sim-devices, else of env LOOM_SIM_DEVICES, else none.
+BackendDevices create_sim(const DeviceOptions& o) {
+  std::string spec = o.sim_sizes;
+  if (spec.empty())
+    if (const char* env = std::getenv("LOOM_SIM_DEVICES")) spec = env;
+  BackendDevices out;
+  const std::vector<size_t> caps = sim::parse_sim_sizes(spec);
+  for (size_t i = 0; i < caps.size(); ++i)
+    out.devices.push_back(std::make_unique<sim::SimDevice>((int)i, caps[i], host_threads(o)));
+  return out;
+}
+
+const bool registered = registry().add({.name = "SIM", .order = 100, .host = false, .create = create_sim}) &&
+                        registry().add({.name = "CPU", .order = 1000, .host = true, .create = create_cpu}) &&
+                        registry().set_collectives({
+                            .in_process = [](int n) -> std::unique_ptr<CommGroup> {
+                              return std::make_unique<meta::InProcessGroup>(n);
+                            },
+                            .mpi_world = []() -> Communicator& { return meta::mpi_world(); },
+                            .abort_world = [](int code) { meta::mpi_abort_if_running(code); },
+                        });
+
+}  // namespace
+}  // namespace loom
