@@ -6,8 +6,8 @@
 #include <span>
 #include <vector>
 
-#include "forward.h"
 #include "loom/backend/comm.h"
+#include "loom/model/forward.h"
 #include "loom/model/session.h"
 #include "loom/sched/executor.h"
 
