@@ -76,6 +76,9 @@ class Session {
   // Throws invalid_input when the state belongs to another model shape or cache type, or does not fit.
   void load_state(std::span<const uint8_t> state);
 
+  // Steps (ubatches) that ran the previous step's graph and plan again (same shape) instead of
+  // building and planning a new one; every split mode (tensor parallelism included).
+  uint64_t n_graphs_reused() const;
   // Tensor parallelism: AllReduce operations this process's first member has run so far.
   uint64_t n_all_reduce() const;
   size_t all_reduce_bytes() const;  // what those sent (BF16: 2 bytes an element)
