@@ -174,7 +174,7 @@ TEST_F(FitModel, FlagsThatCannotBeHonouredAreUsageErrors) {
       },
       Error);
   r.req.targets = {};
-  r.req.placement.split_mode = "tensor";  // sized per member (docs/TENSOR-PARALLEL.md), never refused
+  r.req.placement.split_mode = SplitMode::tensor;  // sized per member (docs/TENSOR-PARALLEL.md), never refused
   const FitReport tp = fit_params(r.req);
   ASSERT_FALSE(tp.devices.empty());
   EXPECT_GT(tp.devices.front().usage.model, 0u);

@@ -113,7 +113,7 @@ std::unique_ptr<Model> load_tp(const std::string& path, DeviceSet& set, const Co
   ModelLoadOptions lo;
   lo.need_data = need_data;
   lo.placement.devices = set.all;
-  lo.placement.split_mode = "tensor";
+  lo.placement.split_mode = SplitMode::tensor;
   lo.placement.tensor_split = c.split;
   for (int i = 0; i < c.n_sim; ++i) lo.placement.tp_members.push_back(set.all[(size_t)i]);
   if (c.cpu_member) lo.placement.tp_members.push_back(set.cpu);
@@ -235,7 +235,7 @@ TEST(TensorParallelMemory, ComputeBuffersShrinkToAboutOneOverN) {
     lo.need_data = false;
     lo.placement.devices = set.all;
     if (tp) {
-      lo.placement.split_mode = "tensor";
+      lo.placement.split_mode = SplitMode::tensor;
       lo.placement.tensor_split.assign((size_t)n, 1.0f);
     }
     auto m = Model::load(path, lo);

@@ -117,7 +117,7 @@ TEST(MpiRank, SessionsAcrossRanksMatchOneProcess) {
   DeviceSet set = make_devices("", 1);
   ModelLoadOptions lo;
   lo.placement.devices = set.all;
-  lo.placement.split_mode = "tensor";
+  lo.placement.split_mode = SplitMode::tensor;
   lo.placement.tp_members = {set.cpu};
   lo.placement.tp_rank = world.rank();
   lo.placement.tp_size = world.size();

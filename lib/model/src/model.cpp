@@ -97,7 +97,7 @@ void Model::place(const PlacementParams& params, const std::function<void(size_t
     owned_devices_ = host;
   }
   tp_shards_.clear();
-  if (p.split_mode == "tensor") {
+  if (p.split_mode == SplitMode::tensor) {
     LOOM_CHECK(p.overrides.empty() && !p.cpu_moe, usage, "-sm tensor: -ot and -cmoe are not supported (yet)");
     place_tensor_parallel(p);
     return;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
 
 #include "loom/core/error.h"
 #include "loom/core/thread_pool.h"
@@ -27,7 +28,9 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("--ubatch-size", o.n_ubatch, "physical batch size (-ub)");
   app.add_option("-t,--threads", o.n_threads, "CPU threads (default: all cores)");
   app.add_option("--n-gpu-layers", o.n_gpu_layers, "layers on non-CPU devices: N, auto or all (-ngl)");
-  app.add_option("--split-mode", o.split_mode, "none, layer or tensor (-sm)");
+  app.add_option("--split-mode", o.split_mode, "none, layer or tensor (-sm)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, SplitMode>{{"none", SplitMode::none}, {"layer", SplitMode::layer}, {"tensor", SplitMode::tensor}}));
   app.add_option("--tensor-split", o.tensor_split, "proportions per device, e.g. 3,1 (-ts)");
   app.add_option("--main-gpu", o.main_gpu, "device for split mode none (-mg)");
   app.add_option("--device", o.devices, "devices to use, comma separated (-dev)");
@@ -44,7 +47,9 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_flag("--list-devices", o.list_devices, "print the devices and exit");
   app.add_option("--pipeline-copies", o.n_copies, "pipeline parallelism: input copies per split (1-8)");
   app.add_option("--sim-devices", o.sim_devices, "simulated devices, e.g. 8GiB,8GiB or 2x24GiB");
-  app.add_option("--comm", o.comm, "-sm tensor collectives: auto, inproc, mpi (one member per rank) or nccl");
+  app.add_option("--comm", o.comm, "-sm tensor collectives: auto, inproc, mpi (one member per rank) or nccl")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, CommKind>{
+          {"auto", CommKind::auto_select}, {"inproc", CommKind::inproc}, {"mpi", CommKind::mpi}, {"nccl", CommKind::nccl}}));
   app.add_option("--reduce-bf16", o.reduce_bf16,
                  "-sm tensor: AllReduce tensors of at least N elements in BF16 (half the bytes; -1 = never)");
   app.add_flag("--json", o.json, "machine-readable result on stdout");
@@ -66,15 +71,11 @@ void validate_common(const CommonOptions& o) {
   LOOM_CHECK(o.n_batch >= 1 && o.n_batch <= (1 << 20), usage, "-b {}: must be between 1 and 1048576", o.n_batch);
   LOOM_CHECK(o.n_ubatch >= 1 && o.n_ubatch <= (1 << 20), usage, "-ub {}: must be between 1 and 1048576", o.n_ubatch);
   LOOM_CHECK(o.n_threads >= 0 && o.n_threads <= 1024, usage, "-t {}: must be between 1 and 1024", o.n_threads);
-  LOOM_CHECK(o.split_mode == "none" || o.split_mode == "layer" || o.split_mode == "tensor", usage,
-             "-sm '{}': expected none, layer or tensor", o.split_mode);
   LOOM_CHECK(o.flash_attn == "on" || o.flash_attn == "off" || o.flash_attn == "auto", usage,
              "-fa '{}': expected on, off or auto", o.flash_attn);
-  LOOM_CHECK(o.comm == "auto" || o.comm == "inproc" || o.comm == "mpi" || o.comm == "nccl", usage,
-             "--comm '{}': expected auto, inproc, mpi or nccl", o.comm);
-  LOOM_CHECK(o.comm == "auto" || o.comm == "inproc" || o.split_mode == "tensor", usage,
-             "--comm {}: only with -sm tensor", o.comm);
-  LOOM_CHECK(o.comm != "nccl", unsupported,
+  LOOM_CHECK(o.comm == CommKind::auto_select || o.comm == CommKind::inproc || o.split_mode == SplitMode::tensor,
+             usage, "--comm {}: only with -sm tensor", o.comm == CommKind::mpi ? "mpi" : "nccl");
+  LOOM_CHECK(o.comm != CommKind::nccl, unsupported,
              "--comm nccl: NCCL groups need CUDA devices, which this build does not drive yet (use inproc or mpi)");
   cache_type(o.cache_type_k, "-ctk");
   cache_type(o.cache_type_v, "-ctv");
@@ -101,13 +102,13 @@ SessionParams session_params(const CommonOptions& o) {
   // flash attention handles every cache type; "off" uses the plain path (f32/f16/bf16 caches only)
   p.flash_attn = o.flash_attn != "off";
   p.n_copies = o.n_copies;
-  if (o.comm == "mpi") p.comm = &mpi_world();
+  if (o.comm == CommKind::mpi) p.comm = &mpi_world();
   LOOM_CHECK(o.reduce_bf16 >= -1, usage, "--reduce-bf16 {}: must be -1 (never) or a number of elements", o.reduce_bf16);
   if (o.reduce_bf16 >= 0) p.reduce_bf16_min = (size_t)o.reduce_bf16;
   return p;
 }
 
-bool is_output_rank(const CommonOptions& o) { return o.comm != "mpi" || mpi_world().rank() == 0; }
+bool is_output_rank(const CommonOptions& o) { return o.comm != CommKind::mpi || mpi_world().rank() == 0; }
 
 void print_devices(const CommonOptions& o) {
   RunDevices d = make_run_devices(o);
@@ -122,41 +123,6 @@ RunDevices make_run_devices(const CommonOptions& o) {
   return d;
 }
 
-namespace {
-
-// -sm tensor: the members are the devices -dev names (in its order), or every device but the
-// CPU (the CPU alone when there is none); under --comm mpi this rank's member is the first of them.
-void tensor_parallel_members(const CommonOptions& o, PlacementParams& p) {
-  Device* cpu = p.devices.back();
-  for (Device* d : p.devices)
-    if (d->kind() == DeviceKind::cpu) cpu = d;
-  std::vector<Device*> members;
-  if (!o.devices.empty()) {
-    std::string listed = "," + o.devices + ",";
-    std::erase(listed, ' ');
-    for (Device* d : p.devices)  // select_devices adds the CPU; it is a member only when named
-      if (d != cpu || listed.find("," + cpu->name() + ",") != std::string::npos) members.push_back(d);
-  } else {
-    for (Device* d : p.devices)
-      if (d != cpu) members.push_back(d);
-  }
-  if (members.empty()) members.push_back(cpu);
-  std::vector<Device*> devices;  // the host last, as placement expects
-  for (Device* d : p.devices)
-    if (d != cpu) devices.push_back(d);
-  devices.push_back(cpu);
-  p.devices = devices;
-  p.tp_members = members;
-  if (o.comm == "mpi") {
-    Communicator& world = mpi_world();
-    p.tp_rank = world.rank();
-    p.tp_size = world.size();
-    p.tp_members = {members.front()};
-  }
-}
-
-}  // namespace
-
 PlacementParams placement_params(const CommonOptions& o, const RunDevices& devices) {
   validate_common(o);
   PlacementParams p;
@@ -169,7 +135,8 @@ PlacementParams placement_params(const CommonOptions& o, const RunDevices& devic
   }
   p.split_mode = o.split_mode;
   if (!o.tensor_split.empty()) p.tensor_split = parse_tensor_split(o.tensor_split);
-  if (o.split_mode == "tensor") tensor_parallel_members(o, p);
+  if (o.split_mode == SplitMode::tensor)
+    set_tensor_parallel_members(p, o.devices, o.comm == CommKind::mpi ? &mpi_world() : nullptr);
   p.main_gpu = o.main_gpu;
   p.overrides = o.overrides;
   p.cpu_moe = o.cpu_moe;

@@ -15,6 +15,9 @@ class App;
 
 namespace loom::tools {
 
+// --comm: how tensor-parallel members meet (auto: in this process, as inproc).
+enum class CommKind { auto_select, inproc, mpi, nccl };
+
 struct CommonOptions {
   std::string model;
   int64_t n_ctx = 0;
@@ -22,7 +25,7 @@ struct CommonOptions {
   int64_t n_ubatch = 512;
   int n_threads = 0;
   std::string n_gpu_layers = "-1";
-  std::string split_mode = "layer";
+  SplitMode split_mode = SplitMode::layer;
   std::string tensor_split;
   int main_gpu = 0;
   std::string devices;
@@ -36,7 +39,7 @@ struct CommonOptions {
   bool list_devices = false;
   int n_copies = 1;
   std::string sim_devices;
-  std::string comm = "auto";  // -sm tensor: auto | inproc | mpi | nccl (docs/TENSOR-PARALLEL.md)
+  CommKind comm = CommKind::auto_select;  // -sm tensor collectives (docs/TENSOR-PARALLEL.md)
   int64_t reduce_bf16 = -1;   // -sm tensor: AllReduce tensors of at least N elements as BF16 (-1: never)
   bool json = false;
   bool verbose = false;
