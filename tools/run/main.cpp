@@ -10,6 +10,7 @@
 
 #include "loom/core/error.h"
 #include "loom/model/generate.h"
+#include "loom/model/report.h"
 #include "loom/tools/common.h"
 #include "loom/tools/main.h"
 
@@ -93,41 +94,12 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
     });
-    const double total_ms = load_ms + r.prompt_ms + r.eval_ms;
-    auto per = [](double ms, int64_t n) { return n > 0 ? ms / (double)n : 0.0; };
-    auto tps = [](double ms, int64_t n) { return ms > 0 ? 1000.0 * (double)n / ms : 0.0; };
-    if (common.json) {
-      nlohmann::json j;
-      j["text"] = r.text;
-      j["tokens"] = r.tokens;
-      j["n_prompt"] = r.n_prompt;
-      j["n_gen"] = r.n_gen;
-      j["timings"] = {{"load_ms", load_ms},
-                      {"prompt_ms", r.prompt_ms},
-                      {"eval_ms", r.eval_ms},
-                      {"prompt_tps", tps(r.prompt_ms, r.n_prompt)},
-                      {"eval_tps", tps(r.eval_ms, r.n_gen)}};
-      nlohmann::json devs = nlohmann::json::array();
-      for (const MemoryBreakdown& m : session.memory_breakdown())
-        devs.push_back({{"name", m.device},
-                        {"model_bytes", m.model_bytes},
-                        {"context_bytes", m.context_bytes},
-                        {"compute_bytes", m.compute_bytes}});
-      j["devices"] = devs;
-      fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
-    } else {
+    if (common.json)
+      fmt::print("{}\n", generate_json(r, load_ms, session).dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+    else
       fmt::print("\n");
-    }
     std::fflush(stdout);
-    fmt::print(stderr, "loom_perf: load time = {:.2f} ms\n", load_ms);
-    fmt::print(stderr,
-               "loom_perf: prompt eval time = {:.2f} ms / {} tokens ({:8.2f} ms per token, {:8.2f} tokens per "
-               "second)\n",
-               r.prompt_ms, r.n_prompt, per(r.prompt_ms, r.n_prompt), tps(r.prompt_ms, r.n_prompt));
-    fmt::print(stderr,
-               "loom_perf: eval time = {:.2f} ms / {} runs ({:8.2f} ms per token, {:8.2f} tokens per second)\n",
-               r.eval_ms, r.n_gen, per(r.eval_ms, r.n_gen), tps(r.eval_ms, r.n_gen));
-    fmt::print(stderr, "loom_perf: total time = {:.2f} ms / {} tokens\n", total_ms, r.n_prompt + r.n_gen);
+    fmt::print(stderr, "{}", generate_timing_lines(r, load_ms));
     return 0;
   });
 }
