@@ -8,7 +8,6 @@
 namespace loom {
 
 namespace {
-double per_token(double ms, int64_t n) { return n > 0 ? ms / (double)n : 0.0; }
 double tokens_per_s(double ms, int64_t n) { return ms > 0 ? 1000.0 * (double)n / ms : 0.0; }
 
 std::string human_size(double bytes) {
@@ -42,16 +41,16 @@ nlohmann::json generate_json(const GenerateResult& r, double load_ms, const Sess
   return j;
 }
 
-std::string generate_timing_lines(const GenerateResult& r, double load_ms) {
-  std::string s = fmt::format("loom_perf: load time = {:.2f} ms\n", load_ms);
-  s += fmt::format(
-      "loom_perf: prompt eval time = {:.2f} ms / {} tokens ({:8.2f} ms per token, {:8.2f} tokens per second)\n",
-      r.prompt_ms, r.n_prompt, per_token(r.prompt_ms, r.n_prompt), tokens_per_s(r.prompt_ms, r.n_prompt));
-  s += fmt::format("loom_perf: eval time = {:.2f} ms / {} runs ({:8.2f} ms per token, {:8.2f} tokens per second)\n",
-                   r.eval_ms, r.n_gen, per_token(r.eval_ms, r.n_gen), tokens_per_s(r.eval_ms, r.n_gen));
-  s += fmt::format("loom_perf: total time = {:.2f} ms / {} tokens\n", load_ms + r.prompt_ms + r.eval_ms,
-                   r.n_prompt + r.n_gen);
-  return s;
+nlohmann::json perplexity_json(const PerplexityResult& r, const Session& session, double seconds) {
+  const double evaluated = (double)r.running_ppl.size() * (double)session.n_ctx();
+  return {{"ppl", r.ppl},
+          {"ppl_stderr", r.ppl_err},
+          {"chunks", r.running_ppl},
+          {"n_ctx", session.n_ctx()},
+          {"n_tokens", r.n_tokens},
+          {"n_scored", r.n_scored},
+          {"seconds", seconds},
+          {"tokens_per_second", seconds > 0 ? evaluated / seconds : 0.0}};
 }
 
 BenchOutput parse_bench_output(const std::string& name) {

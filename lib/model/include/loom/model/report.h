@@ -1,5 +1,5 @@
-// What loom-run and loom-bench print: the --json objects, the markdown and CSV rows, and the
-// loom_perf timing lines. The tools' mains only choose which to print and where.
+// What loom-run and loom-bench print: the --json objects and the markdown and CSV rows (the
+// loom_perf lines: tools::print_perf). The tools' mains only choose which to print and where.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -15,8 +15,8 @@ namespace loom {
 // loom-run --json: text, tokens, counts, timings, the memory of every device, and the engine's
 // counters under "perf" (graphs_reused: steps that ran the previous graph and plan again).
 nlohmann::json generate_json(const GenerateResult& r, double load_ms, const Session& session);
-// The loom_perf lines (load, prompt eval, eval, total), llama_perf's shape; each ends in '\n'.
-std::string generate_timing_lines(const GenerateResult& r, double load_ms);
+// loom-run --perplexity --json: final and per-chunk PPL, token counts, speed over `seconds`.
+nlohmann::json perplexity_json(const PerplexityResult& r, const Session& session, double seconds);
 
 enum class BenchOutput { md, csv, json };
 // "md", "csv", "json"; throws usage naming -o.
