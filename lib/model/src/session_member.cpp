@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 
 #include "loom/alloc/alloc.h"
 #include "loom/core/error.h"
@@ -117,10 +116,7 @@ void SessionMember::set_inputs(std::span<const int32_t> tokens, int64_t n_past, 
     if (pos) pos[i] = (int32_t)(n_past + i);
     if (slots) slots[i] = (int32_t)(n_past + i);
   }
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  if (auto* mask = static_cast<float*>(in.mask->data))
-    for (int64_t i = 0; i < T; ++i)
-      for (int64_t j = 0; j < shape.n_kv; ++j) mask[i * shape.n_kv + j] = j <= n_past + i ? 0.0f : neg_inf;
+  fill_masks(in, *s_.fm.hp, n_past, T, shape.n_kv);  // causal, and sliding-window where the model has one
   if (in.out_rows && in.out_rows->data) {
     auto* rows = static_cast<int32_t*>(in.out_rows->data);
     for (int64_t i = 0; i < shape.n_outputs; ++i) rows[i] = (int32_t)(all_logits ? i : T - 1);
