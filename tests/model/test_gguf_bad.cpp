@@ -202,7 +202,7 @@ TEST(GgufBad, Alignment) {
 TEST(GgufBad, RowNotAMultipleOfBlockSize) {
   Raw r;
   r.header(1, 0).tensor("blk.0.ffn_down.weight", {100, 4}, 12, 0).pad(32).zeros(4096);
-  expect_parse_error(r.b, ErrorKind::invalid_input, "ne[0] = 100 is not a multiple of the q4_k block size 256");
+  expect_parse_error(r.b, ErrorKind::invalid_input, "ne[0] = 100 is not a multiple of the q4_K block size 256");
   Raw q8;
   q8.header(1, 0).tensor("w", {33}, 8, 0).pad(32).zeros(64);
   expect_parse_error(q8.b, ErrorKind::invalid_input, "not a multiple of the q8_0 block size 32");
