@@ -80,7 +80,10 @@ TEST_F(QuantizeTool, Q4_K_MMixAndOptions) {
   ASSERT_EQ(r.rc, 0) << r.err;
   auto f = loom::gguf::File::open(out);
   EXPECT_EQ(f->find_tensor("blk.0.attn_q.weight")->type, loom::DType::Q4_K);
-  EXPECT_EQ(f->find_tensor("blk.0.attn_v.weight")->type, loom::DType::Q6_K);  // first eighth
+  // 2 layers: only the last is in llama.cpp's "more bits" set (i >= 7 n / 8)
+  EXPECT_EQ(f->find_tensor("blk.0.attn_v.weight")->type, loom::DType::Q4_K);
+  EXPECT_EQ(f->find_tensor("blk.1.attn_v.weight")->type, loom::DType::Q6_K);
+  EXPECT_EQ(f->find_tensor("blk.1.ffn_down.weight")->type, loom::DType::Q6_K);
   const auto* output = f->find_tensor("output.weight");
   const auto* embd = f->find_tensor("token_embd.weight");
   EXPECT_EQ((output ? output : embd)->type, loom::DType::Q6_K);
@@ -88,7 +91,7 @@ TEST_F(QuantizeTool, Q4_K_MMixAndOptions) {
                            quote(out) + " Q4_K_M");
   ASSERT_EQ(r.rc, 0) << r.err;
   f = loom::gguf::File::open(out);
-  EXPECT_EQ(f->find_tensor("blk.0.attn_v.weight")->type, loom::DType::Q4_K);
+  EXPECT_EQ(f->find_tensor("blk.1.attn_v.weight")->type, loom::DType::Q4_K);  // --pure
   EXPECT_EQ(f->find_tensor("token_embd.weight")->type, loom::DType::Q4_0);
   if (f->find_tensor("output.weight")) EXPECT_EQ(f->find_tensor("output.weight")->type, loom::DType::Q8_0);
 }
