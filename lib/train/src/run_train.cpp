@@ -3,6 +3,7 @@
 // the step finishes, the checkpoint is written, exit 130/143) -> output model, written to a
 // temporary name and renamed (an interrupted run leaves no output file).
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <chrono>
@@ -26,6 +27,27 @@ namespace loom::train {
 namespace {
 
 namespace fs = std::filesystem;
+
+// --json: one object per optimizer step on stdout (the mean loss and accuracy of its batches).
+void print_step_json(int64_t step, int64_t epoch, const StepResult& r, float lr, double elapsed_s) {
+  double loss = 0;
+  int64_t correct = 0, tokens = 0;
+  for (const BatchResult& b : r.batches) {
+    loss += b.loss;
+    correct += b.n_correct;
+    tokens += b.n_tokens;
+  }
+  const nlohmann::json j = {{"step", step},
+                            {"epoch", epoch},
+                            {"loss", r.batches.empty() ? 0.0 : loss / (double)r.batches.size()},
+                            {"acc", tokens > 0 ? (double)correct / (double)tokens : 0.0},
+                            {"lr", lr},
+                            {"grad_norm", r.grad_norm},
+                            {"tokens", tokens},
+                            {"elapsed_s", elapsed_s}};
+  fmt::print("{}\n", j.dump());
+  std::fflush(stdout);
+}
 
 volatile std::sig_atomic_t g_signal = 0;
 extern "C" void on_signal(int sig) { g_signal = sig; }
@@ -112,7 +134,15 @@ std::unique_ptr<TrainModel> init_model(const RunOptions& o, const std::string& t
   }
   cleanup.files.push_back(nm.output);
   make_random_model(nm);
-  auto m = TrainModel::open(nm.output, mo);  // the file stays mapped after it is removed
+  std::unique_ptr<TrainModel> m;
+  try {
+    m = TrainModel::open(nm.output, mo);  // the file stays mapped after it is removed
+  } catch (const Error& e) {  // name what the user gave, not the temporary file
+    std::string msg = e.what();
+    if (const size_t at = msg.find(nm.output); at != std::string::npos)
+      msg.replace(at, nm.output.size(), "--init " + o.init);
+    throw Error(e.kind(), msg);
+  }
   // Untied token embeddings start at unit scale instead of loom-gguf new's N(0, 0.02): every
   // layer input is RMS-normalized, so only their size relative to the attention and FFN
   // outputs added to the residual stream matters, and at 0.02 those outputs (~0.1) drown the
@@ -263,12 +293,16 @@ int run(const RunOptions& o) {
   // each epoch is one line; on a terminal after every step, otherwise (a log file) after the
   // first step and then at most every 10 s.
   auto last_print = clock::now();
+  EpochStats last_val;
   bool printed = false;
   auto line = [&](bool final) {
     const double t = elapsed();
     const int64_t done = state.epoch_pos, total = steps_per_epoch * n_batch;
     const double eta = done > 0 ? t / (double)done * (double)(total - done) : 0.0;
-    fmt::print(stderr, "{} \r{}", format_progress("train", done, total, state.stats, t, eta), final ? "\n" : "");
+    // in place on a terminal; elsewhere a plain line (no '\r' in logs and pipes)
+    const std::string text = format_progress("train", done, total, state.stats, t, eta);
+    if (tty) fmt::print(stderr, "{} \r{}", text, final ? "\n" : "");
+    else fmt::print(stderr, "{}\n", text);
     std::fflush(stderr);
     last_print = clock::now();
     printed = true;
@@ -283,8 +317,11 @@ int run(const RunOptions& o) {
     }
     EpochStats vs;
     for (const BatchResult& b : trainer.evaluate(in, tg)) vs.add(b.loss, b.n_correct, b.n_tokens);
-    fmt::print(stderr, "{} \r\n", format_progress("val", data.n_val(), data.n_val(), vs,
-                                                  std::chrono::duration<double>(clock::now() - t0).count(), 0.0));
+    fmt::print(stderr, "{}{}\n",
+               format_progress("val", data.n_val(), data.n_val(), vs,
+                               std::chrono::duration<double>(clock::now() - t0).count(), 0.0),
+               tty ? " \r" : "");
+    last_val = vs;
   };
   auto checkpoint = [&](const std::string& path) {
     state.elapsed_s = elapsed();
@@ -293,6 +330,7 @@ int run(const RunOptions& o) {
 
   double step_seconds = 0;
   int64_t steps_run = 0;
+  auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   while (state.step < total_steps) {
     std::vector<const int32_t*> in, tg;
     for (int64_t i = 0; i < n_batch; ++i) {
@@ -307,12 +345,11 @@ int run(const RunOptions& o) {
     ++steps_run;
     for (const BatchResult& b : r.batches) state.stats.add(b.loss, b.n_correct, b.n_tokens);
     ++state.step;
+    if (o.json) print_step_json(state.step, state.epoch, r, lr, elapsed());
     state.epoch_pos += n_batch;
     const bool epoch_end = state.epoch_pos + n_batch > data.n_train();
     const bool done = state.step >= total_steps;
-    if (!epoch_end && !done &&
-        (tty || !printed || std::chrono::duration<double>(clock::now() - last_print).count() >= 10.0))
-      line(false);
+    if (!epoch_end && !done && (tty || !printed || since(last_print) >= 10.0)) line(false);
     if (epoch_end || done) {
       line(true);
       validate();
@@ -336,6 +373,13 @@ int run(const RunOptions& o) {
     }
   }
   write_output(o, *model);
+  if (o.json) {
+    nlohmann::json j = {{"summary", true},          {"steps", state.step}, {"steps_run", steps_run},
+                        {"train_seconds", step_seconds}, {"output", o.output}};
+    if (last_val.n_batches > 0) j["val_loss"] = last_val.loss(), j["val_acc"] = last_val.acc();
+    fmt::print("{}\n", j.dump());
+    std::fflush(stdout);
+  }
   if (steps_run > 0 && step_seconds > 0) {
     // Model FLOPs per token as PaLM counts them: 6 per weight that multiplies (forward 2,
     // backward 4; the embedding lookup is free) plus attention's 12 * n_layer * n_ctx * n_embd_q.
