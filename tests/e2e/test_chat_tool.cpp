@@ -120,6 +120,24 @@ TEST_F(ChatTool, KvReuseShowsInTheLog) {
   EXPECT_NE(r.err.find("turn 2: "), std::string::npos) << r.err;
 }
 
+// A turn that does not fit drops the oldest messages and evaluates the rest again; a reply that
+// reaches the end of the context stops there.
+TEST_F(ChatTool, FullContextShiftsOrStops) {
+  ToolResult r = piped("hello\\nhow are you\\n", "-m " + model() + " -cnv -c 128 -n 40 --ignore-eos --temp 0 --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["turns"].size(), 2u);
+  EXPECT_FALSE(j["turns"][0]["context_shifted"].get<bool>());
+  EXPECT_TRUE(j["turns"][1]["context_shifted"].get<bool>()) << j.dump();
+  EXPECT_EQ(j["turns"][1]["n_past_before"], 0);
+  EXPECT_EQ(j["turns"][1]["prompt"], "<|im_start|>user\nhow are you<|im_end|>\n<|im_start|>assistant\n");
+  r = piped("hello\\n", "-m " + model() + " -cnv -c 80 -n -1 --ignore-eos --temp 0 --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["turns"][0]["stop"], "context_full");
+  EXPECT_EQ(j["turns"][0]["n_prompt"].get<int>() + j["turns"][0]["n_gen"].get<int>(), 80);
+}
+
 TEST_F(ChatTool, SingleTurnAndPromptAsFirstMessage) {
   ToolResult r = piped("never read\\n", "-m " + model() + " -cnv -p hi -st -n 3 --temp 0 --json");
   ASSERT_EQ(r.rc, 0) << r.err;
