@@ -181,6 +181,20 @@ void add_rows(std::vector<OpCase>& out) {
   }
 }
 
+// The KV cache's writes (-ctk/-ctv): a prompt's and a token's rows, each the width of every kv
+// head, into a cache of each quantized type this build has (the same types the session offers).
+void add_kv_cache_writes(std::vector<OpCase>& out) {
+  for (const char* name : {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1"}) {
+    const std::optional<DType> t = dtype_from_name(name);
+    if (!t) continue;
+    for (int64_t n : {1, 7})
+      add_case(out, "SET_ROWS", fmt::format("type_dst={},n0=256,rows=64,n={},kv_cache=1", name, n), kModeTest,
+               [=](CaseBuilder& b) {
+                 ops::set_rows(b.ctx(), b.input(*t, {256, 64}), b.input(DType::F32, {256, n}), b.distinct_ids({n}, 64));
+               });
+  }
+}
+
 }  // namespace
 
 void add_copy_cases(std::vector<OpCase>& out) {
@@ -200,9 +214,11 @@ void add_copy_cases(std::vector<OpCase>& out) {
   for (DType t : {DType::F16, DType::Q4_0})
     add_case(out, "GET_ROWS", fmt::format("type={},n0=4096,rows=8192,n=512", tn(t)), kModePerf,
              [=](CaseBuilder& b) { ops::get_rows(b.ctx(), b.input(t, {4096, 8192}), b.ids({512}, 0, 8192)); });
-  add_case(out, "SET_ROWS", "type_dst=f16,n0=1024,rows=4096,n=512", kModePerf, [](CaseBuilder& b) {
-    ops::set_rows(b.ctx(), b.input(DType::F16, {1024, 4096}), b.input(DType::F32, {1024, 512}), b.distinct_ids({512}, 4096));
-  });
+  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0})
+    add_case(out, "SET_ROWS", fmt::format("type_dst={},n0=1024,rows=4096,n=512", tn(t)), kModePerf, [=](CaseBuilder& b) {
+      ops::set_rows(b.ctx(), b.input(t, {1024, 4096}), b.input(DType::F32, {1024, 512}), b.distinct_ids({512}, 4096));
+    });
+  add_kv_cache_writes(out);
 }
 
 }  // namespace loom::testing::detail
