@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 #include "tool_runner.h"
 
 namespace {

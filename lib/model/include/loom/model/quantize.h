@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "loom/core/dtype.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 
 namespace loom {
 
