@@ -5,10 +5,9 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "loom/core/error.h"
+#include "loom/core/files.h"
 #include "loom/model/generate.h"
 #include "loom/tools/common.h"
 #include "loom/tools/main.h"
@@ -17,14 +16,8 @@ using namespace loom;
 
 namespace {
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  LOOM_CHECK(in.good(), io, "cannot read '{}'", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  LOOM_CHECK(!in.bad(), io, "cannot read '{}' (is it a directory?)", path);
-  return ss.str();
-}
+// A directory, FIFO or device is refused (it would read as an empty prompt, or block).
+std::string read_text_file(const std::string& path) { return read_regular_file(path, "-f"); }
 
 }  // namespace
 
@@ -64,6 +57,15 @@ int main(int argc, char** argv) {
     if (!tools::is_output_rank(common)) std::freopen("/dev/null", "w", stdout);  // MPI: rank 0 prints
     Sampler sampler(sp);
     if (!prompt_file.empty()) prompt = read_text_file(prompt_file);
+    const int disagree = tools::check_ranks_agree(
+        "run", common,
+        {{"the mode", ppl_mode ? "--perplexity" : "generate"}, {"the prompt", tools::text_fingerprint(prompt)},
+         {"-n", std::to_string(n_predict)}, {"--chunks", std::to_string(n_chunks)},
+         {"--temp", fmt::format("{}", sp.temp)}, {"--top-k", std::to_string(sp.top_k)},
+         {"--top-p", fmt::format("{}", sp.top_p)}, {"--min-p", fmt::format("{}", sp.min_p)},
+         {"--repeat-penalty", fmt::format("{}", sp.repeat_penalty)},
+         {"--repeat-last-n", std::to_string(sp.repeat_last_n)}, {"--seed", std::to_string(sp.seed)}});
+    if (disagree) return disagree;
 
     const auto t0 = std::chrono::steady_clock::now();
     tools::RunDevices devices = tools::make_run_devices(common);

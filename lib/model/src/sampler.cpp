@@ -10,7 +10,7 @@ namespace loom {
 
 Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) {
   LOOM_CHECK(std::isfinite(p.temp), usage, "--temp must be a finite number");
-  LOOM_CHECK(p.top_p >= 0 && p.min_p >= 0 && p.min_p <= 1, usage, "--top-p/--min-p must be in [0, 1]");
+  LOOM_CHECK(p.top_p >= 0 && p.top_p <= 1 && p.min_p >= 0 && p.min_p <= 1, usage, "--top-p/--min-p must be in [0, 1]");
   LOOM_CHECK(p.repeat_penalty > 0, usage, "--repeat-penalty must be positive");
 }
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "loom/core/error.h"
+#include "loom/core/files.h"
 #include "loom/core/thread_pool.h"
 #include "loom/cpu/cpu.h"
 #include "loom/meta/comm.h"
@@ -70,6 +71,7 @@ void validate_common(const CommonOptions& o) {
              "--comm {}: only with -sm tensor", o.comm);
   LOOM_CHECK(o.comm != "nccl", unsupported,
              "--comm nccl: NCCL groups need CUDA devices, which this build does not drive yet (use inproc or mpi)");
+  if (!o.log_file.empty()) check_output_path(o.log_file, "--log-file");
   cache_type(o.cache_type_k, "-ctk");
   cache_type(o.cache_type_v, "-ctv");
   if (o.n_gpu_layers != "auto" && o.n_gpu_layers != "all") {

@@ -35,6 +35,7 @@ std::unique_ptr<TrainModel> TrainModel::open(const std::string& path, const Trai
              path, m->tokenizer_->n_vocab(), hp.n_vocab);
   LOOM_CHECK(f.file_size() >= f.data_offset() + f.tensor_bytes_total(), invalid_input,
              "{}: tensor data missing (header-only file?)", path);
+  LOOM_CHECK(!f.data_is_hole(), usage, "{}: a header-only file (no tensor data) cannot be trained", path);
   m->weights_.hp = hp;
   m->weights_.layers.resize((size_t)hp.n_layer);
 

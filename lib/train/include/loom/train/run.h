@@ -34,6 +34,7 @@ struct RunOptions {
   uint64_t seed = 42;
   int n_threads = 0;
   int progress = -1;       // -1: in place on a terminal, one line per epoch otherwise; 0/1 force
+  bool allow_nan = false;  // --allow-nan: keep training when the loss is NaN/Inf (default: exit 3)
 };
 
 // Returns the exit code: 0 done, 130/143 interrupted by SIGINT/SIGTERM (checkpoint written).
