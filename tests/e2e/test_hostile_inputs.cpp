@@ -168,7 +168,7 @@ TEST_F(Hostile, SigintDuringValidation) {
   for (int i = 0; i < 3000; ++i) text += "the cat sat on the mat. the dog sat on the log. ";
   std::ofstream(file("long.txt")) << text;
   const pid_t pid = spawn("train", "-f " + quote(file("long.txt")) + " -m " + quote(model_) +
-                                       " -c 64 -b 1 --steps 1 --val-split 0.95 --progress 0 -t 1 -o " +
+                                       " -c 64 -b 1 --steps 1 --val-split 0.95 -t 1 -o " +
                                        quote(file("o.gguf")) + " --checkpoint " + quote(file("o.ckpt")));
   ASSERT_TRUE(wait_for_stderr("train: ")) << slurp(file("bg.err"));  // the step's line: validation follows
   const auto [rc, s] = signal_and_wait(pid, SIGINT);
@@ -234,7 +234,7 @@ TEST_F(Hostile, AtomicOutputs) {
 TEST_F(Hostile, TrainChecksBeforeWork) {
   fs::copy_file(model_, file("base.gguf"));
   const std::string before = slurp(file("base.gguf"));
-  for (const std::string& ck : {file("base.gguf"), "./base.gguf"}) {
+  for (const std::string& ck : {file("base.gguf"), std::string("./base.gguf")}) {
     const ToolResult r = sh("cd " + quote(dir_.string()) + " && " + tool("train") + " -f c.txt -m " +
                             quote(file("base.gguf")) + " -c 32 -b 4 --steps 5 --checkpoint " + quote(ck) +
                             " -o x.gguf -t 1");
@@ -325,10 +325,10 @@ TEST_F(Hostile, NonFiniteLossStopsTraining) {
 }
 
 // 13: planning tools read only the metadata: they work under an address-space limit smaller
-// than the file (a 16 GB header-only llama-8b under 3 GB).
+// than the file (a 4.2 GB header-only llama-8b in q4_0 under 3 GB).
 TEST_F(Hostile, PlanningUnderAnAddressSpaceLimit) {
   const std::string big = quote(file("big.gguf"));
-  ASSERT_EQ(run("gguf", "new --arch llama --preset llama-8b --header-only -o " + big).rc, 0);
+  ASSERT_EQ(run("gguf", "new --arch llama --preset llama-8b --type q4_0 --header-only -o " + big).rc, 0);
   ASSERT_GT(fs::file_size(file("big.gguf")), 3ull << 30);
   for (const std::string& cmd : {tool("gguf") + " info " + big, tool("fit-params") + " -m " + big,
                                  tool("split-inspect") + " -m " + big}) {

@@ -80,13 +80,6 @@ void pread_all(int fd, uint8_t* dst, size_t n, size_t offset, const std::string&
   }
 }
 
-uint64_t identity_of(const uint8_t* header, size_t n, size_t file_size) {
-  Hasher h;
-  h.update(header, n);
-  h.update_value(file_size);
-  return h.digest();
-}
-
 }  // namespace
 
 // Parses a file image into a File: `avail` bytes of it are at `data`, `size` is the whole file
@@ -374,7 +367,6 @@ std::unique_ptr<File> File::open(const std::string& path) {
       f->file_size_ = size;
       try {
         Reader(*f, head.data(), want, size).parse();
-        f->identity_ = identity_of(head.data(), std::min(want, f->data_offset_), size);
         break;
       } catch (const NeedMore&) {
         LOOM_ASSERT(want < size, "{}: parse asked for bytes past the end", path);
@@ -395,7 +387,6 @@ std::unique_ptr<File> File::open_memory(const void* data, size_t size, const std
   f->file_size_ = size;
   if (size == 0) fail(ErrorKind::invalid_input, "{}: empty file, not GGUF", name);
   Reader(*f, f->owned_.data(), size, size).parse();
-  f->identity_ = identity_of(f->owned_.data(), f->data_offset_, size);
   f->data_ = f->owned_.data() + f->data_offset_;
   return f;
 }
@@ -432,6 +423,27 @@ bool File::data_is_hole() const {
   const size_t from = (data_offset_ + block - 1) / block * block;
   if (from >= file_size_) return false;
   return ::lseek(fd_, (off_t)from, SEEK_DATA) < 0 && errno == ENXIO;
+}
+
+uint64_t File::identity() const {
+  // The head (metadata, tensor infos) and 16 evenly spaced 4 KiB samples of the data: two
+  // models of one shape with other weights differ, and nothing is mapped.
+  constexpr size_t kSamples = 16, kSample = 4096;
+  Hasher h;
+  h.update_value(file_size_);
+  std::vector<uint8_t> buf(std::min(file_size_, std::max(data_offset_, kSample)));
+  auto read = [&](size_t off, size_t n) {
+    if (fd_ >= 0) pread_all(fd_, buf.data(), n, off, path_);
+    else std::memcpy(buf.data(), owned_.data() + off, n);
+    h.update(buf.data(), n);
+  };
+  read(0, std::min(data_offset_, file_size_));
+  const size_t data = file_size_ - std::min(data_offset_, file_size_);
+  for (size_t k = 0; k < kSamples && data > 0; ++k) {
+    const size_t off = data_offset_ + (data - std::min(data, kSample)) * k / (kSamples - 1);
+    read(off, std::min(kSample, file_size_ - off));
+  }
+  return h.digest();
 }
 
 uint64_t File::checksum(std::string_view key) const {

@@ -129,9 +129,9 @@ class File {
   bool data_is_hole() const;
   // invalid_input when the file is now smaller than when it was opened (truncated under us).
   void check_size() const;
-  // Hash of the metadata and tensor infos and the file size: two files with the same identity
-  // hold the same model layout (cheap: no tensor data is read).
-  uint64_t identity() const { return identity_; }
+  // Hash of the metadata, tensor infos, file size and 16 small samples of the tensor data (read,
+  // not mapped): what MPI ranks and loom-train --resume compare to know they have one model.
+  uint64_t identity() const;
   // Checksum of the whole file with the u64 value of `key` counted as zeros (see
   // Writer::set_checksum_key). Reads every byte.
   uint64_t checksum(std::string_view key) const;
@@ -150,7 +150,6 @@ class File {
   void map_data() const;
   const uint8_t* data_section() const;
   int fd_ = -1;
-  uint64_t identity_ = 0;
   std::vector<size_t> value_offsets_;  // file offset of each metadata value (after its type)
   mutable std::once_flag map_once_;
   mutable const uint8_t* data_ = nullptr;  // the data section: in owned_, or in the mapping
