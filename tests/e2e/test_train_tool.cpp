@@ -164,6 +164,34 @@ TEST_F(TrainTool, KillAtARandomStepThenResumeIsBitExact) {
   }
 }
 
+// -dev SIM0: the weights, gradients and optimizer state on a simulated device, planned and run
+// by the scheduler. The output is the CPU run's file byte for byte, a checkpoint written there
+// resumes on the CPU to the same bytes, and a device too small is exit 4 with no output.
+TEST_F(TrainTool, TrainingOnASimDeviceWritesTheCpuRunsBytes) {
+  const std::string sim = "--sim-devices 1x256MiB -dev SIM0 ";
+  ToolRun r = run("train", train_args("--steps 4 -o " + quote(file("cpu.gguf"))));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  r = run("train", train_args(sim + "--steps 4 -o " + quote(file("sim.gguf"))));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("weights on SIM0"), std::string::npos) << r.err;
+  EXPECT_TRUE(slurp(file("cpu.gguf")) == slurp(file("sim.gguf"))) << "SIM0 trained other weights than the CPU";
+
+  const std::string ck = quote(file("ck.gguf"));
+  r = run("train", train_args(sim + "--steps 4 --checkpoint " + ck + " --checkpoint-every 2 -o " + quote(file("x.gguf"))));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  r = run("train", train_args("--steps 4 --resume " + ck + " -o " + quote(file("resumed.gguf"))));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("resuming at step 2"), std::string::npos) << r.err;
+  EXPECT_TRUE(slurp(file("cpu.gguf")) == slurp(file("resumed.gguf"))) << "SIM0 checkpoint resumed on the CPU differs";
+
+  r = run("train", train_args("--sim-devices 1x64KiB -dev SIM0 --steps 2 -o " + quote(file("oom.gguf"))));
+  EXPECT_EQ(r.rc, 4) << r.err;
+  EXPECT_NE(r.err.find("--init llama:tiny: cannot place"), std::string::npos) << r.err;  // not a temporary name
+  EXPECT_NE(r.err.find("SIM0"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(file("oom.gguf")));
+  EXPECT_TRUE(tmp_files().empty());
+}
+
 TEST_F(TrainTool, BadFlagsAndFilesGiveExitCodesAndNoOutput) {
   const std::string out = " -o " + quote(file("out.gguf"));
   const std::string text = " -f " + quote(file("text.txt"));

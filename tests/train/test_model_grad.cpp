@@ -6,6 +6,7 @@
 
 #include "grad_check.h"
 #include "loom/train/dataset.h"
+#include "loom/train/train_forward.h"
 #include "loom/train/trainer.h"
 #include "train_test_util.h"
 
@@ -36,8 +37,8 @@ TEST(ModelGrad, WholeModelMatchesFiniteDifferences) {
     gc.params = tm->params();
     const BatchShape shape{8, 2};
     const std::vector<int32_t> toks = some_tokens(2 * 9);
-    ForwardGraph fg = build_train_forward(gc.ctx, tm->weights(), shape);
-    gc.fills.emplace_back(fg.tokens, [&](Tensor*, std::mt19937&) {
+    ForwardGraph fg = build_train_forward(gc.ctx, tm->model(), shape);
+    gc.fills.emplace_back(fg.in.tokens, [&](Tensor*, std::mt19937&) {
       fill_inputs(fg, shape, {toks.data(), toks.data() + 9}, {toks.data() + 1, toks.data() + 10});
     });
     // y = the logits (the harness's loss is a fixed random combination of them, summed in
@@ -73,7 +74,7 @@ TEST(ModelGrad, TrainerAppliesTheSameGradientAsAPlainGraph) {
 
     auto b = TrainModel::open(path, {});
     Context ctx;
-    ForwardGraph fg = build_train_forward(ctx, b->weights(), shape);
+    ForwardGraph fg = build_train_forward(ctx, b->model(), shape);
     Graph fwd;
     fwd.build_forward(fg.loss);
     Gradients grads = build_backward(ctx, fwd, fg.loss);

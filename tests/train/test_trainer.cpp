@@ -12,6 +12,7 @@
 #include "loom/model/session.h"
 #include "loom/train/checkpoint.h"
 #include "loom/train/dataset.h"
+#include "loom/train/train_forward.h"
 #include "loom/train/trainer.h"
 #include "train_test_util.h"
 
@@ -47,7 +48,7 @@ TEST(TrainForward, MatchesInferenceForwardForEveryArchitecture) {
 
     Context ctx;
     BatchShape shape{L, 2};
-    ForwardGraph fg = build_train_forward(ctx, tm->weights(), shape);
+    ForwardGraph fg = build_train_forward(ctx, tm->model(), shape);
     Graph g;
     g.build_forward(fg.logits);
     cpu::CpuDevice dev(2);
@@ -94,7 +95,6 @@ TEST(Trainer, TinyModelOverfitsAShortText) {
   cfg.n_ctx = 32;
   cfg.n_batch = cfg.n_ubatch = 6;
   cfg.opt.lr = 1e-2f;
-  cfg.n_threads = 2;
   Trainer tr(*tm, cfg);
   double first = 0, last = 0;
   for (int s = 0; s < 100; ++s) {

@@ -57,12 +57,10 @@ inline std::string write_model(const fs::path& dir, const HParams& hp, uint64_t 
   return o.output;
 }
 
+// The trained tensors' values, read from whatever device holds them.
 inline std::vector<std::vector<float>> snapshot(const train::TrainModel& m) {
   std::vector<std::vector<float>> out;
-  for (const Tensor* p : m.params()) {
-    const auto* d = static_cast<const float*>(p->data);
-    out.emplace_back(d, d + p->nelements());
-  }
+  for (const Tensor* p : m.params()) out.push_back(train::read_f32(p));
   return out;
 }
 

@@ -1,12 +1,14 @@
 // Forward pass of llama / qwen2 / qwen3 / qwen3moe: embeddings, per layer attention (RoPE, GQA,
-// KV cache write through set_rows, flash or plain attention) and FFN (SwiGLU or routed experts),
-// final norm and output projection for the requested rows.
-#include "forward.h"
+// KV cache write through set_rows, flash or plain attention; or, for training, windows that
+// attend within themselves) and FFN (SwiGLU or routed experts), final norm and output projection
+// for the requested rows.
+#include "loom/model/forward.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
 
+#include "loom/core/error.h"
 #include "loom/graph/ops.h"
 #include "loom/model/layer_blocks.h"
 
@@ -27,29 +29,55 @@ void name_unnamed(Context& c, size_t first, const std::string& prefix) {
   }
 }
 
-Tensor* attention(Context& c, const ForwardModel& fm, Tensor* q, Tensor* k_cache, Tensor* v_cache, Tensor* mask,
+// q {hd, n_head, T} and k, v {hd, n_kv, n_head_kv, n_seq} (T = n_seq rows of T / n_seq queries)
+// -> {hd * n_head, T}. The plain path (mul_mat, soft_max, mul_mat) has a gradient rule for every
+// op; flash attention (one sequence) is one fused kernel.
+Tensor* attention(Context& c, const ForwardModel& fm, Tensor* q, Tensor* k, Tensor* v, Tensor* mask,
                   const ForwardShape& s) {
   const HParams& hp = *fm.hp;
-  const int64_t hd = hp.head_dim, T = s.n_tokens, n_kv = s.n_kv;
-  const int64_t n_head = fm.n_head, n_head_kv = fm.n_head_kv;
+  const int64_t hd = hp.head_dim, T = s.n_tokens, n_seq = k->ne[3];
+  const int64_t n_head = fm.n_head;
   const float scale = 1.0f / std::sqrt((float)hd);
-  // cache views {hd, n_kv, n_head_kv}: one row per position, heads side by side in a row
+  if (n_seq > 1) q = reshape(c, q, {hd, n_head, T / n_seq, n_seq});
+  Tensor* qp = permute(c, q, 0, 2, 1, 3);  // {hd, T / n_seq, n_head, n_seq}
+  if (s.flash_attn) {
+    LOOM_ASSERT(n_seq == 1, "flash attention over {} windows", n_seq);
+    Tensor* o = flash_attn_ext(c, qp, k, v, mask, scale);  // {hd, n_head, T}
+    return reshape(c, o, {hd * n_head, T});
+  }
+  Tensor* kq = mul_mat(c, k, qp);                             // {n_kv, T / n_seq, n_head, n_seq}
+  kq = soft_max(c, kq, mask, scale);
+  Tensor* vt = cont(c, permute(c, v, 1, 0, 2, 3));            // {n_kv, hd, n_head_kv, n_seq}
+  Tensor* kqv = mul_mat(c, vt, kq);                           // {hd, T / n_seq, n_head, n_seq}
+  Tensor* o = cont(c, permute(c, kqv, 0, 2, 1, 3));           // {hd, n_head, T / n_seq, n_seq}
+  return reshape(c, o, {hd * n_head, T});
+}
+
+// Keys and values attended to: the cache rows 0..n_kv as {hd, n_kv, n_head_kv} views (one row
+// per position, heads side by side in a row) after this batch's rows are written.
+struct AttendedKv {
+  Tensor* k;
+  Tensor* v;
+};
+AttendedKv cached_kv(Context& c, const ForwardModel& fm, const KvCache& kv, int64_t il, const QkvHeads& h,
+                     Tensor* kv_slots, const ForwardShape& s) {
+  const int64_t hd = fm.hp->head_dim, T = s.n_tokens, n_kv = s.n_kv, n_head_kv = fm.n_head_kv;
+  Tensor* k_cache = set_rows(c, kv.k[(size_t)il], reshape(c, h.k, {hd * n_head_kv, T}), kv_slots);
+  Tensor* v_cache = set_rows(c, kv.v[(size_t)il], h.v, kv_slots);
   Tensor* k = view_3d(c, k_cache, hd, n_kv, n_head_kv, k_cache->nb[1], row_size(k_cache->type, hd), 0);
   Tensor* v = view_3d(c, v_cache, hd, n_kv, n_head_kv, v_cache->nb[1], row_size(v_cache->type, hd), 0);
   // a quantized cache (-ctk/-ctv q8_0) is read through an F16 copy of the attended rows
   if (dtype_info(k->type).is_quantized) k = cpy(c, k, c.new_tensor(DType::F16, {hd, n_kv, n_head_kv}));
   if (dtype_info(v->type).is_quantized) v = cpy(c, v, c.new_tensor(DType::F16, {hd, n_kv, n_head_kv}));
-  Tensor* qp = permute(c, q, 0, 2, 1, 3);  // {hd, T, n_head}
-  if (s.flash_attn) {
-    Tensor* o = flash_attn_ext(c, qp, k, v, mask, scale);  // {hd, n_head, T}
-    return reshape(c, o, {hd * n_head, T});
-  }
-  Tensor* kq = mul_mat(c, k, qp);                             // {n_kv, T, n_head}
-  kq = soft_max(c, kq, mask, scale);
-  Tensor* vt = cont(c, permute(c, v, 1, 0, 2, 3));            // {n_kv, hd, n_head_kv}
-  Tensor* kqv = mul_mat(c, vt, kq);                           // {hd, T, n_head}
-  Tensor* o = cont(c, permute(c, kqv, 0, 2, 1, 3));           // {hd, n_head, T}
-  return reshape(c, o, {hd * n_head, T});
+  return {k, v};
+}
+
+// Keys and values of a batch of windows: this batch's own rows as {hd, n_kv, n_head_kv, n_seq}.
+AttendedKv window_kv(Context& c, const ForwardModel& fm, const QkvHeads& h, const ForwardShape& s) {
+  const int64_t hd = fm.hp->head_dim, n_head_kv = fm.n_head_kv;
+  Tensor* k = permute(c, reshape(c, h.k, {hd, n_head_kv, s.n_kv, s.n_seq}), 0, 2, 1, 3);
+  Tensor* v = permute(c, reshape(c, h.v, {hd, n_head_kv, s.n_kv, s.n_seq}), 0, 2, 1, 3);
+  return {k, v};
 }
 
 Tensor* moe_ffn(Context& c, const HParams& hp, const LayerWeights& l, Tensor* x, int64_t T, ForwardInputs& in) {
@@ -107,13 +135,17 @@ ForwardModel forward_model(const Model& model, const TpShard& shard) {
 
 ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache& kv, const ForwardShape& s) {
   const HParams& hp = *model.hp;
-  const int64_t T = s.n_tokens, hd = hp.head_dim;
+  const int64_t T = s.n_tokens;
+  const bool windows = s.n_seq > 0;
+  LOOM_ASSERT(!windows || (T == s.n_seq * s.n_kv && s.n_outputs == T), "{} windows of {} tokens, {} tokens, {} outputs",
+              s.n_seq, s.n_kv, T, s.n_outputs);
   ForwardInputs in;
   in.tokens = c.new_tensor(DType::I32, {T}, "inp_tokens");
   in.positions = c.new_tensor(DType::I32, {T}, "inp_pos");
-  in.kv_slots = c.new_tensor(DType::I32, {T}, "inp_kv_slots");
-  in.mask = c.new_tensor(DType::F32, {s.n_kv, T}, "inp_mask");
-  for (Tensor* t : {in.tokens, in.positions, in.kv_slots, in.mask}) t->flags |= kFlagInput;
+  if (!windows) in.kv_slots = c.new_tensor(DType::I32, {T}, "inp_kv_slots");
+  in.mask = c.new_tensor(DType::F32, {s.n_kv, windows ? s.n_kv : T}, "inp_mask");
+  for (Tensor* t : {in.tokens, in.positions, in.kv_slots, in.mask})
+    if (t) t->flags |= kFlagInput;
 
   const RopeParams rope_p = rope_params(hp);
 
@@ -128,9 +160,8 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
       cur = scale(c, cur, 0.0f);
     } else {
       const QkvHeads h = project_qkv(c, hp, l, cur, model.n_head, model.n_head_kv, in.positions, rope_p);
-      Tensor* k_stored = set_rows(c, kv.k[(size_t)il], reshape(c, h.k, {hd * model.n_head_kv, T}), in.kv_slots);
-      Tensor* v_stored = set_rows(c, kv.v[(size_t)il], h.v, in.kv_slots);
-      cur = attention(c, model, h.q, k_stored, v_stored, in.mask, s);
+      const AttendedKv a = windows ? window_kv(c, model, h, s) : cached_kv(c, model, kv, il, h, in.kv_slots, s);
+      cur = attention(c, model, h.q, a.k, a.v, in.mask, s);
       cur = mul_mat(c, l.wo, cur);
     }
     cur->name = fmt::format("blk.{}.attn_out", il);

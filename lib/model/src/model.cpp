@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "loom/alloc/alloc.h"
 #include "loom/core/error.h"
 #include "loom/cpu/cpu.h"
@@ -16,6 +18,23 @@ std::string shape_str(int n, const int64_t* ne) {
   std::string s = "[";
   for (int i = 0; i < n; ++i) s += fmt::format("{}{}", i ? ", " : "", ne[i]);
   return s + "]";
+}
+
+// Writes a weight stored as file_type in the file (src) into t, an F32 tensor, a chunk of rows
+// at a time.
+void upload_converted(Tensor* t, DType file_type, const void* src) {
+  LOOM_ASSERT(t->type == DType::F32, "{} converted to {}", t->name, dtype_name(t->type));
+  const DTypeInfo& info = dtype_info(file_type);
+  const int64_t ne0 = t->ne[0], rows = t->nelements() / ne0;
+  const size_t src_row = row_size(file_type, ne0);
+  const int64_t chunk = std::max<int64_t>(1, ((int64_t)1 << 22) / ne0);  // 16 MiB of F32
+  std::vector<float> rows_f32((size_t)(std::min(chunk, rows) * ne0));
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t n = std::min(chunk, rows - r0);
+    for (int64_t r = 0; r < n; ++r)
+      info.to_float(static_cast<const uint8_t*>(src) + (size_t)(r0 + r) * src_row, rows_f32.data() + r * ne0, ne0);
+    t->buffer->set(t, rows_f32.data(), (size_t)(r0 * ne0) * sizeof(float), (size_t)(n * ne0) * sizeof(float));
+  }
 }
 
 }  // namespace
@@ -53,8 +72,10 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
     if (tensor_role_is_vector(spec.role))
       LOOM_CHECK(info->type == DType::F32, invalid_input, "{}: tensor '{}' must be f32, is {}", path, spec.name,
                  dtype_name(info->type));
-    Tensor* t = m->weights_.new_tensor(info->type, 4, info->ne, spec.name);
-    t->flags |= kFlagParam;
+    const bool trained = opt.trainable && opt.trainable(spec, info->type);
+    Tensor* t = m->weights_.new_tensor(trained ? DType::F32 : info->type, 4, info->ne, spec.name);
+    if (trained || !opt.trainable) t->flags |= kFlagParam;
+    if (trained) m->trained_.insert(t);
     if (data_present && opt.need_data) t->data = const_cast<uint8_t*>(f.tensor_data(*info));
     *role_slot(*m, spec.layer >= 0 ? &m->layers[(size_t)spec.layer] : nullptr, spec.role) = t;
     m->n_params_ += (size_t)t->nelements();
@@ -62,6 +83,8 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
     ++n_used;
   }
   if (!m->output) m->output = m->tok_embd;
+  if (!opt.ignore_prefix.empty())
+    for (const gguf::TensorInfo& t : f.tensors()) n_used += t.name.rfind(opt.ignore_prefix, 0) == 0;
   LOOM_CHECK(n_used == f.tensors().size(), invalid_input, "{}: {} tensors in the file, {} belong to a {} model", path,
              f.tensors().size(), n_used, arch_name(hp.arch));
   m->has_data_ = data_present && opt.need_data;
@@ -97,23 +120,24 @@ void Model::place(const PlacementParams& params, const std::function<void(size_t
   size_t cpu_bytes = 0;
   for (Tensor* t : per_device[cpu]) cpu_bytes += t->nbytes();
   cpu_mapped_ = p.mmap || (has_data_ && cpu_bytes > placement_.devices[cpu]->memory().free);
+  if (cpu_mapped_) {  // used where the file maps them, except trained weights (written, maybe converted)
+    auto mapped = std::stable_partition(per_device[cpu].begin(), per_device[cpu].end(),
+                                        [&](Tensor* t) { return trained_.count(t) != 0; });
+    for (auto it = mapped; it != per_device[cpu].end(); ++it) device_bytes_[cpu] += (*it)->nbytes();
+    per_device[cpu].erase(mapped, per_device[cpu].end());
+  }
   size_t copy_total = 0, copied = 0;
   if (has_data_)
     for (size_t d = 0; d < n_dev; ++d)
-      if (d != cpu || !cpu_mapped_)
-        for (Tensor* t : per_device[d]) copy_total += t->nbytes();
+      for (Tensor* t : per_device[d]) copy_total += t->nbytes();
   for (size_t d = 0; d < n_dev; ++d) {
-    if (d == cpu && cpu_mapped_) {  // used where the file maps them
-      for (Tensor* t : per_device[d]) device_bytes_[d] += t->nbytes();
-      continue;
-    }
     const BufferType& bt = placement_.devices[d]->buffer_type();
     std::vector<const void*> src;  // the mapped bytes, copied below
     for (Tensor* t : per_device[d]) {
       src.push_back(t->data);
       t->data = nullptr;  // alloc_tensors places tensors without memory
     }
-    device_bytes_[d] = alloc::tensors_size(per_device[d], bt);
+    device_bytes_[d] += alloc::tensors_size(per_device[d], bt);
     if (!has_data_ || per_device[d].empty()) continue;
     Status st = alloc::alloc_tensors(per_device[d], bt, buffers_);
     LOOM_CHECK(st.is_ok(), out_of_memory, "{}: cannot place {} of weights on {}: {}{}", file_->path(),
@@ -123,8 +147,14 @@ void Model::place(const PlacementParams& params, const std::function<void(size_t
       Tensor* t = per_device[d][i];
       // The CPU's matrices in the layout its kernels read fastest (token embeddings are read by
       // GET_ROWS, so they stay as they are).
-      const bool repacked = d == cpu && p.repack && t != tok_embd && cpu::repack_weight(*t, src[i]);
-      if (!repacked) t->buffer->set(t, src[i], 0, t->nbytes());
+      const DType file_type = file_->find_tensor(t->name)->type;
+      if (t->type != file_type) {
+        upload_converted(t, file_type, src[i]);
+      } else {
+        const bool repacked =
+            d == cpu && p.repack && t != tok_embd && !trained_.count(t) && cpu::repack_weight(*t, src[i]);
+        if (!repacked) t->buffer->set(t, src[i], 0, t->nbytes());
+      }
       copied += t->nbytes();
       if (progress) progress(copied, copy_total);
     }

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <limits>
 
-#include "forward.h"
+#include "loom/model/forward.h"
 #include "loom/alloc/alloc.h"
 #include "loom/cpu/cpu.h"
 #include "loom/sched/executor.h"

@@ -5,7 +5,7 @@
 #include <optional>
 #include <vector>
 
-#include "forward.h"
+#include "loom/model/forward.h"
 #include "loom/model/session.h"
 #include "loom/sched/executor.h"
 #include "tp_runner.h"

@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-#include "forward.h"
+#include "loom/model/forward.h"
 #include "loom/meta/comm.h"
 #include "loom/model/session.h"
 #include "loom/sched/executor.h"

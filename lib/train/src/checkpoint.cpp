@@ -42,8 +42,9 @@ void save_checkpoint(const std::string& path, const TrainModel& model, const std
   for (const ParamState& p : params) {
     if (!p.m) continue;
     const Tensor* t = p.param;
-    w.add_tensor("opt.m." + t->name, DType::F32, t->n_dims(), t->ne, p.m->data);
-    w.add_tensor("opt.v." + t->name, DType::F32, t->n_dims(), t->ne, p.v->data);
+    for (auto [prefix, src] : {std::pair{"opt.m.", p.m}, std::pair{"opt.v.", p.v}})
+      w.add_tensor(prefix + t->name, DType::F32, t->n_dims(), t->ne,
+                   [src](uint8_t* dst, size_t n) { src->buffer->get(src, dst, 0, n); });
   }
   w.set_checksum_key(kCheckpointChecksumKey);
   w.write(path);  // AtomicFile: readers see the old checkpoint or the new one
@@ -58,7 +59,7 @@ void load_optimizer_state(const gguf::File& f, std::vector<ParamState>& params) 
       LOOM_CHECK(info && info->type == DType::F32 && info->nelements() == p.param->nelements(), invalid_input,
                  "{}: optimizer state '{}' missing or misshapen (was the checkpoint written with -opt sgd?)",
                  f.path(), name);
-      std::memcpy(dst->data, f.tensor_data(*info), info->nbytes);
+      dst->buffer->set(dst, f.tensor_data(*info), 0, info->nbytes);
     }
   }
 }

@@ -78,15 +78,24 @@ std::unique_ptr<TrainModel> init_model(const RunOptions& o, const std::string& t
                  v.tokens.size(), o.vocab_size);
   }
   make_random_model(nm);
-  auto m = TrainModel::open(nm.output, mo);  // the file stays mapped after it is removed
+  std::unique_ptr<TrainModel> m;
+  try {
+    m = TrainModel::open(nm.output, mo);  // the file stays mapped after it is removed
+  } catch (const Error& e) {  // name what the user gave, not the temporary file
+    std::string msg = e.what();
+    if (const size_t at = msg.find(nm.output); at != std::string::npos)
+      msg.replace(at, nm.output.size(), "--init " + o.init);
+    throw Error(e.kind(), msg);
+  }
   // Untied token embeddings start at unit scale instead of loom-gguf new's N(0, 0.02): every
   // layer input is RMS-normalized, so only their size relative to the attention and FFN
   // outputs added to the residual stream matters, and at 0.02 those outputs (~0.1) drown the
   // token's identity; small models then sit on the unigram plateau for many steps.
-  const ModelWeights& w = m->weights();
+  const Model& w = m->model();
   if (w.output != w.tok_embd && w.tok_embd->has_flag(kFlagParam)) {
-    auto* e = static_cast<float*>(w.tok_embd->data);
-    for (int64_t i = 0; i < w.tok_embd->nelements(); ++i) e[i] *= 50.0f;
+    std::vector<float> e = read_f32(w.tok_embd);
+    for (float& x : e) x *= 50.0f;
+    write_f32(w.tok_embd, e);
   }
   return m;
 }
@@ -142,6 +151,16 @@ void write_output(const RunOptions& o, const TrainModel& model) {
   w.write(o.output);
 }
 
+// "SIM0 1.25 MiB, CPU 0.31 MiB": weight bytes per device used.
+std::string placement_summary(const Model& m) {
+  std::string out;
+  for (size_t d = 0; d < m.devices().size(); ++d)
+    if (m.device_bytes()[d] > 0)
+      out += fmt::format("{}{} {:.2f} MiB", out.empty() ? "" : ", ", m.devices()[d]->name(),
+                         (double)m.device_bytes()[d] / (1 << 20));
+  return out;
+}
+
 std::string human(int64_t n) {
   return n >= 1000000 ? fmt::format("{:.2f}M", (double)n / 1e6) : fmt::format("{:.1f}K", (double)n / 1e3);
 }
@@ -184,10 +203,12 @@ int run(const RunOptions& o) {
                  o.init.empty() ? "-m" : "--init");
     }
     TrainModelOptions mo;
+    mo.placement = o.placement;
     mo.trainable = state.trainable;
     model = TrainModel::open(o.resume, mo);
   } else {
     TrainModelOptions mo;
+    mo.placement = o.placement;
     mo.train_tensors = o.train_tensors;
     model = o.init.empty() ? TrainModel::open(o.base_model, mo) : init_model(o, text, mo);
     state.seed = o.seed;
@@ -234,7 +255,6 @@ int run(const RunOptions& o) {
   cfg.n_batch = n_batch;
   cfg.n_ubatch = n_ubatch;
   cfg.opt = o.opt;
-  cfg.n_threads = o.n_threads;
   Trainer trainer(*model, cfg);
   if (resume_file) load_optimizer_state(*resume_file, trainer.params());
 
@@ -242,6 +262,7 @@ int run(const RunOptions& o) {
   fmt::print(stderr, "loom-train: {} {} params ({} trained), vocab {}, {} tokens: {} windows of {} ({} held out)\n",
              arch_name(hp.arch), human(model->n_params()), human(model->n_trainable()), hp.n_vocab, tokens.size(),
              data.n_train(), state.n_ctx, data.n_val());
+  fmt::print(stderr, "loom-train: weights on {}\n", placement_summary(model->model()));
   if (const std::string q = model->frozen_quantized(); !q.empty())
     fmt::print(stderr, "loom-train: frozen: {} — quantized weights do not train (the float tensors do)\n", q);
   fmt::print(stderr, "loom-train: {} steps of {} windows ({} per physical batch), {} per epoch{}\n", total_steps,
@@ -354,7 +375,7 @@ int run(const RunOptions& o) {
     // Model FLOPs per token as PaLM counts them: 6 per weight that multiplies (forward 2,
     // backward 4; the embedding lookup is free) plus attention's 12 * n_layer * n_ctx * n_embd_q.
     // MoE expert tensors count for the experts a token uses.
-    const ModelWeights& mw = model->weights();
+    const Model& mw = model->model();
     double n_matmul = (double)(model->n_params() - (mw.output == mw.tok_embd ? 0 : mw.tok_embd->nelements()));
     for (const LayerWeights& l : mw.layers)
       for (const Tensor* e : {l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps})

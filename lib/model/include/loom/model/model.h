@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "loom/graph/context.h"
@@ -39,7 +40,7 @@ struct LayerWeights {
 };
 
 // Where the tensor of a role lives: in `l` for per-layer roles, else in `m` (the Model or any
-// struct with tok_embd / output_norm / output members, e.g. the trainer's weights).
+// struct with tok_embd / output_norm / output members).
 template <class Weights>
 Tensor** role_slot(Weights& m, LayerWeights* l, TensorRole role) {
   switch (role) {
@@ -89,6 +90,13 @@ struct ModelLoadOptions {
   // Called after each weight tensor copied into device or CPU memory: bytes done of total (for a
   // progress line; big models take seconds to load). Not called when nothing is copied.
   std::function<void(size_t done, size_t total)> progress;
+  // Training (lib/train): true for each weight to train, which is then loaded as a writable F32
+  // copy (converted from the file's type; never used in place in the mapping, never repacked)
+  // flagged kFlagParam; the other weights are not flagged. Unset: inference (every weight flagged).
+  std::function<bool(const TensorSpec& spec, DType file_type)> trainable;
+  // Tensors whose names start with this are allowed in the file and not loaded (a training
+  // checkpoint's optimizer state, "opt."). Empty: every tensor must belong to the model.
+  std::string ignore_prefix;
 };
 
 class Model {
@@ -147,6 +155,7 @@ class Model {
   std::shared_ptr<void> owned_devices_;            // a CPU device when the caller gave none
   std::vector<std::unique_ptr<TpShard>> tp_shards_;
   TpLayout tp_layout_;
+  std::unordered_set<const Tensor*> trained_;  // ModelLoadOptions::trainable said yes
 };
 
 }  // namespace loom

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "loom/model/placement.h"
 #include "loom/train/optimizer.h"
 
 namespace loom::train {
@@ -32,7 +33,9 @@ struct RunOptions {
   int64_t checkpoint_every = 0;
   std::string resume;
   uint64_t seed = 42;
-  int n_threads = 0;
+  // Devices and layer placement (-dev, -ngl, ...; devices empty: the CPU alone). Weights, their
+  // gradients and optimizer state live on the device of their layer; the threads are the devices'.
+  PlacementParams placement;
   int progress = -1;       // -1: in place on a terminal, one line per epoch otherwise; 0/1 force
   bool allow_nan = false;  // --allow-nan: keep training when the loss is NaN/Inf (default: exit 3)
 };

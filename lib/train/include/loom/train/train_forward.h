@@ -1,26 +1,18 @@
-// The training forward graph: the same math as lib/model's inference forward (same ops in the
-// same order) without a KV cache: n_seq independent windows of n_ctx tokens, full causal
-// attention inside each window through the unfused path (mul_mat + soft_max + mul_mat, so
-// every op has a gradient rule), then cross-entropy against the next tokens and an accuracy count.
+// The training forward graph: lib/model's forward (the same layers as inference) over a batch of
+// n_seq independent windows of n_ctx tokens without a KV cache, each attending causally within
+// itself through the plain attention path (every op has a gradient rule), then cross-entropy
+// against the next tokens and an accuracy count.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "loom/graph/context.h"
-#include "loom/model/arch.h"
+#include "loom/graph/graph.h"
+#include "loom/model/forward.h"
 #include "loom/model/model.h"
 
 namespace loom::train {
-
-// The weights a forward pass reads (trainable copies or frozen file tensors).
-struct ModelWeights {
-  HParams hp;
-  Tensor* tok_embd = nullptr;
-  Tensor* output_norm = nullptr;
-  Tensor* output = nullptr;  // == tok_embd when tied
-  std::vector<LayerWeights> layers;
-};
 
 struct BatchShape {
   int64_t n_ctx = 0;  // tokens per window
@@ -28,12 +20,10 @@ struct BatchShape {
   int64_t n_tokens() const { return n_ctx * n_seq; }
 };
 
-// Inputs are created flagged kFlagInput (filled by the caller with fill_inputs), outputs
-// flagged kFlagOutput.
+// Inputs are created flagged kFlagInput (filled by the caller with fill_inputs once memory is
+// bound), outputs flagged kFlagOutput.
 struct ForwardGraph {
-  Tensor* tokens = nullptr;     // I32 {T}: window w's tokens at [w n_ctx, (w + 1) n_ctx)
-  Tensor* positions = nullptr;  // I32 {T}: 0..n_ctx-1 per window
-  Tensor* mask = nullptr;       // F32 {n_ctx, n_ctx}: causal (0 / -inf), shared by every window and head
+  ForwardInputs in;             // tokens, positions (0..n_ctx-1 per window), causal mask {n_ctx, n_ctx}
   Tensor* targets = nullptr;    // F32 {n_vocab, T}: one-hot next tokens
   Tensor* target_ids = nullptr; // I32 {T}
   Tensor* logits = nullptr;     // F32 {n_vocab, T}
@@ -41,10 +31,12 @@ struct ForwardGraph {
   Tensor* n_correct = nullptr;  // I32 {1}: tokens whose argmax is the target
 };
 
-ForwardGraph build_train_forward(Context& ctx, const ModelWeights& w, const BatchShape& shape);
+ForwardGraph build_train_forward(Context& ctx, const Model& model, const BatchShape& shape);
+// Adds the forward's nodes to g in the inference forward's order, then the loss and the count.
+void build_train_graph(Graph& g, const ForwardGraph& fg);
 
-// Writes the inputs of one physical batch: tokens[w] and next[w] are the n_ctx inputs and
-// targets of window w (host memory; tensors must be allocated).
+// Writes the inputs of one physical batch into host memory: tokens[w] and next[w] are the n_ctx
+// inputs and targets of window w.
 void fill_inputs(const ForwardGraph& g, const BatchShape& shape, const std::vector<const int32_t*>& tokens,
                  const std::vector<const int32_t*>& next);
 

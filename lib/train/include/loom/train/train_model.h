@@ -1,28 +1,26 @@
-// A model being trained: the source GGUF (a base model, a model made by --init, or a
-// checkpoint) kept mapped, writable F32 copies of the trainable tensors, the frozen tensors
-// read in place, and writers for checkpoints (trainable tensors in F32, bit-exact) and for the
-// output model (each tensor in its original or a requested type, same names and keys).
+// A model being trained: lib/model's Model loaded with writable F32 copies of the trainable
+// tensors (on the devices the placement gives their layers; frozen tensors as they are), the
+// source GGUF it came from (a base model, a model made by --init, or a checkpoint), and writers
+// for checkpoints (trainable tensors in F32, bit-exact) and for the output model (each tensor in
+// its original or a requested type, same names and keys).
 #pragma once
 
 #include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "loom/backend/device.h"
-#include "loom/graph/context.h"
 #include "loom/model/gguf.h"
+#include "loom/model/model.h"
 #include "loom/model/tokenizer.h"
-#include "loom/train/train_forward.h"
 
 namespace loom::train {
 
 struct TrainTensor {
   TensorSpec spec;                 // name, shape, role, layer
   DType source_type = DType::F32;  // type in the source file (checkpoints: the base model's type)
-  Tensor* tensor = nullptr;        // F32 copy when trainable, else the file's bytes in place
+  Tensor* tensor = nullptr;        // the Model's tensor: F32 when trainable
   bool trainable = false;
 };
 
@@ -30,18 +28,23 @@ struct TrainModelOptions {
   std::string train_tensors;  // regex on tensor names (std::regex_search); empty: every float tensor
   // Checkpoints: the names to train and their base types, as saved (overrides train_tensors).
   std::optional<std::vector<std::pair<std::string, DType>>> trainable;
+  // Devices and layer placement (-dev, -ngl, -ts, -ot; devices empty: the CPU alone). Split mode
+  // tensor is refused (usage).
+  PlacementParams placement;
 };
 
 class TrainModel {
  public:
-  // Throws invalid_input naming the file and the missing or misshapen tensor.
+  // Throws invalid_input naming the file and the missing or misshapen tensor, out_of_memory
+  // when the weights do not fit their devices.
   static std::unique_ptr<TrainModel> open(const std::string& path, const TrainModelOptions& opt);
 
-  const HParams& hparams() const { return weights_.hp; }
-  const Tokenizer& tokenizer() const { return *tokenizer_; }
-  const ModelWeights& weights() const { return weights_; }
+  Model& model() { return *model_; }
+  const Model& model() const { return *model_; }
+  const HParams& hparams() const { return model_->hparams(); }
+  const Tokenizer& tokenizer() const { return model_->tokenizer(); }
   const std::vector<TrainTensor>& tensors() const { return tensors_; }
-  const gguf::File& file() const { return *file_; }
+  const gguf::File& file() const { return model_->file(); }
   std::vector<Tensor*> params() const;  // trainable tensors, in file order
   int64_t n_params() const;             // elements of all tensors
   int64_t n_trainable() const;          // elements of trainable tensors
@@ -51,18 +54,18 @@ class TrainModel {
   // The source's metadata without train.* keys (what an output model carries).
   std::vector<std::pair<std::string, gguf::Value>> model_metadata() const;
   // Adds every model tensor to w in file order. checkpoint: trainable tensors in F32; else in
-  // out_type (matrices; vectors stay F32) or, without one, in their source type.
+  // out_type (matrices; vectors stay F32) or, without one, in their source type. Values are read
+  // from the tensors' devices while w writes.
   void add_tensors(gguf::Writer& w, bool checkpoint, std::optional<DType> out_type) const;
 
  private:
   TrainModel() = default;
-  std::unique_ptr<gguf::File> file_;
-  std::unique_ptr<Tokenizer> tokenizer_;
-  Context ctx_;  // frozen tensors (data in the mapping) and trainable copies
-  std::unique_ptr<Device> cpu_;
-  std::unique_ptr<Buffer> buffer_;  // trainable copies
-  ModelWeights weights_;
+  std::unique_ptr<Model> model_;
   std::vector<TrainTensor> tensors_;
 };
+
+// The F32 values of a tensor on any device, and writing them back.
+std::vector<float> read_f32(const Tensor* t);
+void write_f32(Tensor* t, const std::vector<float>& values);
 
 }  // namespace loom::train

@@ -1,6 +1,8 @@
 // The training engine: graphs for one physical batch (forward + backward + gradient
-// accumulation), for the optimizer step and for evaluation, allocated once on the CPU; a step
-// runs n_batch / n_ubatch physical batches and one optimizer update.
+// accumulation), for the optimizer step and for evaluation, each planned once by the scheduler
+// on the model's devices and run by one executor, as inference runs; gradient sums and optimizer
+// state live next to each parameter, on its device. A step runs n_batch / n_ubatch physical
+// batches and one optimizer update.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +19,6 @@ struct TrainerConfig {
   int64_t n_batch = 8;   // windows per optimizer step
   int64_t n_ubatch = 8;  // windows per physical batch (divides n_batch)
   OptimizerParams opt;
-  int n_threads = 0;     // 0: all cores
 };
 
 struct BatchResult {

@@ -1,4 +1,6 @@
-// The forward graph of every supported architecture, from one builder with per-arch switches.
+// The forward graph of every supported architecture, from one builder with per-arch switches:
+// inference steps through a KV cache (lib/model's Session) and training batches of independent
+// windows without one (lib/train), the same layers either way.
 #pragma once
 
 #include "loom/graph/context.h"
@@ -16,8 +18,8 @@ struct KvCache {
 struct ForwardInputs {
   Tensor* tokens = nullptr;   // I32 {T}
   Tensor* positions = nullptr;  // I32 {T}
-  Tensor* kv_slots = nullptr;   // I32 {T}: cache rows written by this batch
-  Tensor* mask = nullptr;       // F32 {n_kv, T}
+  Tensor* kv_slots = nullptr;   // I32 {T}: cache rows written by this batch (windows: none)
+  Tensor* mask = nullptr;       // F32 {n_kv, T} (windows: {n_kv, n_kv}, shared by every window)
   Tensor* out_rows = nullptr;   // I32 {n_out}: rows whose logits are computed (nullptr: all)
   Tensor* logits = nullptr;     // F32 {n_vocab, n_out}: the output (tensor parallel: this member's rows; may be null)
   Tensor* last = nullptr;       // the graph's final node (logits, or the final norm when a member has no rows)
@@ -35,6 +37,9 @@ struct ForwardShape {
   int64_t n_kv = 1;       // cache rows attended to (n_past + n_tokens)
   int64_t n_outputs = 1;  // n_tokens (all logits) or 1 (last)
   bool flash_attn = true;
+  // Without a KV cache (training): the batch is n_seq windows of n_kv tokens each (n_tokens =
+  // n_seq * n_kv), each attending causally within itself. 0: a step through the cache.
+  int64_t n_seq = 0;
 };
 
 // What the graph builder reads: the whole model, or one tensor-parallel member's shard.
@@ -52,6 +57,7 @@ ForwardModel forward_model(const Model& model);
 ForwardModel forward_model(const Model& model, const TpShard& shard);
 
 // Builds the graph in ctx for one ubatch; inputs are created (flagged kFlagInput), not filled.
+// shape.n_seq > 0: windows without a cache (kv is not read; give an empty one).
 ForwardInputs build_forward(Context& ctx, const ForwardModel& model, const KvCache& kv, const ForwardShape& shape);
 inline ForwardInputs build_forward(Context& ctx, const Model& model, const KvCache& kv, const ForwardShape& shape) {
   return build_forward(ctx, forward_model(model), kv, shape);
