@@ -46,7 +46,9 @@ TEST(AtomicFile, WritesAndRenamesWithoutFollowingLinks) {
   AtomicFile::write_file(s.file("out"), "new");
   EXPECT_EQ(slurp(s.file("out")), "new");
   EXPECT_EQ(slurp(s.file("victim")), "keep");
-  EXPECT_EQ(s.entries(), 3u);  // victim, the link, out: no temporary left
+  // The link at the old fixed temporary name is removed (never followed); no temporary left.
+  EXPECT_FALSE(fs::exists(fs::symlink_status(s.file("out.tmp"))));
+  EXPECT_EQ(s.entries(), 2u);
 }
 
 TEST(AtomicFile, FailureLeavesNothing) {

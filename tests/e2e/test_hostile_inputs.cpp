@@ -45,10 +45,11 @@ class Hostile : public ::testing::Test {
 
   std::string file(const std::string& name) const { return (dir_ / name).string(); }
   std::string tool(const std::string& name) const { return quote(bin_ + "/loom-" + name); }
-  ToolResult run(const std::string& name, const std::string& args) {
-    return loom::test::run_command(tool(name) + " " + args, dir_);
+  // Commands run in the scratch folder: relative paths land there.
+  ToolResult sh(const std::string& cmd) {
+    return loom::test::run_command("cd " + quote(dir_.string()) + " && " + cmd, dir_);
   }
-  ToolResult sh(const std::string& cmd) { return loom::test::run_command(cmd, dir_); }
+  ToolResult run(const std::string& name, const std::string& args) { return sh(tool(name) + " " + args); }
   // Files in the scratch folder whose name holds ".tmp" (left-over temporaries).
   std::string temporaries() const {
     std::string out;
@@ -62,7 +63,7 @@ class Hostile : public ::testing::Test {
 
   // Starts a tool in the background with stderr to a file; returns its pid.
   pid_t spawn(const std::string& name, const std::string& args) {
-    const std::string cmd = "exec " + tool(name) + " " + args + " >/dev/null 2>" + quote(file("bg.err"));
+    const std::string cmd = "cd " + quote(dir_.string()) + " && exec " + tool(name) + " " + args + " >/dev/null 2>" + quote(file("bg.err"));
     const pid_t pid = fork();
     if (pid == 0) {
       execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
@@ -235,7 +236,7 @@ TEST_F(Hostile, TrainChecksBeforeWork) {
   fs::copy_file(model_, file("base.gguf"));
   const std::string before = slurp(file("base.gguf"));
   for (const std::string& ck : {file("base.gguf"), std::string("./base.gguf")}) {
-    const ToolResult r = sh("cd " + quote(dir_.string()) + " && " + tool("train") + " -f c.txt -m " +
+    const ToolResult r = sh(tool("train") + " -f c.txt -m " +
                             quote(file("base.gguf")) + " -c 32 -b 4 --steps 5 --checkpoint " + quote(ck) +
                             " -o x.gguf -t 1");
     EXPECT_EQ(r.rc, 2) << r.err;
@@ -282,6 +283,7 @@ TEST_F(Hostile, ResumeWithOtherInputs) {
   }
   // Flip one byte of the optimizer state near the end of the file.
   std::string ck = slurp(file("r.ckpt"));
+  ASSERT_GT(ck.size(), 1000u);
   ck[ck.size() - 100] ^= 0x40;
   std::ofstream(file("r.ckpt"), std::ios::binary) << ck;
   const ToolResult r = run("train", "-f " + c + " -m " + m + " -c 32 -b 4 -t 1" + resume);
