@@ -2,7 +2,7 @@
 # Installs (idempotently) the Debian packages loom's build and tests need. Runs apt-get update
 # only when something is missing. No other downloads.
 set -euo pipefail
-packages=(cmake ninja-build ccache g++ clang pkg-config python3 libcli11-dev nlohmann-json3-dev libfmt-dev
+packages=(cmake ninja-build ccache g++ clang pkg-config python3 libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
           libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev
           libopenmpi-dev openmpi-bin)
 missing=()

@@ -2,6 +2,7 @@
 // tokenize text with a file's vocabulary (tokenize). Flags per docs/CLI.md; the work is in lib/model.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -47,7 +48,12 @@ int run_tokenize(const Options& o) {
   auto f = loom::gguf::File::open(o.tok_model);
   auto tok = loom::Tokenizer::from_gguf(*f);
   const std::vector<int32_t> ids = tok->tokenize(o.tok_prompt, /*add_special=*/false, /*parse_special=*/false);
-  if (o.ids) {
+  if (o.json) {
+    nlohmann::json pieces = nlohmann::json::array();
+    for (int32_t id : ids) pieces.push_back(tok->token_to_piece(id));
+    const nlohmann::json j = {{"tokens", ids}, {"pieces", pieces}, {"n_tokens", ids.size()}};
+    fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  } else if (o.ids) {
     std::string line;
     for (size_t k = 0; k < ids.size(); ++k) line += fmt::format("{}{}", k ? " " : "", ids[k]);
     fmt::print("{}\n", line);
@@ -122,6 +128,7 @@ int main(int argc, char** argv) {
   tok->add_option("-m,--model", o.tok_model, "GGUF file with a tokenizer")->required();
   tok->add_option("-p,--prompt", o.tok_prompt, "text to tokenize")->required();
   tok->add_flag("--ids", o.ids, "print only the ids, space separated");
+  tok->add_flag("--json", o.json, "{\"tokens\":[ids], \"pieces\":[text], \"n_tokens\"} on stdout");
 
   CLI::App* nw = app.add_subcommand("new", "write a random-init (or header-only) model");
   nw->add_option("--arch", o.arch, "llama | qwen2 | qwen3 | qwen3moe")->required();

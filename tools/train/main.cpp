@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
     o.n_ctx = common.n_ctx > 0 ? common.n_ctx : 256;
     o.n_batch = app.count("--batch-size") ? common.n_batch : 8;
     o.n_ubatch = app.count("--ubatch-size") ? common.n_ubatch : 0;
+    o.json = common.json;
     // Devices as every tool makes them (-dev, --sim-devices, -t); -ngl and friends place layers.
     const tools::RunDevices devices = tools::make_run_devices(common);
     o.placement = tools::placement_params(common, devices);

@@ -5,10 +5,19 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <sys/mman.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <optional>
 
 #include "loom/core/error.h"
 #include "loom/core/files.h"
+#include "loom/core/log.h"
 #include "loom/core/thread_pool.h"
 #include "loom/cpu/cpu.h"
 #include "loom/meta/comm.h"
@@ -29,11 +38,12 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("--override-tensor", o.overrides, "REGEX=DEVICE,... weight placement (-ot)");
   app.add_flag("--cpu-moe", o.cpu_moe, "keep all MoE expert weights on the CPU (-cmoe)");
   app.add_flag("--mmap,!--no-mmap", o.mmap,
-               "use the CPU's weights in place in the file mapping (less RAM, slower decode); default: "
-               "load them into huge-page-backed memory");
+               "use the CPU's weights in place in the file mapping (less RAM, slower decode); default "
+               "(--no-mmap): read them into huge-page-backed memory");
+  app.add_flag("--mlock", o.mlock, "lock the loaded weights in RAM (never swapped out)");
   app.add_flag("--repack,!--no-repack", o.repack,
                "store the CPU's Q8_0/Q4_0/Q4_K/Q6_K matrices in the kernels' 8-row layout (default; -nr: keep the file's)");
-  app.add_option("--flash-attn", o.flash_attn, "on, off or auto (-fa)");
+  app.add_option("--flash-attn", o.flash_attn, "on, off or auto; 1 and 0 as on and off (-fa)");
   app.add_option("--cache-type-k", o.cache_type_k, "K cache type: f16, f32, bf16, q8_0 (-ctk)");
   app.add_option("--cache-type-v", o.cache_type_v, "V cache type: f16, f32, bf16, q8_0 (-ctv)");
   app.add_flag("--list-devices", o.list_devices, "print the devices and exit");
@@ -43,11 +53,17 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("--reduce-bf16", o.reduce_bf16,
                  "-sm tensor: AllReduce tensors of at least N elements in BF16 (half the bytes; -1 = never)");
   app.add_flag("--json", o.json, "machine-readable result on stdout");
-  app.add_flag("-v,--verbose", o.verbose, "more logging");
-  app.add_option("--log-file", o.log_file, "write the log to a file");
 }
 
 namespace {
+// -fa as llama.cpp takes it: on/off/auto, and 1/0 (older builds' spelling). auto is on here:
+// flash attention handles every cache type.
+std::optional<bool> flash_attn_on(const std::string& v) {
+  if (v == "on" || v == "1" || v == "auto" || v == "true") return true;
+  if (v == "off" || v == "0" || v == "false") return false;
+  return std::nullopt;
+}
+
 DType cache_type(const std::string& name, const char* flag) {
   auto t = dtype_from_name(name);
   LOOM_CHECK(t && (*t == DType::F32 || *t == DType::F16 || *t == DType::BF16 || *t == DType::Q8_0), usage,
@@ -63,15 +79,14 @@ void validate_common(const CommonOptions& o) {
   LOOM_CHECK(o.n_threads >= 0 && o.n_threads <= 1024, usage, "-t {}: must be between 1 and 1024", o.n_threads);
   LOOM_CHECK(o.split_mode == "none" || o.split_mode == "layer" || o.split_mode == "tensor", usage,
              "-sm '{}': expected none, layer or tensor", o.split_mode);
-  LOOM_CHECK(o.flash_attn == "on" || o.flash_attn == "off" || o.flash_attn == "auto", usage,
-             "-fa '{}': expected on, off or auto", o.flash_attn);
+  LOOM_CHECK(flash_attn_on(o.flash_attn).has_value(), usage, "-fa '{}': expected on, off, auto, 1 or 0",
+             o.flash_attn);
   LOOM_CHECK(o.comm == "auto" || o.comm == "inproc" || o.comm == "mpi" || o.comm == "nccl", usage,
              "--comm '{}': expected auto, inproc, mpi or nccl", o.comm);
   LOOM_CHECK(o.comm == "auto" || o.comm == "inproc" || o.split_mode == "tensor", usage,
              "--comm {}: only with -sm tensor", o.comm);
   LOOM_CHECK(o.comm != "nccl", unsupported,
              "--comm nccl: NCCL groups need CUDA devices, which this build does not drive yet (use inproc or mpi)");
-  if (!o.log_file.empty()) check_output_path(o.log_file, "--log-file");
   cache_type(o.cache_type_k, "-ctk");
   cache_type(o.cache_type_v, "-ctv");
   if (o.n_gpu_layers != "auto" && o.n_gpu_layers != "all") {
@@ -94,14 +109,17 @@ SessionParams session_params(const CommonOptions& o) {
   p.n_threads = o.n_threads;
   p.type_k = cache_type(o.cache_type_k, "-ctk");
   p.type_v = cache_type(o.cache_type_v, "-ctv");
-  // flash attention handles every cache type; "off" uses the plain path (f32/f16/bf16 caches only)
-  p.flash_attn = o.flash_attn != "off";
+  // "off" uses the plain path (f32/f16/bf16 caches only)
+  p.flash_attn = *flash_attn_on(o.flash_attn);
   p.n_copies = o.n_copies;
   if (o.comm == "mpi") p.comm = &meta::mpi_world();
   LOOM_CHECK(o.reduce_bf16 >= -1, usage, "--reduce-bf16 {}: must be -1 (never) or a number of elements", o.reduce_bf16);
   if (o.reduce_bf16 >= 0) p.reduce_bf16_min = (size_t)o.reduce_bf16;
   return p;
 }
+
+// A directory, FIFO or device is refused (it would read as an empty prompt, or block).
+std::string read_text_file(const std::string& path) { return read_regular_file(path, "-f"); }
 
 bool is_output_rank(const CommonOptions& o) { return o.comm != "mpi" || meta::mpi_world().rank() == 0; }
 
@@ -191,7 +209,46 @@ std::unique_ptr<Model> load_model(const CommonOptions& o, const RunDevices& devi
                  (double)total / (1 << 30), done == total ? "\n" : "");
       std::fflush(stderr);
     };
-  return Model::load(o.model, lo);
+  std::unique_ptr<Model> model = Model::load(o.model, lo);
+  log_model(*model, o.model);
+  if (o.mlock && mlockall(MCL_CURRENT) != 0)
+    logger().warn("--mlock: cannot lock {:.2f} MiB in RAM ({}); raise the limit (ulimit -l) or run without --mlock",
+                  (double)model->n_bytes() / (1 << 20), std::strerror(errno));
+  return model;
+}
+
+void log_model(const Model& model, const std::string& path) {
+  spdlog::logger& log = logger();
+  if (!log.should_log(spdlog::level::info)) return;
+  const HParams& hp = model.hparams();
+  const gguf::File& f = model.file();
+  log.info("load: file = {} (GGUF v{}, {:.2f} MiB, {} tensors)", path, f.version(), (double)f.file_size() / (1 << 20),
+           model.weight_tensors().size());
+  log.info("load: arch = {}, type = {}, params = {:.2f} M", arch_name(hp.arch), model.type_name(),
+           (double)model.n_params() / 1e6);
+  log.info("load: n_layer = {}, n_embd = {}, n_head = {}, n_head_kv = {}, head_dim = {}, n_ff = {}, n_vocab = {}, "
+           "n_ctx_train = {}", hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_ff, hp.n_vocab,
+           hp.n_ctx_train);
+  if (hp.n_expert > 0) log.info("load: n_expert = {}, n_expert_used = {}, n_ff_exp = {}", hp.n_expert, hp.n_expert_used, hp.n_ff_exp);
+  std::map<std::string, int> types;
+  for (const Tensor* t : model.weight_tensors()) ++types[dtype_name(t->type)];
+  for (const auto& [name, n] : types) log.info("load: type {:>6}: {:4d} tensors", name, n);
+  for (size_t d = 0; d < model.devices().size(); ++d)
+    log.info("load: {:>8} model buffer = {:10.2f} MiB", model.devices()[d]->name(),
+             (double)model.device_bytes()[d] / (1 << 20));
+  log.info("load: CPU weights {}", model.cpu_weights_mapped() ? "used in place in the file mapping (--mmap)"
+                                                               : "read into memory (--no-mmap)");
+}
+
+void log_session(const Session& session) {
+  spdlog::logger& log = logger();
+  if (!log.should_log(spdlog::level::info)) return;
+  const SessionParams& p = session.params();
+  log.info("context: n_ctx = {}, n_batch = {}, n_ubatch = {}, flash_attn = {}, type_k = {}, type_v = {}", p.n_ctx,
+           p.n_batch, p.n_ubatch, p.flash_attn ? "on" : "off", dtype_name(p.type_k), dtype_name(p.type_v));
+  for (const MemoryBreakdown& m : session.memory_breakdown())
+    log.info("context: {:>8} KV buffer = {:10.2f} MiB, compute buffer = {:10.2f} MiB", m.device,
+             (double)m.context_bytes / (1 << 20), (double)m.compute_bytes / (1 << 20));
 }
 
 }  // namespace loom::tools

@@ -5,6 +5,7 @@
 // Outside the training loop a signal ends the run at once (run_main's handlers: temporaries
 // removed, exit 130/143): vocabulary learning, loading and writing never leave a partial file.
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <chrono>
@@ -29,6 +30,27 @@ namespace loom::train {
 namespace {
 
 namespace fs = std::filesystem;
+
+// --json: one object per optimizer step on stdout (the mean loss and accuracy of its batches).
+void print_step_json(int64_t step, int64_t epoch, const StepResult& r, float lr, double elapsed_s) {
+  double loss = 0;
+  int64_t correct = 0, tokens = 0;
+  for (const BatchResult& b : r.batches) {
+    loss += b.loss;
+    correct += b.n_correct;
+    tokens += b.n_tokens;
+  }
+  const nlohmann::json j = {{"step", step},
+                            {"epoch", epoch},
+                            {"loss", r.batches.empty() ? 0.0 : loss / (double)r.batches.size()},
+                            {"acc", tokens > 0 ? (double)correct / (double)tokens : 0.0},
+                            {"lr", lr},
+                            {"grad_norm", r.grad_norm},
+                            {"tokens", tokens},
+                            {"elapsed_s", elapsed_s}};
+  fmt::print("{}\n", j.dump());
+  std::fflush(stdout);
+}
 
 std::string read_text(const std::string& path) {
   LOOM_CHECK(!path.empty(), usage, "no training text (-f FILE)");
@@ -279,12 +301,16 @@ int run(const RunOptions& o) {
   // each epoch is one line; on a terminal after every step, otherwise (a log file) after the
   // first step and then at most every 10 s.
   auto last_print = clock::now();
+  EpochStats last_val;
   bool printed = false;
   auto line = [&](bool final) {
     const double t = elapsed();
     const int64_t done = state.epoch_pos, total = steps_per_epoch * n_batch;
     const double eta = done > 0 ? t / (double)done * (double)(total - done) : 0.0;
-    fmt::print(stderr, "{} \r{}", format_progress("train", done, total, state.stats, t, eta), final ? "\n" : "");
+    // in place on a terminal; elsewhere a plain line (no '\r' in logs and pipes)
+    const std::string text = format_progress("train", done, total, state.stats, t, eta);
+    if (tty) fmt::print(stderr, "{} \r{}", text, final ? "\n" : "");
+    else fmt::print(stderr, "{}\n", text);
     std::fflush(stderr);
     last_print = clock::now();
     printed = true;
@@ -306,8 +332,11 @@ int run(const RunOptions& o) {
         vs.add(b.loss, b.n_correct, b.n_tokens);
     }
     if (pending_signal()) return;
-    fmt::print(stderr, "{} \r\n", format_progress("val", data.n_val(), data.n_val(), vs,
-                                                  std::chrono::duration<double>(clock::now() - t0).count(), 0.0));
+    fmt::print(stderr, "{}{}\n",
+               format_progress("val", data.n_val(), data.n_val(), vs,
+                               std::chrono::duration<double>(clock::now() - t0).count(), 0.0),
+               tty ? " \r" : "");
+    last_val = vs;
   };
   auto checkpoint = [&](const std::string& path) {
     state.elapsed_s = elapsed();
@@ -328,6 +357,7 @@ int run(const RunOptions& o) {
                sig == SIGINT ? "interrupted" : "terminated", state.step, ck_path, ck_path);
     return 128 + sig;
   };
+  auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   while (state.step < total_steps) {
     std::vector<const int32_t*> in, tg;
     for (int64_t i = 0; i < n_batch; ++i) {
@@ -347,12 +377,11 @@ int run(const RunOptions& o) {
       state.stats.add(b.loss, b.n_correct, b.n_tokens);
     }
     ++state.step;
+    if (o.json) print_step_json(state.step, state.epoch, r, lr, elapsed());
     state.epoch_pos += n_batch;
     const bool epoch_end = state.epoch_pos + n_batch > data.n_train();
     const bool done = state.step >= total_steps;
-    if (!epoch_end && !done &&
-        (tty || !printed || std::chrono::duration<double>(clock::now() - last_print).count() >= 10.0))
-      line(false);
+    if (!epoch_end && !done && (tty || !printed || since(last_print) >= 10.0)) line(false);
     if (epoch_end || done) {
       line(true);
       validate();
@@ -371,6 +400,13 @@ int run(const RunOptions& o) {
   if (const int rc = interrupted()) return rc;
   defer.reset();  // from here a signal removes the temporary output and exits at once
   write_output(o, *model);
+  if (o.json) {
+    nlohmann::json j = {{"summary", true},          {"steps", state.step}, {"steps_run", steps_run},
+                        {"train_seconds", step_seconds}, {"output", o.output}};
+    if (last_val.n_batches > 0) j["val_loss"] = last_val.loss(), j["val_acc"] = last_val.acc();
+    fmt::print("{}\n", j.dump());
+    std::fflush(stdout);
+  }
   if (steps_run > 0 && step_seconds > 0) {
     // Model FLOPs per token as PaLM counts them: 6 per weight that multiplies (forward 2,
     // backward 4; the embedding lookup is free) plus attention's 12 * n_layer * n_ctx * n_embd_q.

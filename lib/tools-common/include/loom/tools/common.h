@@ -30,7 +30,8 @@ struct CommonOptions {
   std::string devices;
   std::vector<std::string> overrides;
   bool cpu_moe = false;
-  bool mmap = false;  // CPU weights used in place in the file mapping (--mmap)
+  bool mmap = false;
+  bool mlock = false;  // mlockall after loading (--mlock)  // CPU weights used in place in the file mapping (--mmap)
   bool repack = true;  // CPU Q8_0/Q4_0/Q4_K/Q6_K matrices in the kernels' layout (--no-repack, -nr: as in the file)
   std::string flash_attn = "auto";
   std::string cache_type_k = "f16";
@@ -41,8 +42,6 @@ struct CommonOptions {
   std::string comm = "auto";  // -sm tensor: auto | inproc | mpi | nccl (docs/TENSOR-PARALLEL.md)
   int64_t reduce_bf16 = -1;   // -sm tensor: AllReduce tensors of at least N elements as BF16 (-1: never)
   bool json = false;
-  bool verbose = false;
-  std::string log_file;
 };
 
 // Registers the shared flags. model_required: -m must be given (unless --list-devices).
@@ -70,9 +69,15 @@ struct RunDevices {
 RunDevices make_run_devices(const CommonOptions& o);
 // -ngl/-sm/-ts/-mg/-ot/-cmoe for Model::load.
 PlacementParams placement_params(const CommonOptions& o, const RunDevices& devices);
+// A whole text file (-f); Error(io) naming it when it cannot be read (a folder included).
+std::string read_text_file(const std::string& path);
 // --comm mpi: false on every rank but 0 (they compute, rank 0 prints).
 bool is_output_rank(const CommonOptions& o);
-// Model::load with the placement of these options.
+// Model::load with the placement of these options, then the load log (and --mlock).
 std::unique_ptr<Model> load_model(const CommonOptions& o, const RunDevices& devices, bool need_data = true);
+// The load log at info level (-lv 3, -v, --log-file): file, arch, shape, tensor types, weight
+// bytes per device; and for a session its context settings and KV/compute bytes per device.
+void log_model(const Model& model, const std::string& path);
+void log_session(const Session& session);
 
 }  // namespace loom::tools

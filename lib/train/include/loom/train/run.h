@@ -36,6 +36,7 @@ struct RunOptions {
   // Devices and layer placement (-dev, -ngl, ...; devices empty: the CPU alone). Weights, their
   // gradients and optimizer state live on the device of their layer; the threads are the devices'.
   PlacementParams placement;
+  bool json = false;        // one JSON object per step on stdout, then a summary object
   int progress = -1;       // -1: in place on a terminal, one line per epoch otherwise; 0/1 force
   bool allow_nan = false;  // --allow-nan: keep training when the loss is NaN/Inf (default: exit 3)
 };
