@@ -307,7 +307,7 @@ TEST_F(Hostile, StdoutErrorsAreExitOne) {
 // 12: the small ones.
 TEST_F(Hostile, SmallFlagCases) {
   const std::string m = quote(model_);
-  EXPECT_EQ(run("run", "-m " + m + " -p hi -n 2 --log-file /nonexistent-dir/x.log").rc, 3);
+  EXPECT_EQ(run("run", "-m " + m + " -p hi -n 2 --log-file /nonexistent-dir/x.log").rc, 2);
   EXPECT_EQ(run("run", "-m " + m + " -n 2 -f " + quote(dir_.string())).rc, 3);
   const ToolResult ppl = run("run", "-m " + m + " --perplexity -f " + quote(file("c.txt")) + " -c 1");
   EXPECT_EQ(ppl.rc, 2) << ppl.out << ppl.err;
