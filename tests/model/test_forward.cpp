@@ -13,39 +13,10 @@
 #include "loom/core/error.h"
 #include "loom/model/model_file.h"
 #include "loom/model/session.h"
+#include "reference_math.h"
 
 namespace loom {
 namespace {
-
-using Vec = std::vector<double>;
-
-// Row r of a 2-D (or one expert of a 3-D) weight, dequantized.
-Vec weight_row(const Tensor* w, int64_t r, int64_t expert = 0) {
-  std::vector<float> tmp((size_t)w->ne[0]);
-  const char* p = static_cast<const char*>(w->data) + r * w->nb[1] + expert * w->nb[2];
-  dtype_info(w->type).to_float(p, tmp.data(), w->ne[0]);
-  return Vec(tmp.begin(), tmp.end());
-}
-
-Vec matvec(const Tensor* w, const Vec& x, int64_t expert = 0) {
-  Vec y((size_t)w->ne[1]);
-  for (int64_t r = 0; r < w->ne[1]; ++r) {
-    Vec row = weight_row(w, r, expert);
-    y[(size_t)r] = std::inner_product(row.begin(), row.end(), x.begin(), 0.0);
-  }
-  return y;
-}
-
-Vec rms_norm(const Vec& x, const Tensor* w, double eps, size_t off = 0, size_t n = 0) {
-  if (n == 0) n = x.size();
-  Vec wv = weight_row(w, 0);
-  double ss = 0;
-  for (size_t i = 0; i < n; ++i) ss += x[off + i] * x[off + i];
-  const double s = 1.0 / std::sqrt(ss / (double)n + eps);
-  Vec y(n);
-  for (size_t i = 0; i < n; ++i) y[i] = x[off + i] * s * wv[i];
-  return y;
-}
 
 void rope(Vec& v, int64_t n_heads, int64_t hd, int64_t pos, double base, bool neox) {
   for (int64_t h = 0; h < n_heads; ++h)
@@ -142,16 +113,6 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
   std::vector<Vec> logits;
   for (int64_t i = 0; i < T; ++i) logits.push_back(matvec(m.output, rms_norm(x[(size_t)i], m.output_norm, hp.rms_eps)));
   return logits;
-}
-
-// max |got - want| / max |want| over a row
-double rel_err(std::span<const float> got, const Vec& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    num = std::max(num, std::abs((double)got[i] - want[i]));
-    den = std::max(den, std::abs(want[i]));
-  }
-  return num / den;
 }
 
 std::string make_model(Arch arch, DType type, const std::string& tag) {

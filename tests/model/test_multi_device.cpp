@@ -84,8 +84,14 @@ TEST_P(MultiDevice, LayerSplitOverThreeSimDevicesEqualsCpu) {
   std::filesystem::remove(path);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, MultiDevice, ::testing::Values(Arch::llama, Arch::qwen3moe),
-                         [](const auto& info) { return std::string(arch_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Archs, MultiDevice,
+                         ::testing::Values(Arch::llama, Arch::qwen3moe, Arch::gemma2, Arch::gemma3, Arch::phi3,
+                                           Arch::gpt_oss),
+                         [](const auto& info) {
+                           std::string name = arch_name(info.param);
+                           std::replace(name.begin(), name.end(), '-', '_');  // "gpt-oss"
+                           return name;
+                         });
 
 TEST(MultiDeviceReserve, PromptDecodePromptNeedsNoReallocation) {
   const std::string path = make_model(Arch::llama, "norealloc");

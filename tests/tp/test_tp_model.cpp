@@ -152,9 +152,13 @@ TEST_P(TensorParallel, SameTokensAndLogitsAsOneDevice) {
 INSTANTIATE_TEST_SUITE_P(Archs, TensorParallel,
                          ::testing::Values(Case{Arch::llama, DType::F32}, Case{Arch::qwen3, DType::F32},
                                            Case{Arch::qwen3moe, DType::F32}, Case{Arch::llama, DType::Q8_0},
-                                           Case{Arch::qwen2, DType::F32}),
+                                           Case{Arch::qwen2, DType::F32}, Case{Arch::gemma2, DType::F32},
+                                           Case{Arch::gemma3, DType::F32}, Case{Arch::phi3, DType::F32},
+                                           Case{Arch::gpt_oss, DType::F32}),
                          [](const auto& info) {
-                           return std::string(arch_name(info.param.arch)) + "_" + dtype_name(info.param.type);
+                           std::string name = std::string(arch_name(info.param.arch)) + "_" + dtype_name(info.param.type);
+                           std::replace(name.begin(), name.end(), '-', '_');  // "gpt-oss"
+                           return name;
                          });
 
 TEST(TensorParallelBf16, ReductionInBf16HalvesTheBytesAndStaysClose) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -32,6 +33,7 @@ struct Options {
   std::string vocab;
   std::string output;
   bool header_only = false;
+  bool rope_freqs = false;
   uint64_t seed = 42;
   int64_t n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_expert = 0,
           n_expert_used = 0, n_ff_exp = 0, n_vocab = 0, n_ctx_train = 0;
@@ -65,7 +67,8 @@ int run_tokenize(const Options& o) {
 
 int run_new(const Options& o, const CLI::App& cmd) {
   const std::optional<loom::Arch> arch = loom::arch_from_name(o.arch);
-  LOOM_CHECK(arch.has_value(), usage, "--arch {}: unknown architecture (llama, qwen2, qwen3, qwen3moe)", o.arch);
+  LOOM_CHECK(arch.has_value(), usage, "--arch {}: unknown architecture ({})", o.arch, loom::arch_names());
+  LOOM_CHECK(!o.rope_freqs || *arch == loom::Arch::llama, usage, "--rope-freqs: only a llama file has rope_freqs.weight");
   const std::optional<loom::DType> type = loom::dtype_from_name(o.type);
   LOOM_CHECK(type.has_value() && *type != loom::DType::I32, usage,
              "--type {}: unknown weight type (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)", o.type);
@@ -85,6 +88,14 @@ int run_new(const Options& o, const CLI::App& cmd) {
   take("--n-ff-exp", o.n_ff_exp, hp.n_ff_exp);
   take("--n-vocab", o.n_vocab, hp.n_vocab);
   take("--n-ctx-train", o.n_ctx_train, hp.n_ctx_train);
+  if (o.rope_freqs) {  // Llama 3: its RoPE base and the per-pair divisors of its long-context scaling
+    hp.rope_freqs = true;
+    hp.rope_theta = 500000.0f;
+  }
+  if (*arch == loom::Arch::llama && hp.n_expert > 0) {  // Mixtral: experts as wide as n_ff
+    hp.n_ff_exp = hp.n_ff;
+    if (cmd.count("--n-expert-used") == 0) hp.n_expert_used = std::min<int64_t>(2, hp.n_expert);
+  }
   if (cmd.count("--head-dim") > 0) {
     hp.head_dim = o.head_dim;
   } else if (cmd.count("--n-embd") > 0 || cmd.count("--n-head") > 0) {
@@ -131,8 +142,10 @@ int main(int argc, char** argv) {
   tok->add_flag("--json", o.json, "{\"tokens\":[ids], \"pieces\":[text], \"n_tokens\"} on stdout");
 
   CLI::App* nw = app.add_subcommand("new", "write a random-init (or header-only) model");
-  nw->add_option("--arch", o.arch, "llama | qwen2 | qwen3 | qwen3moe")->required();
-  nw->add_option("--preset", o.preset, "tiny | small | llama-8b | llama-70b | qwen3-8b | qwen3-30b-a3b")
+  nw->add_option("--arch", o.arch, "llama | qwen2 | qwen3 | qwen3moe | gemma2 | gemma3 | phi3 | gpt-oss")
+      ->required();
+  nw->add_option("--preset", o.preset,
+                 "tiny | small | llama-8b | llama-70b | qwen3-8b | qwen3-30b-a3b | gemma3-27b | gpt-oss-20b")
       ->capture_default_str();
   nw->add_option("--n-layer", o.n_layer, "layers");
   nw->add_option("--n-embd", o.n_embd, "embedding width");
@@ -140,9 +153,10 @@ int main(int argc, char** argv) {
   nw->add_option("--n-head-kv", o.n_head_kv, "key/value heads");
   nw->add_option("--head-dim", o.head_dim, "head size (default n_embd / n_head when those change)");
   nw->add_option("--n-ff", o.n_ff, "feed-forward width");
-  nw->add_option("--n-expert", o.n_expert, "experts (qwen3moe)");
-  nw->add_option("--n-expert-used", o.n_expert_used, "experts used per token (qwen3moe)");
-  nw->add_option("--n-ff-exp", o.n_ff_exp, "expert feed-forward width (qwen3moe)");
+  nw->add_option("--n-expert", o.n_expert, "experts (qwen3moe, gpt-oss; a llama with experts is Mixtral-shaped)");
+  nw->add_option("--n-expert-used", o.n_expert_used, "experts used per token");
+  nw->add_option("--n-ff-exp", o.n_ff_exp, "expert feed-forward width (qwen3moe, gpt-oss)");
+  nw->add_flag("--rope-freqs", o.rope_freqs, "llama: a Llama-3-shaped file (rope_freqs.weight, RoPE base 500000)");
   nw->add_option("--n-vocab", o.n_vocab, "vocabulary size");
   nw->add_option("--n-ctx-train", o.n_ctx_train, "training context length");
   nw->add_option("--type", o.type, "f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q6_k")->capture_default_str();

@@ -182,7 +182,7 @@ std::string Model::type_name() const {
   const double p = (double)n_params_;
   std::string size = p >= 1e9 ? fmt::format("{:.0f}B", p / 1e9) : fmt::format("{:.0f}M", p / 1e6);
   DType main = tok_embd->type;
-  if (!layers.empty() && layers[0].wq) main = layers[0].wq->type;
+  if (!layers.empty() && (layers[0].wq || layers[0].wqkv)) main = (layers[0].wq ? layers[0].wq : layers[0].wqkv)->type;
   std::string tname = dtype_name(main);
   for (char& c : tname) c = (char)std::toupper((unsigned char)c);
   return fmt::format("{} {} {}", arch_name(hp_.arch), size, tname);

@@ -179,10 +179,7 @@ void Session::decode(std::span<const int32_t> tokens, bool all_logits) {
       tok[i] = tokens[(size_t)(start + i)];
       pos[i] = slots[i] = (int32_t)(n_past_ + i);
     }
-    auto* mask = static_cast<float*>(in.mask->data);
-    const float neg_inf = -std::numeric_limits<float>::infinity();
-    for (int64_t i = 0; i < T; ++i)
-      for (int64_t j = 0; j < shape.n_kv; ++j) mask[i * shape.n_kv + j] = j <= n_past_ + i ? 0.0f : neg_inf;
+    fill_masks(in, model_.hparams(), n_past_, T, shape.n_kv);
     if (in.out_rows) {
       auto* rows = static_cast<int32_t*>(in.out_rows->data);
       for (int64_t i = 0; i < shape.n_outputs; ++i) rows[i] = (int32_t)(all_logits ? i : T - 1);

@@ -181,7 +181,6 @@ void TpRunner::decode(std::span<const int32_t> tokens, int64_t n_past, int64_t n
                       bool want_logits, std::vector<float>& logits) {
   const int64_t T = (int64_t)tokens.size();
   const ForwardShape shape{T, n_past + T, n_outputs, params_.flash_attn};
-  const float neg_inf = -std::numeric_limits<float>::infinity();
   for (auto& mp : members_) {
     Member& m = *mp;
     m.ctx = std::make_unique<Context>();
@@ -200,9 +199,7 @@ void TpRunner::decode(std::span<const int32_t> tokens, int64_t n_past, int64_t n
       if (pos) pos[i] = (int32_t)(n_past + i);
       if (slots) slots[i] = (int32_t)(n_past + i);
     }
-    if (auto* mask = static_cast<float*>(in.mask->data))
-      for (int64_t i = 0; i < T; ++i)
-        for (int64_t j = 0; j < shape.n_kv; ++j) mask[i * shape.n_kv + j] = j <= n_past + i ? 0.0f : neg_inf;
+    fill_masks(in, model_.hparams(), n_past, T, shape.n_kv);
     if (in.out_rows && in.out_rows->data) {
       auto* rows = static_cast<int32_t*>(in.out_rows->data);
       for (int64_t i = 0; i < n_outputs; ++i) rows[i] = (int32_t)(all_logits ? i : T - 1);

@@ -170,7 +170,8 @@ void pack_head_item(const GemmKernels& gk, const Shape& f, const WeightKernels* 
 
 bool flash_tiled_supported(const Tensor* node) {
   const GemmKernels* gk = gemm_kernels(active_isa());
-  return gk && gk->f32_mr >= kPanelRows && node->src[1]->ne[2] > 0 && node->src[0]->ne[2] % node->src[1]->ne[2] == 0;
+  // attention sinks (gpt-oss) take the reference loop
+  return gk && gk->f32_mr >= kPanelRows && !node->src[4] && node->src[1]->ne[2] > 0 && node->src[0]->ne[2] % node->src[1]->ne[2] == 0;
 }
 
 size_t flash_tiled_work_size(const Tensor* node, int nth) {

@@ -19,7 +19,9 @@ enum class TpSplit {
   mirrored,     // every member holds all of it (norms, router, q/k norms)
   rows,         // output rows (ne[1]) by the member's range: q/k/v, gate/up (+ experts), output
   columns,      // input columns (ne[0]): attn_output, ffn_down (+ experts); its product is a partial sum
-  vector_rows,  // a 1-D bias over output rows (q/k/v biases)
+  vector_rows,  // a bias over output rows (q/k/v biases, gpt-oss expert gate/up biases), sinks by head
+  fused_rows,   // rows of several blocks at once: phi3's q|k|v and gate|up matrices
+  first_member, // a bias added once to a partial sum: the first member holds it, the others none
   host,         // token embeddings: looked up on the host, never split
 };
 TpSplit tp_split_of(TensorRole role);
