@@ -13,13 +13,17 @@ endfunction()
 function(loom_library name)
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/*.cpp)
   add_library(${name} STATIC ${srcs})
+  # installed as loom::<layer> (loom_model -> loom::model), the same name inside this build
+  string(REGEX REPLACE "^loom_" "" layer ${name})
+  set_target_properties(${name} PROPERTIES EXPORT_NAME ${layer})
+  add_library(loom::${layer} ALIAS ${name})
   target_include_directories(${name}
     PUBLIC $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:include>
     PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src)
   target_link_libraries(${name} PUBLIC ${ARGN})
   loom_warnings(${name})
-  install(TARGETS ${name} ARCHIVE DESTINATION lib)
-  install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/include/ DESTINATION include)
+  install(TARGETS ${name} EXPORT loomTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endfunction()
 
 # loom_tool(NAME) : tools/<name>/*.cpp -> bin/loom-<name>
@@ -31,7 +35,7 @@ function(loom_tool name)
   add_executable(loom-${name} ${srcs})
   target_link_libraries(loom-${name} PRIVATE loom_tools_common)
   loom_warnings(loom-${name})
-  install(TARGETS loom-${name} RUNTIME DESTINATION bin)
+  install(TARGETS loom-${name} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endfunction()
 
 # loom_test_suite(NAME LABEL DEPS...) : tests/<name>/*.cpp -> one GoogleTest binary, tests discovered by CTest

@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(cmake ninja-build ccache g++ clang pkg-config python3 libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
           libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev
-          libopenmpi-dev openmpi-bin)
+          libopenmpi-dev openmpi-bin python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -223,19 +223,34 @@ TEST(ForwardCache, QuantizedAndHalfCachesStayCloseToTheReference) {
   const std::string path = make_model(Arch::qwen3, DType::F32, "cache-types");
   auto model = Model::load(path);
   std::vector<Vec> want = reference_forward(*model, kTokens);
-  for (DType t : {DType::F16, DType::BF16, DType::Q8_0})
+  for (DType t : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0})
     for (bool flash : {true, false}) {
       SessionParams sp;
       sp.n_ctx = 64;
       sp.n_ubatch = 4;
       sp.type_k = sp.type_v = t;
+      // without flash attention a quantized V is refused (as llama.cpp): K quantized, V f16
+      if (!flash && dtype_info(t).is_quantized) sp.type_v = DType::F16;
       sp.flash_attn = flash;
       Session s(*model, sp);
       s.decode(kTokens, true);
+      // q4_0 keeps 4 bits a value (~1/16 of a block's range): ~10% on a random model's logits, where a
+      // cache read wrong is ~100%
+      const double tol = t == DType::F16 ? 5e-3 : t == DType::Q4_0 ? 0.2 : 3e-2;
       for (size_t i = 0; i < kTokens.size(); ++i)
-        EXPECT_LT(rel_err(s.logits((int64_t)i), want[i]), t == DType::F16 ? 5e-3 : 3e-2)
-            << dtype_name(t) << (flash ? " flash" : " plain") << " token " << i;
+        EXPECT_LT(rel_err(s.logits((int64_t)i), want[i]), tol) << dtype_name(t) << (flash ? " flash" : " plain")
+                                                              << " token " << i;
     }
+  SessionParams plain_q8v;
+  plain_q8v.n_ctx = 64;
+  plain_q8v.type_v = DType::Q8_0;
+  plain_q8v.flash_attn = false;
+  try {
+    Session s(*model, plain_q8v);
+    ADD_FAILURE() << "a quantized V cache without flash attention was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::usage) << e.what();
+  }
   std::filesystem::remove(path);
 }
 

@@ -6,6 +6,7 @@
 
 namespace loom::ops {
 
+using detail::check_cache_type;
 using detail::check_float;
 using detail::check_type;
 using detail::make;
@@ -241,8 +242,8 @@ Tensor* flash_attn_ext(Context& c, Tensor* q, Tensor* k, Tensor* v, Tensor* mask
                        float softcap, Tensor* sinks) {
   check_type("flash_attn_ext", q, DType::F32, "q");
   check_sinks("flash_attn_ext", sinks, q->ne[2]);
-  check_float("flash_attn_ext", k, "k");
-  check_float("flash_attn_ext", v, "v");
+  check_cache_type("flash_attn_ext", k, "k");
+  check_cache_type("flash_attn_ext", v, "v");
   LOOM_CHECK(q->ne[0] == k->ne[0] && k->ne[1] == v->ne[1] && k->ne[2] == v->ne[2] && k->ne[2] > 0 &&
                  q->ne[2] % k->ne[2] == 0 && q->ne[3] == k->ne[3] && q->ne[3] == v->ne[3],
              invalid_input, "[flash_attn_ext] q {}, k {}, v {} do not match", describe(*q), describe(*k),

@@ -74,9 +74,9 @@ AttendedKv cached_kv(Context& c, const ForwardModel& fm, const KvCache& kv, int6
   Tensor* v_cache = set_rows(c, kv.v[(size_t)il], h.v, kv_slots);
   Tensor* k = view_3d(c, k_cache, hd, n_kv, n_head_kv, k_cache->nb[1], row_size(k_cache->type, hd), 0);
   Tensor* v = view_3d(c, v_cache, hd, n_kv, n_head_kv, v_cache->nb[1], row_size(v_cache->type, hd), 0);
-  // a quantized cache (-ctk/-ctv q8_0) is read through an F16 copy of the attended rows
-  if (dtype_info(k->type).is_quantized) k = cpy(c, k, c.new_tensor(DType::F16, {hd, n_kv, n_head_kv}));
-  if (dtype_info(v->type).is_quantized) v = cpy(c, v, c.new_tensor(DType::F16, {hd, n_kv, n_head_kv}));
+  // a quantized cache (-ctk/-ctv q8_0...) is read in place: flash attention converts K/V rows as
+  // it goes, the plain path's K^T q is a matmul over quantized rows; a quantized V needs flash
+  // attention (checked by Session, as llama.cpp does: V^T of quantized rows has no layout)
   return {k, v};
 }
 

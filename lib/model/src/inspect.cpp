@@ -64,7 +64,8 @@ std::string inspect_splits(Model& model, const SessionParams& params, bool decod
   Session session(model, params);
   Session::StepPlan step = session.plan_step(decode);
   const std::vector<MemoryBreakdown> mem = session.memory_breakdown();
-  if (format == InspectFormat::dot) return sched::to_dot(step.plan);
+  if (format == InspectFormat::dot) return sched::to_dot_grouped(step.plan);
+  if (format == InspectFormat::dot_detail) return sched::to_dot(step.plan);
   if (format == InspectFormat::json) {
     nlohmann::json j = sched::to_json(step.plan);
     nlohmann::json devs = nlohmann::json::array();

@@ -30,7 +30,25 @@ void add_leaf_devices(sched::PlanPolicy& policy, const Model& model, const KvCac
   }
 }
 
+constexpr const char* kKvCacheTypes[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"};
+
 }  // namespace
+
+std::optional<DType> kv_cache_type(std::string_view name) {
+  for (const char* n : kKvCacheTypes)
+    if (name == n) {
+      const std::optional<DType> t = dtype_from_name(n);
+      if (t && dtype_info(*t).to_float && dtype_info(*t).from_float) return t;
+    }
+  return std::nullopt;
+}
+
+std::string kv_cache_type_names() {
+  std::string out;
+  for (const char* n : kKvCacheTypes)
+    if (kv_cache_type(n)) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out;
+}
 
 Session::Session(Model& model, const SessionParams& params) : model_(model), params_(params) {
   const HParams& hp = model.hparams();
@@ -42,8 +60,14 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
              params_.n_copies);
   params_.n_ubatch = std::min(params_.n_ubatch, params_.n_batch);
   for (DType t : {params_.type_k, params_.type_v})
-    LOOM_CHECK(t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0, usage,
-               "KV cache type {} not supported (f32, f16, bf16, q8_0)", dtype_name(t));
+    LOOM_CHECK(kv_cache_type(dtype_name(t)), usage, "KV cache type {} not supported ({})", dtype_name(t),
+               kv_cache_type_names());
+  LOOM_CHECK(params_.flash_attn || !dtype_info(params_.type_v).is_quantized, usage,
+             "-ctv {}: a quantized V cache needs flash attention (-fa on)", dtype_name(params_.type_v));
+  for (DType t : {params_.type_k, params_.type_v})
+    LOOM_CHECK(model.hparams().head_dim % dtype_info(t).block_size == 0, usage,
+               "KV cache type {}: head size {} is not a whole number of its {}-value blocks", dtype_name(t),
+               model.hparams().head_dim, dtype_info(t).block_size);
   impl_ = std::make_unique<Impl>();
   Impl& im = *impl_;
   im.devices = model.devices();

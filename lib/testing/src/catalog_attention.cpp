@@ -1,7 +1,7 @@
 // Catalog, attention: ROPE and ROPE_BACK (normal/neox, partial rotation, frequency factors,
 // linear and YaRN scaling), SOFT_MAX (scale, F32/F16 masks broadcast over heads, ALiBi, sinks;
-// limit 1e-6), SOFT_MAX_BACK, FLASH_ATTN_EXT (F32/F16/BF16 K and V, GQA, masks, softcap, ALiBi,
-// sinks; limit 5e-4).
+// limit 1e-6), SOFT_MAX_BACK, FLASH_ATTN_EXT (F32/F16/BF16 and quantized KV cache types for K and
+// V, GQA, masks, softcap, ALiBi, sinks; limit 5e-4).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -144,20 +144,36 @@ void add_flash_attn(std::vector<OpCase>& out) {
       {128, 128, 512, 512, 32, 8, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},
       {64, 64, 512, 512, 16, 4, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},  // a 512-token prompt of the ~300M llama
   };
-  for (const FaCase& f : cases) {
+  auto add = [&](const FaCase& f, DType tk, DType tv) {
+    const std::string types =
+        tk == tv ? fmt::format("type_kv={}", tn(tk)) : fmt::format("type_k={},type_v={}", tn(tk), tn(tv));
     const std::string params = fmt::format(
-        "hs={},hs_v={},n_q={},n_kv={},nh={},nh_kv={},nb={},type_kv={},mask={},max_bias={:g},softcap={:g}{}", f.d, f.dv,
-        f.n_q, f.n_kv, f.h, f.h_kv, f.batch, tn(f.kv), f.mask == 0 ? "none" : f.mask == 1 ? "f32" : "f16", f.max_bias,
-        f.softcap, f.sinks ? ",sinks=1" : "");
+        "hs={},hs_v={},n_q={},n_kv={},nh={},nh_kv={},nb={},{},mask={},max_bias={:g},softcap={:g}{}", f.d, f.dv, f.n_q,
+        f.n_kv, f.h, f.h_kv, f.batch, types, f.mask == 0 ? "none" : f.mask == 1 ? "f32" : "f16", f.max_bias, f.softcap,
+        f.sinks ? ",sinks=1" : "");
     add_case(out, "FLASH_ATTN_EXT", params, f.modes, [=](CaseBuilder& b) {
       Tensor* q = b.input(DType::F32, {f.d, f.n_q, f.h, f.batch});
-      Tensor* k = b.input(f.kv, {f.d, f.n_kv, f.h_kv, f.batch});
-      Tensor* v = b.input(f.kv, {f.dv, f.n_kv, f.h_kv, f.batch});
+      Tensor* k = b.input(tk, {f.d, f.n_kv, f.h_kv, f.batch});
+      Tensor* v = b.input(tv, {f.dv, f.n_kv, f.h_kv, f.batch});
       Tensor* m = f.mask ? b.input(f.mask == 1 ? DType::F32 : DType::F16, {f.n_kv, f.n_q}) : nullptr;
       Tensor* sinks = f.sinks ? b.input(DType::F32, {f.h}, LeafInit::normal(0.0, 2.0)) : nullptr;
       ops::flash_attn_ext(b.ctx(), q, k, v, m, 1.0f / std::sqrt((float)f.d), f.max_bias, f.softcap, sinks);
     }).max_nmse = 5e-4;
+  };
+  for (const FaCase& f : cases) add(f, f.kv, f.kv);
+  // quantized caches (-ctk/-ctv): decode (streamed tiles, GQA), a prompt (packed panels), a
+  // quantized K with a plain V, and the perf of a decode step over a q8_0 / q4_0 cache
+  std::vector<DType> quantized = {DType::Q8_0, DType::Q4_0};
+  for (const char* name : {"q4_1", "q5_0", "q5_1"})  // the core's other cache types, where it has them
+    if (auto t = dtype_from_name(name)) quantized.push_back(*t);
+  for (DType t : quantized) {
+    add({128, 128, 1, 256, 8, 2, 1, t, 2, 0.0f, 0.0f, kModeTest}, t, t);
+    add({64, 64, 7, 100, 4, 2, 1, t, 2, 0.0f, 0.0f, kModeTest}, t, t);
+    add({64, 64, 1, 64, 4, 4, 2, t, 0, 0.0f, 0.0f, kModeTest}, t, DType::F16);
   }
+  add({64, 64, 3, 40, 4, 1, 1, DType::Q8_0, 1, 0.0f, 0.0f, kModeTest}, DType::F16, DType::Q8_0);
+  for (DType t : {DType::Q8_0, DType::Q4_0})
+    add({128, 128, 1, 4096, 32, 8, 1, t, 2, 0.0f, 0.0f, kModePerf}, t, t);
 }
 
 }  // namespace

@@ -78,6 +78,12 @@ bool is_single_dash_word(const std::string& a) {
 
 }  // namespace
 
+std::vector<std::pair<std::string, std::string>> llama_aliases() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [from, to] : kAliases) out.emplace_back(from, to);
+  return out;
+}
+
 void take_last_repetition(CLI::App& app) {
   for (CLI::Option* o : app.get_options())
     if (o->get_items_expected_max() <= 1) o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);

@@ -44,8 +44,8 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_flag("--repack,!--no-repack", o.repack,
                "store the CPU's Q8_0/Q4_0/Q4_K/Q6_K matrices in the kernels' 8-row layout (default; -nr: keep the file's)");
   app.add_option("--flash-attn", o.flash_attn, "on, off or auto; 1 and 0 as on and off (-fa)");
-  app.add_option("--cache-type-k", o.cache_type_k, "K cache type: f16, f32, bf16, q8_0 (-ctk)");
-  app.add_option("--cache-type-v", o.cache_type_v, "V cache type: f16, f32, bf16, q8_0 (-ctv)");
+  app.add_option("--cache-type-k", o.cache_type_k, "K cache type: f16, f32, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 (-ctk)");
+  app.add_option("--cache-type-v", o.cache_type_v, "V cache type as -ctk; quantized needs flash attention (-ctv)");
   app.add_flag("--list-devices", o.list_devices, "print the devices and exit");
   app.add_option("--pipeline-copies", o.n_copies, "pipeline parallelism: input copies per split (1-8)");
   app.add_option("--sim-devices", o.sim_devices, "simulated devices, e.g. 8GiB,8GiB or 2x24GiB");
@@ -65,9 +65,8 @@ std::optional<bool> flash_attn_on(const std::string& v) {
 }
 
 DType cache_type(const std::string& name, const char* flag) {
-  auto t = dtype_from_name(name);
-  LOOM_CHECK(t && (*t == DType::F32 || *t == DType::F16 || *t == DType::BF16 || *t == DType::Q8_0), usage,
-             "{}: unknown KV cache type '{}' (f16, f32, bf16, q8_0)", flag, name);
+  const std::optional<DType> t = kv_cache_type(name);
+  LOOM_CHECK(t, usage, "{}: unknown KV cache type '{}' ({})", flag, name, kv_cache_type_names());
   return *t;
 }
 }  // namespace
@@ -109,7 +108,7 @@ SessionParams session_params(const CommonOptions& o) {
   p.n_threads = o.n_threads;
   p.type_k = cache_type(o.cache_type_k, "-ctk");
   p.type_v = cache_type(o.cache_type_v, "-ctv");
-  // "off" uses the plain path (f32/f16/bf16 caches only)
+  // flash attention reads every cache type; "off" uses the plain path (a quantized K, not V: Session checks)
   p.flash_attn = *flash_attn_on(o.flash_attn);
   p.n_copies = o.n_copies;
   if (o.comm == "mpi") p.comm = &meta::mpi_world();

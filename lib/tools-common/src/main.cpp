@@ -53,6 +53,10 @@ int run_main(const char* tool_name, int argc, char** argv, CLI::App& app, const 
   LogOptions log;
   add_log_flags(app, log);
   take_last_repetition(app);
+  if (argc == 2 && std::string(argv[1]) == "--completion-bash") {
+    fmt::print("{}", bash_completion(app, tool_name));
+    return 0;
+  }
   try {
     std::vector<std::string> args = normalize_args(app, argc, argv);
     app.parse(args);

@@ -9,10 +9,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <sys/stat.h>
+#include <fstream>
+#include <memory>
+#include <sstream>
 
 #include "loom/core/error.h"
 #include "loom/core/files.h"
@@ -315,8 +319,8 @@ int run(const RunOptions& o) {
     last_print = clock::now();
     printed = true;
   };
-  auto validate = [&] {
-    if (data.n_val() == 0) return;
+  auto validate = [&]() -> double {  // the validation loss (NaN without validation windows)
+    if (data.n_val() == 0) return std::nan("");
     const auto t0 = clock::now();
     std::vector<const int32_t*> in, tg;
     for (int64_t i = 0; i < data.n_val(); ++i) {
@@ -337,12 +341,19 @@ int run(const RunOptions& o) {
                                std::chrono::duration<double>(clock::now() - t0).count(), 0.0),
                tty ? " \r" : "");
     last_val = vs;
+    return vs.loss();
   };
   auto checkpoint = [&](const std::string& path) {
     state.elapsed_s = elapsed();
     save_checkpoint(path, *model, trainer.params(), state);
   };
 
+  std::unique_ptr<FILE, int (*)(FILE*)> csv(nullptr, &std::fclose);
+  if (!o.log_csv.empty()) {
+    csv.reset(std::fopen(o.log_csv.c_str(), o.resume.empty() ? "w" : "a"));
+    LOOM_CHECK(csv, io, "--log-csv: cannot write '{}'", o.log_csv);
+    if (std::ftell(csv.get()) == 0) fmt::print(csv.get(), "step,epoch,loss,accuracy,lr,grad_norm,val_loss\n");
+  }
   double step_seconds = 0;
   int64_t steps_run = 0;
   // A signal during a step (or validation, or a checkpoint write) is acted on after it: the
@@ -382,9 +393,23 @@ int run(const RunOptions& o) {
     const bool epoch_end = state.epoch_pos + n_batch > data.n_train();
     const bool done = state.step >= total_steps;
     if (!epoch_end && !done && (tty || !printed || since(last_print) >= 10.0)) line(false);
+    double val_loss = std::nan("");
     if (epoch_end || done) {
       line(true);
-      validate();
+      val_loss = validate();
+    }
+    if (csv) {
+      double loss = 0;
+      int64_t correct = 0, tokens = 0;
+      for (const BatchResult& b : r.batches) {
+        loss += b.loss * (double)b.n_tokens;
+        correct += b.n_correct;
+        tokens += b.n_tokens;
+      }
+      fmt::print(csv.get(), "{},{},{:.6f},{:.6f},{:.6g},{:.6g},{}\n", state.step, state.epoch,
+                 tokens ? loss / (double)tokens : 0.0, tokens ? (double)correct / (double)tokens : 0.0, lr,
+                 r.grad_norm, std::isnan(val_loss) ? std::string() : fmt::format("{:.6f}", val_loss));
+      std::fflush(csv.get());
     }
     if (epoch_end) {
       ++state.epoch;

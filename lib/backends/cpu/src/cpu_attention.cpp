@@ -265,8 +265,9 @@ void soft_max_back(const KernelArgs& args, Tensor* dst) {
 
 // ---- FLASH_ATTN_EXT --------------------------------------------------------------------------
 
-// q F32 {D, n_q, h, nb}, k {D, n_kv, h_kv, nb}, v {Dv, n_kv, h_kv, nb} F32/F16/BF16,
-// mask F32/F16 {n_kv, >= n_q, m2, m3} or null -> dst F32 {Dv, h, n_q, nb}.
+// q F32 {D, n_q, h, nb}, k {D, n_kv, h_kv, nb}, v {Dv, n_kv, h_kv, nb} F32/F16/BF16 or quantized
+// (each K/V row converted to f32 first), mask F32/F16 {n_kv, >= n_q, m2, m3} or null -> dst F32
+// {Dv, h, n_q, nb}.
 // Per query row: s_j = q.k_j * scale (softcap c: c * tanh(s / c)) + slope * mask_j; one pass over
 // j keeps the running max M, the sum S of exp(s_j - M) and acc = sum exp(s_j - M) v_j,
 // rescaling both when M grows; a sink adds exp(sink - M) to S; out = acc / S (zeros when every
@@ -280,9 +281,13 @@ void flash_attn_ext(const KernelArgs& args, Tensor* dst) {
   const float scale = dst->param_f32(0), max_bias = dst->param_f32(1), softcap = dst->param_f32(2);
   const int64_t D = q->ne[0], n_q = q->ne[1], n_head = q->ne[2], n_kv = k->ne[1], Dv = v->ne[0];
   const int64_t group = n_head / k->ne[2];  // query heads per kv head (GQA)
-  const WeightKernels* kk = weight_kernels(k->type);
-  const WeightKernels* vk = weight_kernels(v->type);
-  float* acc = thread_slice(args, sizeof(float) * (size_t)Dv);
+  // quantized caches: rows converted into kbuf / vbuf and used through the f32 kernels
+  const RowToF32Fn kconv = cache_row_reader(k->type), vconv = cache_row_reader(v->type);
+  const WeightKernels* kk = weight_kernels(kconv ? DType::F32 : k->type);
+  const WeightKernels* vk = weight_kernels(vconv ? DType::F32 : v->type);
+  float* acc = thread_slice(args, sizeof(float) * (size_t)(2 * Dv + D));
+  float* kbuf = acc + Dv;
+  float* vbuf = kbuf + D;
 
   int64_t u0, u1;  // units: (batch, head, query), query fastest so a head's K/V stay in cache
   split_rows(n_q * n_head * q->ne[3], args.ith, args.nth, u0, u1);
@@ -305,7 +310,9 @@ void flash_attn_ext(const KernelArgs& args, Tensor* dst) {
         mv *= slope;
       }
       float s;
-      kk->dot(D, kbase + j * k->nb[1], &qrow, 1, &s);
+      const char* krow = kbase + j * k->nb[1];
+      if (kconv) krow = reinterpret_cast<const char*>(convert_row(kconv, krow, kbuf, D));
+      kk->dot(D, krow, &qrow, 1, &s);
       s *= scale;
       if (softcap != 0.0f) s = softcap * std::tanh(s / softcap);
       s += mv;
@@ -320,7 +327,9 @@ void flash_attn_ext(const KernelArgs& args, Tensor* dst) {
       } else {
         w = std::exp(s - M);
       }
-      vk->axpy(Dv, w, vbase + j * v->nb[1], acc);
+      const char* vrow = vbase + j * v->nb[1];
+      if (vconv) vrow = reinterpret_cast<const char*>(convert_row(vconv, vrow, vbuf, Dv));
+      vk->axpy(Dv, w, vrow, acc);
       S += w;
     }
     if (sinks) {  // one more logit in the sum, with no value row
@@ -367,9 +376,8 @@ bool supports_attention(const Tensor* node) {
       const Tensor* v = node->src[2];
       const Tensor* m = node->src[3];
       const Tensor* sinks = node->src[4];
-      return f32_unit(a) && k && v && is_plain_float(k->type) && is_plain_float(v->type) && unit_stride(k) &&
-             unit_stride(v) && (!m || ((m->type == DType::F32 || m->type == DType::F16) && unit_stride(m))) &&
-             (!sinks || f32_unit(sinks));
+      return f32_unit(a) && k && v && cache_readable(k) && cache_readable(v) && unit_stride(k) && unit_stride(v) &&
+             (!m || ((m->type == DType::F32 || m->type == DType::F16) && unit_stride(m))) && (!sinks || f32_unit(sinks));
     }
     default:
       return false;
@@ -379,7 +387,7 @@ bool supports_attention(const Tensor* node) {
 size_t work_size_attention(const Tensor* node, int nth) {
   switch (node->op) {
     case OpKind::FLASH_ATTN_EXT:
-      return std::max(slices_bytes(sizeof(float) * (size_t)node->src[2]->ne[0], nth),
+      return std::max(slices_bytes(sizeof(float) * (size_t)(2 * node->src[2]->ne[0] + node->src[0]->ne[0]), nth),
                       flash_tiled_supported(node) ? flash_tiled_work_size(node, nth) : 0);
     default:
       return 0;

@@ -128,7 +128,8 @@ Tensor* rope_back(Context& c, Tensor* grad, Tensor* pos, Tensor* freq_factors, c
 Tensor* soft_max(Context& c, Tensor* a, Tensor* mask, float scale, float max_bias = 0.0f, Tensor* sinks = nullptr);
 // grad and y (the soft_max output) same shape: scale * y * (grad - sum(grad * y)).
 Tensor* soft_max_back(Context& c, Tensor* grad, Tensor* y, float scale, float max_bias = 0.0f);
-// q F32 {D, n_q, h, b}, k {D, n_kv, h_kv, b} and v {Dv, n_kv, h_kv, b} F32/F16/BF16 (h % h_kv == 0, GQA),
+// q F32 {D, n_q, h, b}, k {D, n_kv, h_kv, b} and v {Dv, n_kv, h_kv, b} F32/F16/BF16 or a quantized
+// cache type in whole blocks (h % h_kv == 0, GQA),
 // mask F16/F32 {n_kv, >= n_q, 1, 1} or nullptr: result F32 {Dv, h, n_q, b} (heads before tokens),
 // softmax(q k^T * scale (+ softcap: c * tanh(s / c)) + slope * mask) v; sinks F32 {h} or nullptr as
 // in soft_max.

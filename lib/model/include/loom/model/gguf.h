@@ -32,7 +32,7 @@ bool is_integer_type(ValueType t);         // U8..I64 (not BOOL)
 bool is_float_type(ValueType t);           // F32, F64
 size_t value_type_size(ValueType t);       // bytes of one scalar on disk; 0 for STRING/ARRAY
 
-// Name of a ggml tensor type id ("q5_k"), also for the ones loom does not support; nullptr if
+// Name of a ggml tensor type id ("q5_K", as ggml prints it), also for the ones loom does not support; nullptr if
 // the id is not a ggml type at all.
 const char* ggml_type_name(int64_t id);
 

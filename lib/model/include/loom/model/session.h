@@ -4,8 +4,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "loom/model/model.h"
@@ -30,6 +32,11 @@ struct SessionParams {
   // split mode tensor: AllReduce tensors of at least this many elements travel as BF16 (0: all)
   size_t reduce_bf16_min = SIZE_MAX;
 };
+
+// KV cache types (-ctk/-ctv), as llama.cpp offers them: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,
+// q5_1 (those this build's core has). A quantized V cache needs flash attention.
+std::optional<DType> kv_cache_type(std::string_view name);
+std::string kv_cache_type_names();  // "f32, f16, ..." for messages
 
 // Bytes a run needs, per device, from planning (not guessing).
 struct MemoryBreakdown {

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace CLI {
@@ -30,6 +31,11 @@ int run_main(const char* tool_name, int argc, char** argv, CLI::App& app, const 
 std::vector<std::string> normalize_args(const CLI::App& app, int argc, char** argv);
 // Every single-valued option of app and its subcommands: the last repetition wins.
 void take_last_repetition(CLI::App& app);
+
+// llama.cpp's multi-letter single-dash flags and the long names they stand for.
+std::vector<std::pair<std::string, std::string>> llama_aliases();
+// A bash completion script for the tool (`loom-<tool> --completion-bash` prints it).
+std::string bash_completion(const CLI::App& app, const char* tool_name);
 
 // Prints `loom-<tool>: error: <message>` on stderr.
 void print_error(const char* tool_name, const char* message);

@@ -42,6 +42,8 @@ Communicator& mpi_world();
 // A failing rank ends every rank (MPI_Abort with code) instead of leaving them blocked in a
 // collective; a no-op without MPI or with one rank.
 void mpi_abort_if_running(int code);
+// The MPI communicator's abort, installed when it starts MPI (through which the above works).
+void set_mpi_abort(void (*abort)(int));
 // True when this process was started by mpirun/mpiexec (OpenMPI/PMIx environment).
 bool launched_by_mpi();
 
