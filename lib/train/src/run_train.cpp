@@ -335,7 +335,7 @@ int run(const RunOptions& o) {
                                                    {tg.begin() + (ptrdiff_t)first, tg.begin() + (ptrdiff_t)last}))
         vs.add(b.loss, b.n_correct, b.n_tokens);
     }
-    if (pending_signal()) return;
+    if (pending_signal()) return std::nan("");  // interrupted: no validation loss
     fmt::print(stderr, "{}{}\n",
                format_progress("val", data.n_val(), data.n_val(), vs,
                                std::chrono::duration<double>(clock::now() - t0).count(), 0.0),
