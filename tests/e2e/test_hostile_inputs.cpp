@@ -242,9 +242,9 @@ TEST_F(Hostile, TrainChecksBeforeWork) {
     EXPECT_EQ(r.rc, 2) << r.err;
   }
   EXPECT_EQ(slurp(file("base.gguf")), before);
-  for (const std::string& bad : {"--out-type q9_9 -o y.gguf", "-o /nonexistent-dir/x.gguf", "-o /dev/null",
+  for (const char* bad : {"--out-type q9_9 -o y.gguf", "-o /nonexistent-dir/x.gguf", "-o /dev/null",
                                  "--checkpoint /nonexistent-dir/x.ckpt -o y.gguf"}) {
-    const ToolResult r = run("train", train_args("c.txt", "--steps 200 " + bad));
+    const ToolResult r = run("train", train_args("c.txt", std::string("--steps 200 ") + bad));
     EXPECT_TRUE(r.rc == 2 || r.rc == 3) << bad << ": " << r.rc << " " << r.err;
     EXPECT_EQ(r.err.find("params"), std::string::npos) << bad << ": training started: " << r.err;
   }
