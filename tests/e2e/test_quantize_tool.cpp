@@ -93,7 +93,9 @@ TEST_F(QuantizeTool, Q4_K_MMixAndOptions) {
   f = loom::gguf::File::open(out);
   EXPECT_EQ(f->find_tensor("blk.1.attn_v.weight")->type, loom::DType::Q4_K);  // --pure
   EXPECT_EQ(f->find_tensor("token_embd.weight")->type, loom::DType::Q4_0);
-  if (f->find_tensor("output.weight")) EXPECT_EQ(f->find_tensor("output.weight")->type, loom::DType::Q8_0);
+  if (f->find_tensor("output.weight")) {
+    EXPECT_EQ(f->find_tensor("output.weight")->type, loom::DType::Q8_0);
+  }
 }
 
 TEST_F(QuantizeTool, ExitCodesAndNoPartialFiles) {

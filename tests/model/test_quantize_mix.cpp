@@ -112,7 +112,9 @@ TEST(QuantizeMix, TiedOutputAndOverrides) {
   o.pure = true;
   types = choose("Q4_K_M", llama(8, true), llama_model(8), o);
   for (const auto& [name, t] : types)
-    if (name.find("norm") == std::string::npos) EXPECT_EQ(t, DType::Q4_K) << name;
+    if (name.find("norm") == std::string::npos) {
+      EXPECT_EQ(t, DType::Q4_K) << name;
+    }
   types = choose("F16", llama(2, true), llama_model(2));
   EXPECT_EQ(types.at("output.weight"), DType::F16);
   EXPECT_EQ(types.at("blk.1.ffn_down.weight"), DType::F16);

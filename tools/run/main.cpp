@@ -35,6 +35,18 @@ int main(int argc, char** argv) {
                "--jinja: Jinja templates are not supported; loom renders the built-in families (--chat-template NAME)");
     SessionParams params = tools::session_params(common);
     if (!tools::is_output_rank(common)) std::freopen("/dev/null", "w", stdout);  // MPI: rank 0 prints
+    if (common.comm == tools::CommKind::mpi) {  // every rank must run the same job (checked before any collective)
+      const SamplerParams& s = ro.sampling;
+      const std::string text = ro.prompt_file.empty() ? ro.prompt : tools::read_text_file(ro.prompt_file);
+      const int disagree = tools::check_ranks_agree(
+          "run", common,
+          {{"the mode", ro.perplexity ? "--perplexity" : "generate"}, {"the prompt", tools::text_fingerprint(text)},
+           {"-n", std::to_string(ro.n_predict)}, {"--chunks", std::to_string(ro.n_chunks)},
+           {"--temp", fmt::format("{}", s.temp)}, {"--top-k", std::to_string(s.top_k)},
+           {"--top-p", fmt::format("{}", s.top_p)}, {"--min-p", fmt::format("{}", s.min_p)},
+           {"--seed", std::to_string(ro.seed)}, {"--samplers", ro.samplers + ro.sampling_seq}});
+      if (disagree) return disagree;
+    }
 
     const auto t0 = std::chrono::steady_clock::now();
     tools::RunDevices devices = tools::make_run_devices(common);

@@ -60,7 +60,9 @@ std::unique_ptr<Device> BackendRegistry::host_device(const DeviceOptions& option
 }
 
 bool BackendRegistry::set_collectives(Collectives c) {
-  collectives_ = std::move(c);
+  if (c.in_process) collectives_.in_process = std::move(c.in_process);
+  if (c.mpi_world) collectives_.mpi_world = std::move(c.mpi_world);
+  if (c.abort_world) collectives_.abort_world = std::move(c.abort_world);
   return true;
 }
 

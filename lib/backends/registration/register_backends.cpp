@@ -1,6 +1,7 @@
-// Registers the built-in backends (CPU, SIM) and the communicators of tensor parallelism with
-// the backend registry. Linked into every tool and test binary; a new backend adds its factory
-// here (or in its own object file linked the same way).
+// Registers the built-in backends (CPU, SIM) and the in-process communicators of tensor
+// parallelism with the backend registry. Linked whole into every tool and test binary (and
+// loom::engine); a new backend adds its factory here. MPI's world is registered apart
+// (register_mpi.cpp), so that a tool without collectives does not need libmpi.
 #include <cstdlib>
 
 #include "loom/backend/registry.h"
@@ -37,8 +38,6 @@ const bool registered = registry().add({.name = "SIM", .order = 100, .host = fal
                             .in_process = [](int n) -> std::unique_ptr<CommGroup> {
                               return std::make_unique<meta::InProcessGroup>(n);
                             },
-                            .mpi_world = []() -> Communicator& { return meta::mpi_world(); },
-                            .abort_world = [](int code) { meta::mpi_abort_if_running(code); },
                         });
 
 }  // namespace

@@ -52,6 +52,11 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
 
   const bool data_present = f.file_size() >= f.data_offset() + f.tensor_bytes_total();
   LOOM_CHECK(data_present || !opt.need_data, invalid_input, "{}: tensor data missing (header-only file?)", path);
+  // Running on a sparse hole would compute on zeros (and read gigabytes of them).
+  LOOM_CHECK(!opt.need_data || !f.data_is_hole(), usage,
+             "{}: a header-only file (no tensor data): only planning tools (loom-gguf info, loom-fit-params, "
+             "loom-split-inspect) accept it",
+             path);
 
   size_t n_used = 0;
   for (const TensorSpec& spec : arch_tensors(hp)) {
@@ -71,7 +76,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
     Tensor* t = m->weights_.new_tensor(trained ? DType::F32 : info->type, 4, info->ne, spec.name);
     if (trained || !opt.trainable) t->flags |= kFlagParam;
     if (trained) m->trained_.insert(t);
-    if (data_present) t->data = const_cast<uint8_t*>(f.tensor_data(*info));
+    if (data_present && opt.need_data) t->data = const_cast<uint8_t*>(f.tensor_data(*info));
     *role_slot(*m, spec.layer >= 0 ? &m->layers[(size_t)spec.layer] : nullptr, spec.role) = t;
     m->n_params_ += (size_t)t->nelements();
     m->n_bytes_ += t->nbytes();
@@ -154,6 +159,7 @@ void Model::place(const PlacementParams& params, const std::function<void(size_t
       if (progress) progress(copied, copy_total);
     }
   }
+  if (has_data_) file_->check_size();  // truncated during the copy: do not run on what was read
 }
 
 void Model::set_placement(const PlacementParams& p) {

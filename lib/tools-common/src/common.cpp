@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "loom/core/error.h"
+#include "loom/core/files.h"
 #include "loom/core/log.h"
 #include "loom/core/thread_pool.h"
 
@@ -122,14 +123,8 @@ SessionParams session_params(const CommonOptions& o) {
   return p;
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  LOOM_CHECK(in.good(), io, "cannot read '{}'", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  LOOM_CHECK(!in.bad(), io, "cannot read '{}' (is it a directory?)", path);
-  return ss.str();
-}
+// A directory, FIFO or device is refused (it would read as an empty prompt, or block).
+std::string read_text_file(const std::string& path) { return read_regular_file(path, "-f"); }
 
 bool is_output_rank(const CommonOptions& o) { return o.comm != CommKind::mpi || mpi_world().rank() == 0; }
 

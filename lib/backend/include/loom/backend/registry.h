@@ -70,6 +70,7 @@ class BackendRegistry {
   // A new host device alone (a model loaded without a device list computes there).
   std::unique_ptr<Device> host_device(const DeviceOptions& options = {}) const;
 
+  // Sets the functions c has (registration units may each provide some); returns true.
   bool set_collectives(Collectives c);
   // Empty functions when none were registered; in_process_group() says so in an error.
   const Collectives& collectives() const { return collectives_; }

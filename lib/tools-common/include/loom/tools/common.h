@@ -3,6 +3,8 @@
 #pragma once
 
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "loom/model/model.h"
@@ -52,6 +54,15 @@ void validate_common(const CommonOptions& o);
 SessionParams session_params(const CommonOptions& o);
 // Prints `NAME  KIND  TOTAL MiB  FREE MiB` per device.
 void print_devices(const CommonOptions& o);
+
+// --comm mpi with more than one rank: compares the model's identity (metadata and size), the
+// shared flags and `extra` (the tool's own parameters, in the same order on every rank) with
+// rank 0's, before any collective. Returns 0 when they agree; otherwise rank 0 prints one line
+// naming what differs and every rank gets 2 (the exit code) — no rank hangs.
+int check_ranks_agree(const char* tool_name, const CommonOptions& o,
+                      const std::vector<std::pair<std::string, std::string>>& extra);
+// "N bytes, checksum X": a prompt or text compared across ranks without sending it.
+std::string text_fingerprint(std::string_view text);
 
 // The devices of a run: --sim-devices / LOOM_SIM_DEVICES, then -dev selection (CPU last).
 struct RunDevices {
