@@ -26,6 +26,16 @@ function(loom_library name)
   install(DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endfunction()
 
+# The registration units (lib/backends/registration), linked whole: nothing names their objects.
+# WITH_MPI: also MPI's world (tools that never start MPI leave it out and need no libmpi).
+function(loom_link_registration target)
+  cmake_parse_arguments(arg "WITH_MPI" "" "" ${ARGN})
+  target_link_libraries(${target} PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,loom::backends_registration>")
+  if(arg_WITH_MPI)
+    target_link_libraries(${target} PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,loom::mpi_registration>")
+  endif()
+endfunction()
+
 # loom_tool(NAME) : tools/<name>/*.cpp -> bin/loom-<name>
 function(loom_tool name)
   file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${name}/*.cpp)
@@ -34,6 +44,11 @@ function(loom_tool name)
   endif()
   add_executable(loom-${name} ${srcs})
   target_link_libraries(loom-${name} PRIVATE loom_tools_common)
+  if(name STREQUAL "gguf")
+    loom_link_registration(loom-${name})  # never starts MPI
+  else()
+    loom_link_registration(loom-${name} WITH_MPI)
+  endif()
   loom_warnings(loom-${name})
   install(TARGETS loom-${name} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endfunction()
@@ -45,7 +60,9 @@ function(loom_test_suite name label)
     return()
   endif()
   add_executable(test-${name} ${srcs})
+  # every suite gets the built-in backends registered (lib/backends/registration)
   target_link_libraries(test-${name} PRIVATE GTest::gtest GTest::gtest_main ${ARGN})
+  loom_link_registration(test-${name} WITH_MPI)
   target_compile_definitions(test-${name} PRIVATE
     LOOM_SHARED_DIR="${PROJECT_SOURCE_DIR}/../shared"
     LOOM_BIN_DIR="${CMAKE_BINARY_DIR}/bin"

@@ -261,7 +261,8 @@ TEST_F(ChatTool, PseudoTerminal) {
 
 // Ctrl-C ends the reply being written (the conversation goes on); Ctrl-C at the prompt exits 130.
 TEST_F(ChatTool, CtrlCEndsTheReplyThenExits) {
-  Pty t({"-m", model(), "-cnv", "-n", "-1", "--ignore-eos", "--temp", "0", "-lv", "3"});
+  // A context far larger than the 300 ms before the Ctrl-C can fill (512 tokens take ~0.5 s).
+  Pty t({"-m", model(), "-cnv", "-c", "16384", "-n", "-1", "--ignore-eos", "--temp", "0", "-lv", "3"});
   ASSERT_TRUE(t.ok());
   ASSERT_TRUE(t.read_until("> ", 120)) << t.out();
   t.type("hello\n");

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 
 #include "tool_runner.h"
 

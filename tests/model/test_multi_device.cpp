@@ -13,7 +13,7 @@
 #include "loom/core/error.h"
 #include "loom/model/model_file.h"
 #include "loom/model/session.h"
-#include "loom/sched/devices.h"
+#include "loom/backend/registry.h"
 
 namespace loom {
 namespace {
@@ -59,7 +59,7 @@ TEST_P(MultiDevice, LayerSplitOverThreeSimDevicesEqualsCpu) {
   auto cpu_model = Model::load(path);
   auto want = run(*cpu_model, 1, cpu_tokens);
   for (int n_copies : {1, 2}) {
-    sched::DeviceSet set = sched::make_devices("3x64MiB", 2);
+    DeviceSet set = make_devices("3x64MiB", 2);
     ModelLoadOptions lo;
     lo.placement.devices = set.all;
     lo.placement.tensor_split = {1, 1, 1};
@@ -97,7 +97,7 @@ TEST(MultiDeviceReserve, PromptDecodePromptNeedsNoReallocation) {
   const std::string path = make_model(Arch::llama, "norealloc");
   setenv("LOOM_SCHED_NO_REALLOC", "1", 1);
   {
-    sched::DeviceSet set = sched::make_devices("2x64MiB", 2);
+    DeviceSet set = make_devices("2x64MiB", 2);
     ModelLoadOptions lo;
     lo.placement.devices = set.all;
     auto model = Model::load(path, lo);
@@ -117,7 +117,7 @@ TEST(MultiDeviceReserve, PromptDecodePromptNeedsNoReallocation) {
 
 TEST(MultiDeviceReserve, ModelTooBigForDeviceIsOutOfMemoryNamingIt) {
   const std::string path = make_model(Arch::llama, "toobig");
-  sched::DeviceSet set = sched::make_devices("1MiB", 2);
+  DeviceSet set = make_devices("1MiB", 2);
   ModelLoadOptions lo;
   lo.placement.devices = set.all;
   try {

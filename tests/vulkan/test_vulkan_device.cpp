@@ -9,7 +9,7 @@
 #include <numeric>
 
 #include "loom/graph/ops.h"
-#include "loom/sched/devices.h"
+#include "loom/backend/registry.h"
 #include "loom/testing/op_case.h"
 #include "loom/testing/runner.h"
 #ifdef LOOM_HAVE_VULKAN
@@ -115,9 +115,11 @@ TEST_F(VulkanTest, OptimizeGraphSharesBarriersAndKeepsResults) {
   EXPECT_LT(after, before);
   ASSERT_EQ(order.size(), ch.nodes.size());
   for (size_t i = 0; i < order.size(); ++i)  // every node after its sources
-    for (const Tensor* src : order[i]->src)
-      if (src && src->op != OpKind::NONE)
+    for (const Tensor* src : order[i]->src) {
+      if (src && src->op != OpKind::NONE) {
         EXPECT_LT(std::find(order.begin(), order.end(), src) - order.begin(), (std::ptrdiff_t)i);
+      }
+    }
   EXPECT_EQ(ch.run(*s, ch.nodes), ch.run(*s, order));
 }
 
@@ -152,19 +154,19 @@ TEST_F(VulkanTest, EveryClaimedOpCasePassesAgainstTheCpu) {
 }
 
 TEST_F(VulkanTest, SoftwareDevicesAreListedButNotDefaults) {
-  sched::DeviceSet set = sched::make_devices("", 1);
-  const std::vector<Device*> listed = sched::listed_devices(set);
+  DeviceSet set = make_devices("", 1);
+  const std::vector<Device*> listed = listed_devices(set);
   ASSERT_GE(listed.size(), 2u);
   EXPECT_EQ(listed.front()->name(), "Vulkan0");
   for (Device* d : set.all) EXPECT_FALSE(vulkan::is_software(*d));
-  EXPECT_EQ(sched::select_devices(set, "Vulkan0").front()->name(), "Vulkan0");
-  EXPECT_THROW(sched::select_devices(set, "Vulkan7"), Error);
+  EXPECT_EQ(select_devices(set, "Vulkan0").front()->name(), "Vulkan0");
+  EXPECT_THROW(select_devices(set, "Vulkan7"), Error);
 }
 
 #else
 
 TEST(VulkanTest, BuiltWithoutVulkan) {
-  sched::DeviceSet set = sched::make_devices("", 1);
+  DeviceSet set = make_devices("", 1);
   bool noted = false;
   for (const std::string& n : set.notes) noted = noted || n.find("not built") != std::string::npos;
   EXPECT_TRUE(noted);

@@ -1,5 +1,6 @@
-// loom-gguf: inspect GGUF files (info), make random-init or header-only models (new), and
-// tokenize text with a file's vocabulary (tokenize). Flags per docs/CLI.md; the work is in lib/model.
+// loom-gguf: inspect GGUF files (info), make random-init or header-only models (new), convert
+// a model's weights to another type (quantize), and tokenize text with a file's vocabulary
+// (tokenize). Flags per docs/CLI.md; the work is in lib/model.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -11,9 +12,10 @@
 #include "info.h"
 #include "loom/core/error.h"
 #include "loom/model/arch.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 #include "loom/model/model_file.h"
-#include "loom/model/tokenizer.h"
+#include "loom/model/quantize.h"
+#include "loom/tokenizer/tokenizer.h"
 #include "loom/tools/main.h"
 
 namespace {
@@ -35,6 +37,9 @@ struct Options {
   bool header_only = false;
   bool rope_freqs = false;
   uint64_t seed = 42;
+  // quantize
+  loom::QuantizeOptions q;
+  std::string q_output_type, q_embd_type;
   int64_t n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_expert = 0,
           n_expert_used = 0, n_ff_exp = 0, n_vocab = 0, n_ctx_train = 0;
 };
@@ -71,7 +76,7 @@ int run_new(const Options& o, const CLI::App& cmd) {
   LOOM_CHECK(!o.rope_freqs || *arch == loom::Arch::llama, usage, "--rope-freqs: only a llama file has rope_freqs.weight");
   const std::optional<loom::DType> type = loom::dtype_from_name(o.type);
   LOOM_CHECK(type.has_value() && *type != loom::DType::I32, usage,
-             "--type {}: unknown weight type (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)", o.type);
+             "--type {}: unknown weight type (f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)", o.type);
   loom::NewModelOptions opts;
   opts.hparams = loom::preset_hparams(*arch, o.preset);
   loom::HParams& hp = opts.hparams;
@@ -124,6 +129,18 @@ int run_new(const Options& o, const CLI::App& cmd) {
   return 0;
 }
 
+int run_quantize(Options& o) {
+  auto type_flag = [](const std::string& name, const char* flag) -> std::optional<loom::DType> {
+    if (name.empty()) return std::nullopt;
+    const std::optional<loom::DType> t = loom::dtype_from_name(name);
+    LOOM_CHECK(t && *t != loom::DType::I32, usage, "{} {}: unknown tensor type", flag, name);
+    return t;
+  };
+  o.q.output_tensor_type = type_flag(o.q_output_type, "--output-tensor-type");
+  o.q.token_embedding_type = type_flag(o.q_embd_type, "--token-embedding-type");
+  return loom::quantize_model(o.q).exit_code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -159,13 +176,25 @@ int main(int argc, char** argv) {
   nw->add_flag("--rope-freqs", o.rope_freqs, "llama: a Llama-3-shaped file (rope_freqs.weight, RoPE base 500000)");
   nw->add_option("--n-vocab", o.n_vocab, "vocabulary size");
   nw->add_option("--n-ctx-train", o.n_ctx_train, "training context length");
-  nw->add_option("--type", o.type, "f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q6_k")->capture_default_str();
+  nw->add_option("--type", o.type, "f32 | f16 | bf16 | q8_0 | q4_0 | q4_K | q6_K")->capture_default_str();
   nw->add_option("--vocab", o.vocab, "take the tokenizer (and n_vocab) from this GGUF");
   nw->add_flag("--header-only", o.header_only, "metadata and tensor infos only; data left as a sparse hole");
   nw->add_option("--seed", o.seed, "RNG seed")->capture_default_str();
   nw->add_option("-o,--output", o.output, "output file")->required();
 
+  CLI::App* qz = app.add_subcommand("quantize", "write a model with its weights in another type, as llama-quantize");
+  qz->add_option("IN", o.q.input, "input GGUF file")->required();
+  qz->add_option("OUT", o.q.output, "output GGUF file (written via a temporary file + rename)")->required();
+  qz->add_option("TYPE", o.q.type, "Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_S/M/L Q4_K_S/M Q5_K_S/M Q6_K IQ4_NL IQ4_XS "
+                                   "MXFP4_MOE F16 BF16 F32")->required();
+  qz->add_option("NTHREADS", o.q.n_threads, "threads (default: all)");
+  qz->add_flag("--pure", o.q.pure, "every tensor in TYPE's base type (no mix)");
+  qz->add_option("--output-tensor-type", o.q_output_type, "type of output.weight");
+  qz->add_option("--token-embedding-type", o.q_embd_type, "type of token_embd.weight");
+  qz->add_flag("--allow-requantize", o.q.allow_requantize, "convert tensors that are already quantized");
+
   return loom::tools::run_main("gguf", argc, argv, app, [&]() -> int {
+    if (qz->parsed()) return run_quantize(o);
     if (info->parsed()) return run_info(o);
     if (tok->parsed()) return run_tokenize(o);
     return run_new(o, *nw);

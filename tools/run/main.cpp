@@ -9,26 +9,12 @@
 
 #include "loom/core/error.h"
 #include "loom/model/generate.h"
+#include "loom/model/report.h"
 #include "loom/tools/common.h"
 #include "loom/tools/main.h"
 #include "loom/tools/run.h"
 
 using namespace loom;
-
-namespace {
-
-
-nlohmann::json devices_json(const Session& session) {
-  nlohmann::json devs = nlohmann::json::array();
-  for (const MemoryBreakdown& m : session.memory_breakdown())
-    devs.push_back({{"name", m.device},
-                    {"model_bytes", m.model_bytes},
-                    {"context_bytes", m.context_bytes},
-                    {"compute_bytes", m.compute_bytes}});
-  return devs;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"loom-run: text generation, conversation and perplexity with GGUF models"};
@@ -49,6 +35,18 @@ int main(int argc, char** argv) {
                "--jinja: Jinja templates are not supported; loom renders the built-in families (--chat-template NAME)");
     SessionParams params = tools::session_params(common);
     if (!tools::is_output_rank(common)) std::freopen("/dev/null", "w", stdout);  // MPI: rank 0 prints
+    if (common.comm == tools::CommKind::mpi) {  // every rank must run the same job (checked before any collective)
+      const SamplerParams& s = ro.sampling;
+      const std::string text = ro.prompt_file.empty() ? ro.prompt : tools::read_text_file(ro.prompt_file);
+      const int disagree = tools::check_ranks_agree(
+          "run", common,
+          {{"the mode", ro.perplexity ? "--perplexity" : "generate"}, {"the prompt", tools::text_fingerprint(text)},
+           {"-n", std::to_string(ro.n_predict)}, {"--chunks", std::to_string(ro.n_chunks)},
+           {"--temp", fmt::format("{}", s.temp)}, {"--top-k", std::to_string(s.top_k)},
+           {"--top-p", fmt::format("{}", s.top_p)}, {"--min-p", fmt::format("{}", s.min_p)},
+           {"--seed", std::to_string(ro.seed)}, {"--samplers", ro.samplers + ro.sampling_seq}});
+      if (disagree) return disagree;
+    }
 
     const auto t0 = std::chrono::steady_clock::now();
     tools::RunDevices devices = tools::make_run_devices(common);
@@ -71,17 +69,8 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       });
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
-      const double evaluated = (double)r.running_ppl.size() * (double)session.n_ctx();
       if (common.json) {
-        nlohmann::json j = {{"ppl", r.ppl},
-                            {"ppl_stderr", r.ppl_err},
-                            {"chunks", r.running_ppl},
-                            {"n_ctx", session.n_ctx()},
-                            {"n_tokens", r.n_tokens},
-                            {"n_scored", r.n_scored},
-                            {"seconds", secs},
-                            {"tokens_per_second", secs > 0 ? evaluated / secs : 0.0}};
-        fmt::print("{}\n", j.dump(2));
+        fmt::print("{}\n", perplexity_json(r, session, secs).dump(2));
       } else {
         fmt::print("\nFinal estimate: PPL = {:.4f} +/- {:.5f}\n", r.ppl, r.ppl_err);
       }
@@ -106,19 +95,8 @@ int main(int argc, char** argv) {
       }
     });
     if (common.json) {
-      auto tps = [](double ms, int64_t n) { return ms > 0 ? 1000.0 * (double)n / ms : 0.0; };
-      nlohmann::json j;
-      j["text"] = r.text;
-      j["tokens"] = r.tokens;
-      j["n_prompt"] = r.n_prompt;
-      j["n_gen"] = r.n_gen;
+      nlohmann::json j = generate_json(r, load_ms, session);
       j["seed"] = ro.seed;
-      j["timings"] = {{"load_ms", load_ms},
-                      {"prompt_ms", r.prompt_ms},
-                      {"eval_ms", r.eval_ms},
-                      {"prompt_tps", tps(r.prompt_ms, r.n_prompt)},
-                      {"eval_tps", tps(r.eval_ms, r.n_gen)}};
-      j["devices"] = devices_json(session);
       fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
     } else {
       fmt::print("\n");

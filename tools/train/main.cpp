@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint", o.checkpoint, "checkpoint file (written atomically)");
   app.add_option("--checkpoint-every", o.checkpoint_every, "write the checkpoint every N steps");
   app.add_option("--resume", o.resume, "continue from a checkpoint");
+  app.add_flag("--allow-nan", o.allow_nan, "keep training when the loss is NaN or Inf (default: stop, exit 3)");
   app.add_option("--seed", o.seed, "random seed (initialization and shuffling)");
   app.add_option("--log-csv", o.log_csv, "write step,epoch,loss,accuracy,lr,grad_norm,val_loss per step to this CSV");
 

@@ -6,7 +6,7 @@
 
 #include "loom/core/error.h"
 #include "loom/model/arch.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 
 namespace loom {
 

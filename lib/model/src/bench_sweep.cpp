@@ -183,8 +183,10 @@ class CsvPrinter : public BenchPrinter {
     std::string names, values;
     for (const auto& [k, v] : j.items()) {
       if (v.is_array()) continue;
-      names += (names.empty() ? "" : ",") + k;
-      values += (values.empty() ? "" : ",") + scalar(v, '"');
+      if (!names.empty()) names += ',';  // appended piecewise: GCC 12 warns (falsely) on "" + string
+      names += k;
+      if (!values.empty()) values += ',';
+      values += scalar(v, '"');
     }
     if (!printed_header_) fmt::print(out_, "{}\n", names);
     printed_header_ = true;

@@ -33,7 +33,7 @@ nlohmann::json fused_groups(const sched::ExecutionPlan& plan) {
 nlohmann::json tensor_parallel_json(const Model& model, const Session::StepPlan& step) {
   const TpLayout& lay = model.tp_layout();
   nlohmann::json members = nlohmann::json::array();
-  auto range = [](const meta::Range& r) { return nlohmann::json::array({r.begin, r.end}); };
+  auto range = [](const tp::Range& r) { return nlohmann::json::array({r.begin, r.end}); };
   for (int r = 0; r < lay.n_members; ++r) {
     nlohmann::json m = {{"rank", r},
                         {"head_kv", range(lay.head_kv[(size_t)r])},

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "loom/core/error.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 
 namespace loom {
 
@@ -130,7 +130,16 @@ uint32_t file_type_for(DType requested) {
     case DType::Q4_K: return 15;
     case DType::Q6_K: return 18;
     case DType::BF16: return 32;
-    case DType::I32: break;
+    case DType::I32:  // not a weight type; the rest are written by `loom-gguf quantize`, not `new`
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q5_K:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS:
+    case DType::MXFP4: break;
   }
   fail(ErrorKind::usage, "--type {}: not a weight type (use f32, f16, bf16, q8_0, q4_0, q4_k or q6_k)",
        dtype_name(requested));

@@ -72,7 +72,10 @@ std::string sampler_order_name(const std::vector<SamplerStep>& order) {
   std::string s;
   for (SamplerStep st : order)
     for (const StepName& n : kSteps)
-      if (n.step == st && n.letter != 0) s += (s.empty() ? "" : ";") + std::string(n.name);
+      if (n.step == st && n.letter != 0) {
+        if (!s.empty()) s += ';';
+        s += n.name;
+      }
   return s;
 }
 

@@ -87,13 +87,13 @@ TpLayout make_tp_layout(const HParams& hp, const std::vector<Tensor*>& weights, 
       break;
     }
   l.ff_granule = ff_block;
-  l.head_kv = meta::split_axis(hp.n_head_kv, l.head_granule, proportions);
-  l.ff = meta::split_axis(hp.n_ff, ff_block, proportions);
+  l.head_kv = tp::split_axis(hp.n_head_kv, l.head_granule, proportions);
+  l.ff = tp::split_axis(hp.n_ff, ff_block, proportions);
   if (hp.n_ff_exp > 0)
-    l.ff_exp = meta::split_axis(hp.n_ff_exp, ff_exp_block, proportions);
+    l.ff_exp = tp::split_axis(hp.n_ff_exp, ff_exp_block, proportions);
   else
     l.ff_exp.assign((size_t)n_members, {});
-  l.vocab = meta::split_axis(hp.n_vocab, 1, proportions);
+  l.vocab = tp::split_axis(hp.n_vocab, 1, proportions);
   return l;
 }
 
@@ -105,8 +105,8 @@ struct Slice {
   Tensor* dst;
   const Tensor* src;
   int axis;
-  meta::Range r;
-  std::vector<meta::Range> more = {};
+  tp::Range r;
+  std::vector<tp::Range> more = {};
 };
 
 void gather_slice(const Slice& s, std::vector<uint8_t>& out) {
@@ -122,7 +122,7 @@ void gather_slice(const Slice& s, std::vector<uint8_t>& out) {
     for (int64_t i3 = 0; i3 < t->ne[3]; ++i3)
       for (int64_t i2 = 0; i2 < t->ne[2]; ++i2)
         for (size_t k = 0; k <= s.more.size(); ++k) {
-          const meta::Range& r = k == 0 ? s.r : s.more[k - 1];
+          const tp::Range& r = k == 0 ? s.r : s.more[k - 1];
           const size_t run = (size_t)r.size() * t->nb[1];
           std::memcpy(o, base + i3 * t->nb[3] + i2 * t->nb[2] + r.begin * t->nb[1], run);
           o += run;
@@ -174,7 +174,7 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
     TpShard& s = *sh;
     s.rank = r;
     s.device = members[one_rank ? 0 : (size_t)r];
-    const meta::Range heads = tp_layout_.head_kv[(size_t)r];
+    const tp::Range heads = tp_layout_.head_kv[(size_t)r];
     const int64_t q_per_kv = hp.n_head / hp.n_head_kv, hd = hp.head_dim;
     s.n_head_kv = heads.size();
     s.n_head = heads.size() * q_per_kv;
@@ -183,11 +183,11 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
     s.n_vocab = tp_layout_.vocab[(size_t)r].size();
     s.layers.resize((size_t)hp.n_layer);
     std::vector<Slice> slices;
-    auto add = [&](const Tensor* src, int axis, meta::Range range, std::vector<meta::Range> more = {}) -> Tensor* {
+    auto add = [&](const Tensor* src, int axis, tp::Range range, std::vector<tp::Range> more = {}) -> Tensor* {
       if (axis >= 0 && range.size() == 0) return nullptr;
       int64_t ne[4] = {src->ne[0], src->ne[1], src->ne[2], src->ne[3]};
       if (axis >= 0) ne[axis] = range.size();
-      for (const meta::Range& m : more) ne[1] += m.size();
+      for (const tp::Range& m : more) ne[1] += m.size();
       Tensor* t = s.ctx.new_tensor(src->type, 4, ne, src->name);
       t->flags |= kFlagParam;
       slices.push_back({t, src, axis, range, std::move(more)});
@@ -203,11 +203,11 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
       const bool ffn_exp_b = spec.role == TensorRole::ffn_gate_exps_bias || spec.role == TensorRole::ffn_up_exps_bias;
       const bool q = spec.role == TensorRole::attn_q || spec.role == TensorRole::attn_q_bias ||
                      spec.role == TensorRole::attn_output;
-      const meta::Range q_rows{heads.begin * q_per_kv * hd, heads.end * q_per_kv * hd};
-      const meta::Range kv_rows{heads.begin * hd, heads.end * hd};
-      meta::Range range = ffn_exp || ffn_exp_b                   ? tp_layout_.ff_exp[(size_t)r]
+      const tp::Range q_rows{heads.begin * q_per_kv * hd, heads.end * q_per_kv * hd};
+      const tp::Range kv_rows{heads.begin * hd, heads.end * hd};
+      tp::Range range = ffn_exp || ffn_exp_b                   ? tp_layout_.ff_exp[(size_t)r]
                           : ffn                                  ? tp_layout_.ff[(size_t)r]
-                          : spec.role == TensorRole::attn_sinks ? meta::Range{heads.begin * q_per_kv, heads.end * q_per_kv}
+                          : spec.role == TensorRole::attn_sinks ? tp::Range{heads.begin * q_per_kv, heads.end * q_per_kv}
                           : q                                    ? q_rows
                                                                  : kv_rows;
       TpSplit split = tp_split_of(spec.role);
@@ -258,6 +258,7 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
       Status st = alloc::alloc_tensors(tensors, bt, s.buffers);
       LOOM_CHECK(st.is_ok(), out_of_memory, "{}: cannot place the {:.2f} MiB shard of member {} on {}: {}",
                  file_->path(), (double)s.bytes / (1 << 20), r, s.device->name(), st.message());
+      for (auto& b : s.buffers) b->set_usage(BufferUsage::weights);
       std::vector<uint8_t> bytes;
       for (const Slice& sl : slices) {
         gather_slice(sl, bytes);

@@ -1,6 +1,6 @@
 // Catalog, data movement: CPY (every type pair the CPU converts, strided sources and
 // destinations), DUP, CONT (permuted views), CONCAT (each dim), REPEAT, REPEAT_BACK, GET_ROWS
-// (every weight type, batched ids), GET_ROWS_BACK and SET_ROWS (every destination type, broadcast ids),
+// (every weight type, batched ids), GET_ROWS_BACK and SET_ROWS (every weight type, broadcast ids),
 // ALL_REDUCE (the identity on one device).
 #include <fmt/format.h>
 
@@ -11,7 +11,8 @@ namespace loom::testing::detail {
 namespace {
 
 constexpr DType kFloat[] = {DType::F32, DType::F16, DType::BF16};
-constexpr DType kQuant[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K};
+constexpr DType kQuant[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K,   DType::Q6_K, DType::Q4_1, DType::Q5_0,  DType::Q5_1,
+                            DType::Q2_K, DType::Q3_K, DType::Q5_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
 constexpr uint32_t kTG = kModeTest | kModeGrad;
 
 int64_t row_for(DType t) { return dtype_info(t).block_size >= 256 ? 256 : dtype_info(t).block_size > 1 ? 64 : 33; }
@@ -142,7 +143,7 @@ void add_repeat(std::vector<OpCase>& out) {
 }
 
 void add_rows(std::vector<OpCase>& out) {
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType t : kWeightTypes) {
     const int64_t n0 = row_for(t);
     const uint32_t modes = t == DType::F32 ? kTG : kModeTest;
     add_case(out, "GET_ROWS", fmt::format("type={},n0={},rows=10,n=5", tn(t), n0), modes, [=](CaseBuilder& b) {
@@ -166,7 +167,7 @@ void add_rows(std::vector<OpCase>& out) {
     ops::get_rows_back(b.ctx(), b.input(DType::F16, {8, 9}), b.ids({9}, 0, 6), b.input(DType::F32, {8, 6}));
   });
 
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType t : kWeightTypes) {
     const int64_t n0 = row_for(t);
     add_case(out, "SET_ROWS", fmt::format("type_dst={},n0={},rows=12,n=5", tn(t), n0), kModeTest, [=](CaseBuilder& b) {
       Tensor* dst = b.input(t, {n0, 12});

@@ -16,12 +16,19 @@
 #include <optional>
 
 #include "loom/core/error.h"
+#include "loom/core/files.h"
 #include "loom/core/log.h"
 #include "loom/core/thread_pool.h"
-#include "loom/cpu/cpu.h"
-#include "loom/meta/comm.h"
 
 namespace loom::tools {
+
+namespace {
+Communicator& mpi_world() {
+  const auto& world = registry().collectives().mpi_world;
+  LOOM_CHECK(world, unsupported, "--comm mpi: no communicators registered in this binary");
+  return world();
+}
+}  // namespace
 
 void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("-m,--model", o.model, "GGUF model file");
@@ -30,7 +37,9 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("--ubatch-size", o.n_ubatch, "physical batch size (-ub)");
   app.add_option("-t,--threads", o.n_threads, "CPU threads (default: all cores)");
   app.add_option("--n-gpu-layers", o.n_gpu_layers, "layers on non-CPU devices: N, auto or all (-ngl)");
-  app.add_option("--split-mode", o.split_mode, "none, layer or tensor (-sm)");
+  app.add_option("--split-mode", o.split_mode, "none, layer or tensor (-sm)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, SplitMode>{{"none", SplitMode::none}, {"layer", SplitMode::layer}, {"tensor", SplitMode::tensor}}));
   app.add_option("--tensor-split", o.tensor_split, "proportions per device, e.g. 3,1 (-ts)");
   app.add_option("--main-gpu", o.main_gpu, "device for split mode none (-mg)");
   app.add_option("--device", o.devices, "devices to use, comma separated (-dev)");
@@ -48,7 +57,9 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_flag("--list-devices", o.list_devices, "print the devices and exit");
   app.add_option("--pipeline-copies", o.n_copies, "pipeline parallelism: input copies per split (1-8)");
   app.add_option("--sim-devices", o.sim_devices, "simulated devices, e.g. 8GiB,8GiB or 2x24GiB");
-  app.add_option("--comm", o.comm, "-sm tensor collectives: auto, inproc, mpi (one member per rank) or nccl");
+  app.add_option("--comm", o.comm, "-sm tensor collectives: auto, inproc, mpi (one member per rank) or nccl")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, CommKind>{
+          {"auto", CommKind::auto_select}, {"inproc", CommKind::inproc}, {"mpi", CommKind::mpi}, {"nccl", CommKind::nccl}}));
   app.add_option("--reduce-bf16", o.reduce_bf16,
                  "-sm tensor: AllReduce tensors of at least N elements in BF16 (half the bytes; -1 = never)");
   app.add_flag("--json", o.json, "machine-readable result on stdout");
@@ -75,15 +86,11 @@ void validate_common(const CommonOptions& o) {
   LOOM_CHECK(o.n_batch >= 1 && o.n_batch <= (1 << 20), usage, "-b {}: must be between 1 and 1048576", o.n_batch);
   LOOM_CHECK(o.n_ubatch >= 1 && o.n_ubatch <= (1 << 20), usage, "-ub {}: must be between 1 and 1048576", o.n_ubatch);
   LOOM_CHECK(o.n_threads >= 0 && o.n_threads <= 1024, usage, "-t {}: must be between 1 and 1024", o.n_threads);
-  LOOM_CHECK(o.split_mode == "none" || o.split_mode == "layer" || o.split_mode == "tensor", usage,
-             "-sm '{}': expected none, layer or tensor", o.split_mode);
   LOOM_CHECK(flash_attn_on(o.flash_attn).has_value(), usage, "-fa '{}': expected on, off, auto, 1 or 0",
              o.flash_attn);
-  LOOM_CHECK(o.comm == "auto" || o.comm == "inproc" || o.comm == "mpi" || o.comm == "nccl", usage,
-             "--comm '{}': expected auto, inproc, mpi or nccl", o.comm);
-  LOOM_CHECK(o.comm == "auto" || o.comm == "inproc" || o.split_mode == "tensor", usage,
-             "--comm {}: only with -sm tensor", o.comm);
-  LOOM_CHECK(o.comm != "nccl", unsupported,
+  LOOM_CHECK(o.comm == CommKind::auto_select || o.comm == CommKind::inproc || o.split_mode == SplitMode::tensor,
+             usage, "--comm {}: only with -sm tensor", o.comm == CommKind::mpi ? "mpi" : "nccl");
+  LOOM_CHECK(o.comm != CommKind::nccl, unsupported,
              "--comm nccl: NCCL groups need CUDA devices, which this build does not drive yet (use inproc or mpi)");
   cache_type(o.cache_type_k, "-ctk");
   cache_type(o.cache_type_v, "-ctv");
@@ -110,71 +117,29 @@ SessionParams session_params(const CommonOptions& o) {
   // flash attention reads every cache type; "off" uses the plain path (a quantized K, not V: Session checks)
   p.flash_attn = *flash_attn_on(o.flash_attn);
   p.n_copies = o.n_copies;
-  if (o.comm == "mpi") p.comm = &meta::mpi_world();
+  if (o.comm == CommKind::mpi) p.comm = &mpi_world();
   LOOM_CHECK(o.reduce_bf16 >= -1, usage, "--reduce-bf16 {}: must be -1 (never) or a number of elements", o.reduce_bf16);
   if (o.reduce_bf16 >= 0) p.reduce_bf16_min = (size_t)o.reduce_bf16;
   return p;
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  LOOM_CHECK(in.good(), io, "cannot read '{}'", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  LOOM_CHECK(!in.bad(), io, "cannot read '{}' (is it a directory?)", path);
-  return ss.str();
-}
+// A directory, FIFO or device is refused (it would read as an empty prompt, or block).
+std::string read_text_file(const std::string& path) { return read_regular_file(path, "-f"); }
 
-bool is_output_rank(const CommonOptions& o) { return o.comm != "mpi" || meta::mpi_world().rank() == 0; }
+bool is_output_rank(const CommonOptions& o) { return o.comm != CommKind::mpi || mpi_world().rank() == 0; }
 
 void print_devices(const CommonOptions& o) {
   RunDevices d = make_run_devices(o);
-  fmt::print("{}", sched::list_devices(sched::listed_devices(d.set)));
-  for (const std::string& note : d.set.notes) fmt::print("{}\n", note);
+  fmt::print("{}", list_devices(d.set));
 }
 
 RunDevices make_run_devices(const CommonOptions& o) {
   RunDevices d;
   const int threads = o.n_threads > 0 ? o.n_threads : ThreadPool::default_threads();
-  d.set = sched::make_devices(o.sim_devices, threads);
-  d.selected = o.devices.empty() ? d.set.all : sched::select_devices(d.set, o.devices);
+  d.set = make_devices(o.sim_devices, threads);
+  d.selected = o.devices.empty() ? d.set.all : select_devices(d.set, o.devices);
   return d;
 }
-
-namespace {
-
-// -sm tensor: the members are the devices -dev names (in its order), or every device but the
-// CPU (the CPU alone when there is none); under --comm mpi this rank's member is the first of them.
-void tensor_parallel_members(const CommonOptions& o, PlacementParams& p) {
-  Device* cpu = p.devices.back();
-  for (Device* d : p.devices)
-    if (d->kind() == DeviceKind::cpu) cpu = d;
-  std::vector<Device*> members;
-  if (!o.devices.empty()) {
-    std::string listed = "," + o.devices + ",";
-    std::erase(listed, ' ');
-    for (Device* d : p.devices)  // select_devices adds the CPU; it is a member only when named
-      if (d != cpu || listed.find("," + cpu->name() + ",") != std::string::npos) members.push_back(d);
-  } else {
-    for (Device* d : p.devices)
-      if (d != cpu) members.push_back(d);
-  }
-  if (members.empty()) members.push_back(cpu);
-  std::vector<Device*> devices;  // the host last, as placement expects
-  for (Device* d : p.devices)
-    if (d != cpu) devices.push_back(d);
-  devices.push_back(cpu);
-  p.devices = devices;
-  p.tp_members = members;
-  if (o.comm == "mpi") {
-    Communicator& world = meta::mpi_world();
-    p.tp_rank = world.rank();
-    p.tp_size = world.size();
-    p.tp_members = {members.front()};
-  }
-}
-
-}  // namespace
 
 PlacementParams placement_params(const CommonOptions& o, const RunDevices& devices) {
   validate_common(o);
@@ -188,7 +153,8 @@ PlacementParams placement_params(const CommonOptions& o, const RunDevices& devic
   }
   p.split_mode = o.split_mode;
   if (!o.tensor_split.empty()) p.tensor_split = parse_tensor_split(o.tensor_split);
-  if (o.split_mode == "tensor") tensor_parallel_members(o, p);
+  if (o.split_mode == SplitMode::tensor)
+    set_tensor_parallel_members(p, o.devices, o.comm == CommKind::mpi ? &mpi_world() : nullptr);
   p.main_gpu = o.main_gpu;
   p.overrides = o.overrides;
   p.cpu_moe = o.cpu_moe;

@@ -4,7 +4,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <algorithm>
 #include <new>
 #include <string>
@@ -12,8 +14,9 @@
 #include <vector>
 
 #include "loom/core/error.h"
+#include "loom/backend/registry.h"
+#include "loom/core/files.h"
 #include "loom/core/log.h"
-#include "loom/meta/comm.h"
 
 namespace loom::tools {
 
@@ -74,9 +77,16 @@ int run_main(const char* tool_name, int argc, char** argv, CLI::App& app, const 
     print_error(tool_name, e.what());
     return exit_code_for(e.kind());
   }
+  install_exit_on_signal();  // SIGINT/SIGTERM: temporaries removed, exit 130/143
   int rc = 0;
   try {
-    return body();
+    rc = body();
+    // Buffered output is only written now: a full disk or closed pipe must not read as success.
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      print_error(tool_name, fmt::format("cannot write to standard output: {}", std::strerror(errno)).c_str());
+      rc = 1;
+    }
+    return rc;
   } catch (const Error& e) {
     print_error(tool_name, e.what());
     rc = exit_code_for(e.kind());
@@ -85,9 +95,10 @@ int run_main(const char* tool_name, int argc, char** argv, CLI::App& app, const 
     rc = 4;
   } catch (const std::exception& e) {
     print_error(tool_name, e.what());
-    rc = 5;
+    rc = std::ferror(stdout) ? 1 : 5;  // fmt throws when a write to stdout fails
   }
-  meta::mpi_abort_if_running(rc);  // --comm mpi: the other ranks would wait in a collective forever
+  // --comm mpi: the other ranks would wait in a collective forever
+  if (const auto& abort_world = registry().collectives().abort_world) abort_world(rc);
   return rc;
 }
 

@@ -22,7 +22,7 @@ std::unique_ptr<TrainModel> TrainModel::open(const std::string& path, const Trai
       fail(ErrorKind::usage, "--train-tensors '{}': not a regular expression ({})", opt.train_tensors, e.what());
     }
   }
-  LOOM_CHECK(opt.placement.split_mode != "tensor", usage, "-sm tensor: training runs on one device per layer (-sm layer)");
+  LOOM_CHECK(opt.placement.split_mode != SplitMode::tensor, usage, "-sm tensor: training runs on one device per layer (-sm layer)");
   std::map<std::string, DType> saved;
   if (opt.trainable)
     for (const auto& [name, type] : *opt.trainable) saved[name] = type;

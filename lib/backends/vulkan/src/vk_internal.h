@@ -118,6 +118,7 @@ const char* shader_name(Shader s);
 
 class VulkanDevice final : public Device {
  public:
+  std::string details() const override { return describe(*this); }
   VulkanDevice(int index, VkPhysicalDevice phys, uint32_t queue_family);
   ~VulkanDevice() override;
 

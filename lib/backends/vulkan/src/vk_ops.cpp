@@ -30,7 +30,14 @@ Shader typed(Shader base, DType t) {
   }
   return (Shader)((int)base + i);
 }
-bool has_typed_shader(DType t) { return t != DType::I32; }
+bool has_typed_shader(DType t) {
+  switch (t) {
+    case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0: case DType::Q4_K: case DType::Q6_K:
+      return true;
+    default:
+      return false;  // the other quant types run on the CPU (the planner places them there)
+  }
+}
 
 // Fits one binding (the device's maxStorageBufferRange, less the offset alignment).
 bool fits(const VulkanDevice& dev, const Tensor* t) {

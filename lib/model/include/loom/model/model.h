@@ -11,9 +11,9 @@
 
 #include "loom/graph/context.h"
 #include "loom/model/arch.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 #include "loom/model/placement.h"
-#include "loom/model/tokenizer.h"
+#include "loom/tokenizer/tokenizer.h"
 #include "loom/model/tp_shard.h"
 
 namespace loom {

@@ -3,17 +3,22 @@
 #pragma once
 
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "loom/model/model.h"
 #include "loom/model/session.h"
-#include "loom/sched/devices.h"
+#include "loom/backend/registry.h"
 
 namespace CLI {
 class App;
 }
 
 namespace loom::tools {
+
+// --comm: how tensor-parallel members meet (auto: in this process, as inproc).
+enum class CommKind { auto_select, inproc, mpi, nccl };
 
 struct CommonOptions {
   std::string model;
@@ -22,7 +27,7 @@ struct CommonOptions {
   int64_t n_ubatch = 512;
   int n_threads = 0;
   std::string n_gpu_layers = "-1";
-  std::string split_mode = "layer";
+  SplitMode split_mode = SplitMode::layer;
   std::string tensor_split;
   int main_gpu = 0;
   std::string devices;
@@ -37,7 +42,7 @@ struct CommonOptions {
   bool list_devices = false;
   int n_copies = 1;
   std::string sim_devices;
-  std::string comm = "auto";  // -sm tensor: auto | inproc | mpi | nccl (docs/TENSOR-PARALLEL.md)
+  CommKind comm = CommKind::auto_select;  // -sm tensor collectives (docs/TENSOR-PARALLEL.md)
   int64_t reduce_bf16 = -1;   // -sm tensor: AllReduce tensors of at least N elements as BF16 (-1: never)
   bool json = false;
 };
@@ -50,9 +55,18 @@ SessionParams session_params(const CommonOptions& o);
 // Prints `NAME  KIND  TOTAL MiB  FREE MiB` per device.
 void print_devices(const CommonOptions& o);
 
+// --comm mpi with more than one rank: compares the model's identity (metadata and size), the
+// shared flags and `extra` (the tool's own parameters, in the same order on every rank) with
+// rank 0's, before any collective. Returns 0 when they agree; otherwise rank 0 prints one line
+// naming what differs and every rank gets 2 (the exit code) — no rank hangs.
+int check_ranks_agree(const char* tool_name, const CommonOptions& o,
+                      const std::vector<std::pair<std::string, std::string>>& extra);
+// "N bytes, checksum X": a prompt or text compared across ranks without sending it.
+std::string text_fingerprint(std::string_view text);
+
 // The devices of a run: --sim-devices / LOOM_SIM_DEVICES, then -dev selection (CPU last).
 struct RunDevices {
-  sched::DeviceSet set;
+  DeviceSet set;
   std::vector<Device*> selected;
 };
 RunDevices make_run_devices(const CommonOptions& o);

@@ -38,6 +38,7 @@ struct RunOptions {
   PlacementParams placement;
   bool json = false;        // one JSON object per step on stdout, then a summary object
   int progress = -1;       // -1: in place on a terminal, one line per epoch otherwise; 0/1 force
+  bool allow_nan = false;  // --allow-nan: keep training when the loss is NaN/Inf (default: exit 3)
   // --log-csv: one row per step `step,epoch,loss,accuracy,lr,grad_norm,val_loss` (val_loss on the
   // steps that end an epoch), flushed as it goes; appended to on --resume
   std::string log_csv;

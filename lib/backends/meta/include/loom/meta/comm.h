@@ -13,17 +13,16 @@ namespace loom::meta {
 // the host: a rank computes while holding the group's turn and hands it over while it waits in
 // a collective, so CPU and simulated members never run kernels at the same time on the
 // shared thread pool.
-class InProcessGroup {
+class InProcessGroup final : public CommGroup {
  public:
   explicit InProcessGroup(int n);
-  ~InProcessGroup();
+  ~InProcessGroup() override;
   InProcessGroup(const InProcessGroup&) = delete;
   InProcessGroup& operator=(const InProcessGroup&) = delete;
 
-  int size() const;
-  Communicator& rank(int r);
-  // Wakes every rank blocked in a collective with an error (a member failed).
-  void abort(const std::string& why);
+  int size() const override;
+  Communicator& rank(int r) override;
+  void abort(const std::string& why) override;
 
   struct State;
 

@@ -1,7 +1,9 @@
-// Strict GGUF v3 reader. The file is mapped read-only and parsed through a bounds-checked
-// cursor: every count and length is checked against the bytes that remain before anything is
-// allocated, so a corrupt or hostile file fails with one clear message, never a crash or a huge
-// allocation. Tensor data pages are never touched here.
+// Strict GGUF v3 reader. The head of the file (metadata and tensor infos) is read, not mapped,
+// and parsed through a bounds-checked cursor: every count and length is checked against the
+// bytes that remain in the file before anything is allocated, so a corrupt or hostile file fails
+// with one clear message, never a crash or a huge allocation. The tensor data is mapped only
+// when a tool asks for it, so planning tools work under an address-space limit smaller than the
+// file; a mapped file that shrinks later ends the process with exit 3 (SIGBUS guard), not a crash.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -9,11 +11,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <unordered_set>
 
 #include "loom/core/error.h"
-#include "loom/model/gguf.h"
+#include "loom/core/files.h"
+#include "loom/core/hash.h"
+#include "loom/gguf/gguf.h"
 
 namespace loom::gguf {
 
@@ -32,12 +37,57 @@ std::string printable_magic(const uint8_t* p, size_t n) {
   return s;
 }
 
+// Thrown when the parse needs more of the file than was read: the caller reads more and retries.
+struct NeedMore {};
+
+constexpr size_t kFirstRead = 1u << 20;
+
+// Bus errors come from a mapped file that shrank under us (truncated or rewritten in place):
+// one error line, the temporaries removed, exit 3. The message is built before mapping.
+char g_bus_message[1024];
+size_t g_bus_len = 0;
+
+extern "C" void on_bus_error(int) {
+  if (::write(STDERR_FILENO, g_bus_message, g_bus_len) < 0) {
+  }
+  remove_registered_temps();
+  ::_exit(3);
+}
+
+void guard_bus_errors(const std::string& path) {
+  const std::string msg = fmt::format(
+      "{}: error: {}: the file shrank or was rewritten while in use (bus error reading its mapping)\n",
+      program_invocation_short_name, path);
+  g_bus_len = std::min(msg.size(), sizeof(g_bus_message));
+  std::memcpy(g_bus_message, msg.data(), g_bus_len);
+  struct sigaction sa {};
+  sa.sa_handler = on_bus_error;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGBUS, &sa, nullptr);
+}
+
+// Reads n bytes at offset; a short read means the file shrank since it was opened.
+void pread_all(int fd, uint8_t* dst, size_t n, size_t offset, const std::string& path) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, dst + done, n - done, (off_t)(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) fail(ErrorKind::io, "{}: read error: {}", path, std::strerror(errno));
+    if (r == 0)
+      fail(ErrorKind::invalid_input, "{}: the file shrank while being read ({} bytes expected, {} found)", path,
+           offset + n, offset + done);
+    done += (size_t)r;
+  }
+}
+
 }  // namespace
 
-// Parses a whole file image into a File. Errors name the file (path_) and the item being read.
+// Parses a file image into a File: `avail` bytes of it are at `data`, `size` is the whole file
+// (bounds are checked against size; NeedMore asks for more of the head). Errors name the file (path_) and the item being read.
 class Reader {
  public:
-  Reader(File& file, const uint8_t* data, size_t size) : f_(file), p_(data), size_(size) {}
+  Reader(File& file, const uint8_t* data, size_t avail, size_t size)
+      : f_(file), p_(data), avail_(avail), size_(size) {}
 
   void parse() {
     read_header();
@@ -50,6 +100,7 @@ class Reader {
  private:
   File& f_;
   const uint8_t* p_;
+  size_t avail_;
   size_t size_;
   size_t pos_ = 0;
   std::string ctx_;  // "key 'x'" / "tensor 'y'": what is being read, for messages
@@ -60,8 +111,13 @@ class Reader {
   size_t remaining() const { return size_ - pos_; }
   std::string where() const { return ctx_.empty() ? std::string() : ctx_ + ": "; }
 
+  // The next n bytes must have been read (they are known to be in the file).
+  void ensure(size_t n) {
+    if (n > avail_ - pos_) throw NeedMore{};
+  }
+
   void need(size_t n, const char* what) {
-    if (n <= remaining()) return;
+    if (n <= remaining()) return ensure(n);
     fail(ErrorKind::invalid_input, "{}: {}truncated file: {} needs {} bytes at offset {} but only {} remain",
          path(), where(), what, n, pos_, remaining());
   }
@@ -83,6 +139,7 @@ class Reader {
     if (len > remaining())
       fail(ErrorKind::invalid_input, "{}: {}{} claims {} bytes at offset {} but only {} remain in the file",
            path(), where(), what, len, pos_, remaining());
+    ensure((size_t)len);
     std::string s(reinterpret_cast<const char*>(p_ + pos_), (size_t)len);
     pos_ += (size_t)len;
     return s;
@@ -188,6 +245,7 @@ class Reader {
       if (!seen.insert(key).second) fail(ErrorKind::invalid_input, "{}: duplicate key '{}'", path(), key);
       Value v;
       const ValueType t = read_value_type("value type");
+      f_.value_offsets_.push_back(pos_);
       if (t == ValueType::ARRAY) {
         v = read_array();
       } else if (t == ValueType::STRING) {
@@ -288,38 +346,37 @@ class Reader {
 // ---- File ---------------------------------------------------------------------------------
 
 std::unique_ptr<File> File::open(const std::string& path) {
-  std::unique_ptr<File> f(new File());
-  f->path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(ErrorKind::io, "{}: cannot open: {}", path, std::strerror(errno));
+  const int fd = open_regular_file(path, "model file");  // a FIFO or device never blocks here
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int e = errno;
     ::close(fd);
     fail(ErrorKind::io, "{}: cannot stat: {}", path, std::strerror(e));
   }
-  if (S_ISDIR(st.st_mode)) {
-    ::close(fd);
-    fail(ErrorKind::io, "{}: is a directory, not a GGUF file", path);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(ErrorKind::io, "{}: not a regular file", path);
-  }
   const size_t size = (size_t)st.st_size;
-  if (size == 0) {
+  std::unique_ptr<File> f;
+  std::vector<uint8_t> head;
+  try {
+    if (size == 0) fail(ErrorKind::invalid_input, "{}: empty file, not GGUF", path);
+    // Metadata first: the head of the file, read again larger while the parse needs more.
+    for (size_t want = std::min(size, kFirstRead);; want = std::min(size, want * 4)) {
+      head.resize(want);
+      pread_all(fd, head.data(), want, 0, path);
+      f.reset(new File());
+      f->path_ = path;
+      f->file_size_ = size;
+      try {
+        Reader(*f, head.data(), want, size).parse();
+        break;
+      } catch (const NeedMore&) {
+        LOOM_ASSERT(want < size, "{}: parse asked for bytes past the end", path);
+      }
+    }
+  } catch (...) {
     ::close(fd);
-    fail(ErrorKind::invalid_input, "{}: empty file, not GGUF", path);
+    throw;
   }
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int e = errno;
-  ::close(fd);
-  if (map == MAP_FAILED) fail(ErrorKind::io, "{}: cannot map {} bytes: {}", path, size, std::strerror(e));
-  f->map_ = map;
-  f->map_size_ = size;
-  f->bytes_ = static_cast<const uint8_t*>(map);
-  f->file_size_ = size;
-  Reader(*f, f->bytes_, size).parse();  // on error, ~File unmaps
+  f->fd_ = fd;
   return f;
 }
 
@@ -327,15 +384,92 @@ std::unique_ptr<File> File::open_memory(const void* data, size_t size, const std
   std::unique_ptr<File> f(new File());
   f->path_ = name;
   f->owned_.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + size);
-  f->bytes_ = f->owned_.data();
   f->file_size_ = size;
   if (size == 0) fail(ErrorKind::invalid_input, "{}: empty file, not GGUF", name);
-  Reader(*f, f->bytes_, size).parse();
+  Reader(*f, f->owned_.data(), size, size).parse();
+  f->data_ = f->owned_.data() + f->data_offset_;
   return f;
 }
 
 File::~File() {
   if (map_) ::munmap(map_, map_size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void File::map_data() const {
+  const size_t page = (size_t)::sysconf(_SC_PAGESIZE);
+  const size_t start = data_offset_ / page * page;
+  const size_t len = file_size_ - start;
+  if (len == 0) return;
+  guard_bus_errors(path_);
+  void* map = ::mmap(nullptr, len, PROT_READ, MAP_PRIVATE, fd_, (off_t)start);
+  if (map == MAP_FAILED)
+    fail(ErrorKind::out_of_memory, "{}: cannot map {} bytes ({:.1f} MiB) of tensor data: {}", path_, len,
+         (double)len / (1 << 20), std::strerror(errno));
+  map_ = map;
+  map_size_ = len;
+  data_ = static_cast<const uint8_t*>(map) + (data_offset_ - start);
+}
+
+const uint8_t* File::data_section() const {
+  if (fd_ >= 0) std::call_once(map_once_, [this] { map_data(); });
+  return data_;
+}
+
+bool File::data_is_hole() const {
+  if (fd_ < 0 || data_size_ == 0) return false;
+  // The header's last block holds data; look past it.
+  const size_t block = 1u << 16;
+  const size_t from = (data_offset_ + block - 1) / block * block;
+  if (from >= file_size_) return false;
+  return ::lseek(fd_, (off_t)from, SEEK_DATA) < 0 && errno == ENXIO;
+}
+
+uint64_t File::identity() const {
+  // The head (metadata, tensor infos) and 16 evenly spaced 4 KiB samples of the data: two
+  // models of one shape with other weights differ, and nothing is mapped.
+  constexpr size_t kSamples = 16, kSample = 4096;
+  Hasher h;
+  h.update_value(file_size_);
+  std::vector<uint8_t> buf(std::min(file_size_, std::max(data_offset_, kSample)));
+  auto read = [&](size_t off, size_t n) {
+    if (fd_ >= 0) pread_all(fd_, buf.data(), n, off, path_);
+    else std::memcpy(buf.data(), owned_.data() + off, n);
+    h.update(buf.data(), n);
+  };
+  read(0, std::min(data_offset_, file_size_));
+  const size_t data = file_size_ - std::min(data_offset_, file_size_);
+  for (size_t k = 0; k < kSamples && data > 0; ++k) {
+    const size_t off = data_offset_ + (data - std::min(data, kSample)) * k / (kSamples - 1);
+    read(off, std::min(kSample, file_size_ - off));
+  }
+  return h.digest();
+}
+
+uint64_t File::checksum(std::string_view key) const {
+  size_t at = SIZE_MAX;
+  for (size_t i = 0; i < kv_.size(); ++i)
+    if (kv_[i].first == key && kv_[i].second.type == ValueType::U64) at = value_offsets_[i];
+  LOOM_CHECK(at != SIZE_MAX, invalid_input, "{}: no checksum (u64 key '{}')", path_, key);
+  Hasher h;
+  std::vector<uint8_t> buf(std::min<size_t>(file_size_, 4u << 20));
+  for (size_t off = 0; off < file_size_; off += buf.size()) {
+    const size_t n = std::min(buf.size(), file_size_ - off);
+    if (fd_ >= 0) pread_all(fd_, buf.data(), n, off, path_);
+    else std::memcpy(buf.data(), owned_.data() + off, n);
+    // The checksum's own bytes count as zeros.
+    for (size_t k = 0; k < 8; ++k)
+      if (at + k >= off && at + k < off + n) buf[at + k - off] = 0;
+    h.update(buf.data(), n);
+  }
+  return h.digest();
+}
+
+void File::check_size() const {
+  if (fd_ < 0) return;
+  struct stat st {};
+  LOOM_CHECK(::fstat(fd_, &st) == 0 && (size_t)st.st_size >= file_size_, invalid_input,
+             "{}: the file shrank while in use ({} bytes when opened, {} now)", path_, file_size_, (size_t)st.st_size);
 }
 
 const Value* File::find(std::string_view key) const {
@@ -406,7 +540,7 @@ const TensorInfo* File::find_tensor(std::string_view name) const {
   return nullptr;
 }
 
-const uint8_t* File::tensor_data(const TensorInfo& t) const { return bytes_ + data_offset_ + t.offset; }
+const uint8_t* File::tensor_data(const TensorInfo& t) const { return data_section() + t.offset; }
 
 size_t File::tensor_bytes_total() const {
   size_t total = 0;

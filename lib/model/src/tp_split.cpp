@@ -1,11 +1,11 @@
 // Split arithmetic: cumulative rounding of proportional shares (see split.h).
-#include "loom/meta/split.h"
+#include "loom/model/tp_split.h"
 
 #include <cmath>
 
 #include "loom/core/error.h"
 
-namespace loom::meta {
+namespace loom::tp {
 
 std::vector<Range> split_units(int64_t n_units, const std::vector<float>& proportions) {
   LOOM_CHECK(!proportions.empty(), usage, "[tensor split] no members");
@@ -40,4 +40,4 @@ std::vector<Range> split_axis(int64_t n, int64_t granule, const std::vector<floa
   return out;
 }
 
-}  // namespace loom::meta
+}  // namespace loom::tp

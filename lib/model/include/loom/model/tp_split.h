@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace loom::meta {
+namespace loom::tp {
 
 // A member's half-open range [begin, end) of some axis.
 struct Range {
@@ -23,4 +23,4 @@ std::vector<Range> split_units(int64_t n_units, const std::vector<float>& propor
 // unit may be short when granule does not divide n.
 std::vector<Range> split_axis(int64_t n, int64_t granule, const std::vector<float>& proportions);
 
-}  // namespace loom::meta
+}  // namespace loom::tp

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "loom/core/error.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 
 namespace loom::gguf {
 
@@ -53,7 +53,7 @@ const char* ggml_type_name(int64_t id) {
   // ggml_type ids; empty entries were removed from ggml and are not valid in files.
   static constexpr const char* kNames[] = {
       "f32",     "f16",    "q4_0",    "q4_1",   "",        "",       "q5_0",   "q5_1",
-      "q8_0",    "q8_1",   "q2_k",    "q3_k",   "q4_k",    "q5_k",   "q6_k",   "q8_k",
+      "q8_0",    "q8_1",   "q2_K",    "q3_K",   "q4_K",    "q5_K",   "q6_K",   "q8_K",
       "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s",  "iq4_nl",  "iq3_s",  "iq2_s",  "iq4_xs",
       "i8",      "i16",    "i32",     "i64",    "f64",     "iq1_m",  "bf16",   "",
       "",        "",       "tq1_0",   "tq2_0",  "",        "",       "",       "mxfp4"};

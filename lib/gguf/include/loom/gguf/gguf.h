@@ -1,4 +1,4 @@
-// GGUF v3 files: a strict, overflow-safe reader over an mmap of the file, and a writer that
+// GGUF v3 files: a strict, overflow-safe reader (metadata read, tensor data mapped on demand), and a writer that
 // writes to a temporary name and renames (optionally leaving the data section as a sparse hole,
 // "header-only"). Byte-compatible with llama.cpp's gguf.
 #pragma once
@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,7 +32,7 @@ bool is_integer_type(ValueType t);         // U8..I64 (not BOOL)
 bool is_float_type(ValueType t);           // F32, F64
 size_t value_type_size(ValueType t);       // bytes of one scalar on disk; 0 for STRING/ARRAY
 
-// Name of a ggml tensor type id ("q5_k"), also for the ones loom does not support; nullptr if
+// Name of a ggml tensor type id ("q5_K", as ggml prints it), also for the ones loom does not support; nullptr if
 // the id is not a ggml type at all.
 const char* ggml_type_name(int64_t id);
 
@@ -121,8 +122,19 @@ class File {
 
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(std::string_view name) const;
-  // Pointer to the tensor's bytes inside the mapping (valid while the File lives).
+  // Pointer to the tensor's bytes inside the mapping (valid while the File lives). The data
+  // section is mapped on the first call: out_of_memory (exit 4) with the size when it cannot be.
   const uint8_t* tensor_data(const TensorInfo& t) const;
+  // A header-only file: the data section is a sparse hole (nothing to read but zeros).
+  bool data_is_hole() const;
+  // invalid_input when the file is now smaller than when it was opened (truncated under us).
+  void check_size() const;
+  // Hash of the metadata, tensor infos, file size and 16 small samples of the tensor data (read,
+  // not mapped): what MPI ranks and loom-train --resume compare to know they have one model.
+  uint64_t identity() const;
+  // Checksum of the whole file with the u64 value of `key` counted as zeros (see
+  // Writer::set_checksum_key). Reads every byte.
+  uint64_t checksum(std::string_view key) const;
   size_t tensor_bytes_total() const;  // sum of nbytes (without padding)
 
  private:
@@ -135,9 +147,14 @@ class File {
   size_t file_size_ = 0;
   std::vector<std::pair<std::string, Value>> kv_;
   std::vector<TensorInfo> tensors_;
-  const uint8_t* bytes_ = nullptr;  // the whole file: mapping or owned_
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
+  void map_data() const;
+  const uint8_t* data_section() const;
+  int fd_ = -1;
+  std::vector<size_t> value_offsets_;  // file offset of each metadata value (after its type)
+  mutable std::once_flag map_once_;
+  mutable const uint8_t* data_ = nullptr;  // the data section: in owned_, or in the mapping
+  mutable void* map_ = nullptr;
+  mutable size_t map_size_ = 0;
   std::vector<uint8_t> owned_;
   friend class Reader;
 };
@@ -168,10 +185,13 @@ class Writer {
   size_t header_size() const;
   size_t file_size() const;
 
-  // Writes PATH.tmp then renames. header_only: metadata + tensor infos, data section left as a
-  // sparse hole of the right size (ftruncate), so the file is full-size but costs no disk.
+  // Writes through AtomicFile (unique temporary, fsync, rename). header_only: metadata +
+  // tensor infos, data section left as a sparse hole of the right size (ftruncate), so the file is full-size but costs no disk.
   // On any error the temporary file is removed and loom::Error (io) names the path.
   void write(const std::string& path, bool header_only = false) const;
+  // Adds key (u64) holding the file's checksum: loom::Hasher over every byte of the file with
+  // this value's 8 bytes as zeros (File::checksum recomputes it).
+  void set_checksum_key(std::string key);
 
  private:
   struct PendingTensor {
@@ -179,7 +199,9 @@ class Writer {
     FillFn fill;
     FillRowsFn fill_rows;
   };
-  std::vector<uint8_t> encode_header(size_t alignment) const;
+  // checksum_at: where the checksum key's value sits in the header (when there is one).
+  std::vector<uint8_t> encode_header(size_t alignment, size_t* checksum_at = nullptr) const;
+  std::string checksum_key_;
   std::vector<std::pair<std::string, Value>> kv_;
   std::vector<PendingTensor> tensors_;
 };

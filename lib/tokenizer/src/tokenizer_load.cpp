@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "loom/core/error.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 #include "tokenizer_impl.h"
 
 namespace loom {

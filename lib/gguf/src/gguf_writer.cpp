@@ -1,16 +1,16 @@
 // GGUF v3 writer: encodes metadata and tensor infos exactly as llama.cpp's gguf does, streams
-// tensor bytes from callbacks in bounded chunks, writes PATH.tmp and renames it into place.
+// tensor bytes from callbacks in bounded chunks, through AtomicFile (a unique temporary, renamed).
 // Header-only files end with ftruncate, leaving the data section as a sparse hole.
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
+#include "loom/core/files.h"
+#include "loom/core/hash.h"
 #include "loom/core/error.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 
 namespace loom::gguf {
 
@@ -88,49 +88,6 @@ void put_value(ByteSink& out, const Value& v) {
 
 size_t pad_to(size_t n, size_t alignment) { return (n + alignment - 1) / alignment * alignment; }
 
-// Owns the temporary file until commit(); removes it on any early exit.
-class TempFile {
- public:
-  explicit TempFile(std::string final_path) : final_(std::move(final_path)), tmp_(final_ + ".tmp") {
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail(ErrorKind::io, "{}: cannot create '{}': {}", final_, tmp_, std::strerror(errno));
-  }
-  ~TempFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
-  }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-
-  void write_all(const uint8_t* p, size_t n) {
-    while (n > 0) {
-      const ssize_t w = ::write(fd_, p, std::min(n, (size_t)1 << 30));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) fail(ErrorKind::io, "{}: write failed: {}", tmp_, w < 0 ? std::strerror(errno) : "no progress");
-      p += w;
-      n -= (size_t)w;
-    }
-  }
-  void truncate(size_t size) {
-    if (::ftruncate(fd_, (off_t)size) != 0)
-      fail(ErrorKind::io, "{}: cannot extend to {} bytes: {}", tmp_, size, std::strerror(errno));
-  }
-  void commit() {
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) fail(ErrorKind::io, "{}: close failed: {}", tmp_, std::strerror(errno));
-    if (::rename(tmp_.c_str(), final_.c_str()) != 0)
-      fail(ErrorKind::io, "{}: cannot rename '{}' into place: {}", final_, tmp_, std::strerror(errno));
-    committed_ = true;
-  }
-
- private:
-  std::string final_;
-  std::string tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
-
 }  // namespace
 
 void Writer::set(std::string key, Value value) {
@@ -202,7 +159,12 @@ size_t Writer::alignment() const {
   return (size_t)al;
 }
 
-std::vector<uint8_t> Writer::encode_header(size_t al) const {
+void Writer::set_checksum_key(std::string key) {
+  set(key, Value::u64(0));
+  checksum_key_ = std::move(key);
+}
+
+std::vector<uint8_t> Writer::encode_header(size_t al, size_t* checksum_at) const {
   ByteSink out;
   out.put<uint32_t>(kMagic);
   out.put<uint32_t>(kVersion);
@@ -210,6 +172,7 @@ std::vector<uint8_t> Writer::encode_header(size_t al) const {
   out.put<int64_t>((int64_t)kv_.size());
   for (const auto& [k, v] : kv_) {
     out.put_string(k);
+    if (checksum_at && k == checksum_key_) *checksum_at = out.buf.size() + sizeof(int32_t);  // after the type
     put_value(out, v);
   }
   uint64_t offset = 0;
@@ -243,13 +206,24 @@ size_t Writer::file_size() const { return data_end(header_size(), tensors_, alig
 
 void Writer::write(const std::string& path, bool header_only) const {
   const size_t al = alignment();
-  const std::vector<uint8_t> header = encode_header(al);
+  size_t checksum_at = 0;
+  const std::vector<uint8_t> header = encode_header(al, &checksum_at);
   const size_t total = data_end(header.size(), tensors_, al);
-  TempFile file(path);
-  file.write_all(header.data(), header.size());
+  AtomicFile out(path);
+  Hasher hasher;
+  struct {
+    AtomicFile& f;
+    Hasher& h;
+    bool hash;
+    void write(const uint8_t* p, size_t n) {
+      f.write(p, n);
+      if (hash) h.update(p, n);
+    }
+  } file{out, hasher, !checksum_key_.empty()};
+  file.write(header.data(), header.size());
   if (header_only) {
-    file.truncate(total);
-    file.commit();
+    out.truncate(total);
+    out.commit();
     return;
   }
   std::vector<uint8_t> chunk;
@@ -259,7 +233,7 @@ void Writer::write(const std::string& path, bool header_only) const {
     if (t.fill) {  // whole tensor at once
       chunk.assign(info.nbytes, 0);
       t.fill(chunk.data(), info.nbytes);
-      file.write_all(chunk.data(), info.nbytes);
+      file.write(chunk.data(), info.nbytes);
     } else if (info.nbytes > 0) {
       const int64_t n_rows = info.ne[1] * info.ne[2] * info.ne[3];
       const size_t row_bytes = info.nbytes / (size_t)n_rows;
@@ -268,16 +242,21 @@ void Writer::write(const std::string& path, bool header_only) const {
         const int64_t n = std::min(rows_per_chunk, n_rows - r);
         chunk.assign((size_t)n * row_bytes, 0);
         if (t.fill_rows) t.fill_rows(chunk.data(), r, n);
-        file.write_all(chunk.data(), chunk.size());
+        file.write(chunk.data(), chunk.size());
       }
     }
     for (size_t pad = pad_to(info.nbytes, al) - info.nbytes; pad > 0;) {
       const size_t n = std::min(pad, sizeof(zeros));
-      file.write_all(zeros, n);
+      file.write(zeros, n);
       pad -= n;
     }
   }
-  file.commit();
+  if (!checksum_key_.empty()) {
+    const uint64_t sum = hasher.digest();
+    LOOM_CHECK(::pwrite(out.fd(), &sum, sizeof(sum), (off_t)checksum_at) == (ssize_t)sizeof(sum), io,
+               "{}: cannot write the checksum: {}", path, std::strerror(errno));
+  }
+  out.commit();
 }
 
 }  // namespace loom::gguf

@@ -1,7 +1,7 @@
 // loom::Tokenizer's public face: special-token partitioning (llama.cpp's
 // tokenizer_st_partition), dispatch to SPM or BPE per raw fragment, BOS/EOS rules,
 // token_to_piece and detokenize (with SPM's prefix-space strip and BPE's space clean-up).
-#include "loom/model/tokenizer.h"
+#include "loom/tokenizer/tokenizer.h"
 
 #include <algorithm>
 #include <cctype>

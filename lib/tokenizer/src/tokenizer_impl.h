@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "loom/model/tokenizer.h"
+#include "loom/tokenizer/tokenizer.h"
 #include "unicode.h"
 
 namespace loom::tok {
