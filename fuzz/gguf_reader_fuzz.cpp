@@ -7,7 +7,7 @@
 
 #include "loom/core/error.h"
 #include "loom/model/arch.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::unique_ptr<loom::gguf::File> file;

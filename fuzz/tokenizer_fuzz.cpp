@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "loom/model/gguf.h"
-#include "loom/model/tokenizer.h"
+#include "loom/gguf/gguf.h"
+#include "loom/tokenizer/tokenizer.h"
 
 #ifndef LOOM_SHARED_DIR
 #define LOOM_SHARED_DIR "../shared"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (build-fuzz/) and runs the GGUF reader fuzzer for
-# SECONDS (default 60) on a seed corpus of small models made by loom-gguf new at runtime.
+# SECONDS (default 60) on a seed corpus of small models made by loom-gguf new at runtime
+# (checkpoint_fuzz: a checkpoint made by build/bin/loom-train).
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET=gguf_reader_fuzz]. Crashes land in build-fuzz/crashes/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +41,23 @@ if [ "$target" = gguf_reader_fuzz ]; then
     >"$corpus/seed-min.gguf"
 fi
 
+if [ "$target" = checkpoint_fuzz ]; then
+  # Seed: a real checkpoint of a small model (two steps of loom-train).
+  train=build/bin/loom-train
+  gguf=build/bin/loom-gguf
+  if [ -x "$train" ] && [ -x "$gguf" ]; then
+    tmp=$(mktemp -d)
+    "$gguf" new --arch llama --n-layer 1 --n-embd 32 --n-head 2 --n-head-kv 1 --n-ff 64 --n-vocab 257 \
+      --n-ctx-train 64 -o "$tmp/m.gguf" >/dev/null
+    printf 'the cat sat on the mat. %.0s' $(seq 40) >"$tmp/t.txt"
+    "$train" -f "$tmp/t.txt" -m "$tmp/m.gguf" -c 16 -b 2 --steps 3 --checkpoint-every 2 \
+      --checkpoint "$corpus/seed.ckpt" -o "$tmp/o.gguf" -t 1 >/dev/null 2>&1 || true
+    rm -rf "$tmp"
+  fi
+fi
+
+max_len=65536
+[ "$target" = checkpoint_fuzz ] && max_len=262144  # the seed checkpoint is ~100 KB
 # Deterministic-ish, bounded: many small inputs, each run capped so no single input can hang.
-"./build-fuzz/bin/$target" "$corpus" -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+"./build-fuzz/bin/$target" "$corpus" -max_total_time="$seconds" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 \
   -artifact_prefix="$crashes/" -print_final_stats=1

@@ -2,9 +2,10 @@
 # Installs (idempotently) the Debian packages loom's build and tests need. Runs apt-get update
 # only when something is missing. No other downloads.
 set -euo pipefail
-packages=(cmake ninja-build ccache g++ clang pkg-config python3 libcli11-dev nlohmann-json3-dev libfmt-dev
+packages=(cmake ninja-build ccache g++ clang pkg-config python3 libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
           libgtest-dev libgmock-dev libbenchmark-dev libpcre2-dev
-          libopenmpi-dev openmpi-bin)
+          libopenmpi-dev openmpi-bin python3-matplotlib
+          mesa-vulkan-drivers libvulkan-dev glslc vulkan-tools vulkan-validationlayers)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 ./scripts/setup-deps.sh
 ./scripts/build.sh
 (cd "${LOOM_BUILD_DIR:-build}" && ctest --output-on-failure -j2 --timeout 900)
-# libFuzzer: the GGUF reader (60 s, as the foundation issue asks) and the tokenizer (30 s).
+# libFuzzer: the GGUF reader (60 s, as the foundation issue asks), the tokenizer (30 s).
 ./scripts/fuzz.sh "${LOOM_FUZZ_SECONDS:-60}" gguf_reader_fuzz
 ./scripts/fuzz.sh "${LOOM_FUZZ_TOKENIZER_SECONDS:-30}" tokenizer_fuzz
+# Checkpoint files (20 s: a seed checkpoint and the state parser behind the checksum).
+./scripts/fuzz.sh "${LOOM_FUZZ_CHECKPOINT_SECONDS:-20}" checkpoint_fuzz

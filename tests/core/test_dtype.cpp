@@ -25,9 +25,14 @@ TEST(DType, SizesMatchGguf) {
   // ggml_type ids and ggml's type_traits (blck_size, type_size).
   const Expect expect[] = {
       {DType::F32, 0, "f32", 4, 1},        {DType::F16, 1, "f16", 2, 1},
-      {DType::Q4_0, 2, "q4_0", 18, 32},    {DType::Q8_0, 8, "q8_0", 34, 32},
-      {DType::Q4_K, 12, "q4_k", 144, 256}, {DType::Q6_K, 14, "q6_k", 210, 256},
+      {DType::Q4_0, 2, "q4_0", 18, 32},    {DType::Q4_1, 3, "q4_1", 20, 32},
+      {DType::Q5_0, 6, "q5_0", 22, 32},    {DType::Q5_1, 7, "q5_1", 24, 32},
+      {DType::Q8_0, 8, "q8_0", 34, 32},    {DType::Q2_K, 10, "q2_K", 84, 256},
+      {DType::Q3_K, 11, "q3_K", 110, 256}, {DType::Q4_K, 12, "q4_K", 144, 256},
+      {DType::Q5_K, 13, "q5_K", 176, 256}, {DType::Q6_K, 14, "q6_K", 210, 256},
+      {DType::IQ4_NL, 20, "iq4_nl", 18, 32}, {DType::IQ4_XS, 23, "iq4_xs", 136, 256},
       {DType::I32, 26, "i32", 4, 1},       {DType::BF16, 30, "bf16", 2, 1},
+      {DType::MXFP4, 39, "mxfp4", 17, 32},
   };
   for (const Expect& e : expect) {
     const DTypeInfo& info = dtype_info(e.type);
@@ -46,7 +51,8 @@ TEST(DType, Flags) {
     EXPECT_TRUE(dtype_info(t).is_float) << dtype_name(t);
     EXPECT_FALSE(dtype_info(t).is_quantized) << dtype_name(t);
   }
-  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
+                  DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4}) {
     EXPECT_TRUE(dtype_info(t).is_quantized) << dtype_name(t);
     EXPECT_FALSE(dtype_info(t).is_float) << dtype_name(t);
   }
@@ -61,22 +67,24 @@ TEST(DType, FromIdRejectsUnknown) {
     ASSERT_TRUE(dtype_from_id((int64_t)t).has_value());
     EXPECT_EQ(*dtype_from_id((int64_t)t), t);
   }
-  // Real ggml types loom does not support (q4_1 3, q5_0 6, q8_k 15, iq2_xxs 16, i8 24, f64 28),
-  // removed ids (4, 5), and garbage.
-  for (int64_t id : std::initializer_list<int64_t>{3, 4, 5, 6, 7, 9, 10, 11, 13, 15, 16, 24, 28, 31,
-                                                   39, -1, 1000, (int64_t)1 << 40})
+  // Real ggml types loom does not support (q8_1 9, q8_k 15, iq2_xxs 16, iq3_s 21, i8 24, f64 28),
+  // removed ids (4, 5, 31), and garbage.
+  for (int64_t id : std::initializer_list<int64_t>{4, 5, 9, 15, 16, 21, 24, 28, 31, 38, 40, -1, 1000, (int64_t)1 << 40})
     EXPECT_FALSE(dtype_from_id(id).has_value()) << id;
 }
 
 TEST(DType, FromName) {
   EXPECT_EQ(dtype_from_name("f32"), DType::F32);
   EXPECT_EQ(dtype_from_name("q4_k"), DType::Q4_K);
+  EXPECT_EQ(dtype_from_name("q4_K"), DType::Q4_K);  // as ggml_type_name prints it
+  EXPECT_EQ(dtype_from_name("IQ4_XS"), DType::IQ4_XS);
+  EXPECT_EQ(dtype_from_name("MXFP4"), DType::MXFP4);
   EXPECT_EQ(dtype_from_name("Q4_K"), DType::Q4_K);  // llama.cpp spells them upper case
   EXPECT_EQ(dtype_from_name("Q6_K"), DType::Q6_K);
   EXPECT_EQ(dtype_from_name("BF16"), DType::BF16);
   EXPECT_EQ(dtype_from_name("q8_0"), DType::Q8_0);
   for (DType t : kAllDTypes) EXPECT_EQ(dtype_from_name(dtype_name(t)), t);
-  for (const char* bad : {"", "q4", "q4_k_m", "Q4_K_M", "f32 ", "float", "q5_k", "q4_0x"})
+  for (const char* bad : {"", "q4", "q4_k_m", "Q4_K_M", "f32 ", "float", "q8_k", "q4_0x", "iq4"})
     EXPECT_FALSE(dtype_from_name(bad).has_value()) << '"' << bad << '"';
 }
 

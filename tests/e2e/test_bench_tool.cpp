@@ -1,10 +1,14 @@
 // loom-bench as a user runs it: the md/json/csv shapes of a tiny model's pp and tg tests, tests
-// at a context depth (-d, llama-bench's), and bad flags (exit 2, one error line, no table).
+// at a context depth (-d, llama-bench's), llama-bench's sweeps (lists, ranges, -pg, a column per
+// setting that varies, jsonl and sql), and bad flags (exit 2, one error line, no table).
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "tool_runner.h"
 
@@ -67,6 +71,90 @@ TEST_F(BenchTool, ContextTooSmallForTheDepthIsAUsageError) {
     EXPECT_TRUE(r.out.empty()) << r.out;  // no table header either
     EXPECT_NE(r.err.find("loom-bench: error:"), std::string::npos) << r.err;
   }
+}
+
+// The table rows of markdown output (after the header and its rule).
+std::vector<std::string> md_rows(const std::string& out) {
+  std::vector<std::string> rows;
+  std::istringstream in(out);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line))
+    if (line.rfind("| ", 0) == 0 && n++ >= 2) rows.push_back(line);
+  return rows;
+}
+
+TEST_F(BenchTool, ThreadListMakesOneRowPerTestAndThreadCount) {
+  // the example: two prompt sizes and one generation per thread count, threads a column
+  const ToolResult r = loom::test::run_command(
+      quote(bin_) + " -m " + quote(model_) + " -p 64,128 -n 16 -t 1,2 -r 1 -o md", dir_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("| threads |"), std::string::npos) << r.out;
+  const std::vector<std::string> rows = md_rows(r.out);
+  ASSERT_EQ(rows.size(), 6u) << r.out;
+  const char* want[] = {"| 1 | pp64 |", "| 1 | pp128 |", "| 1 | tg16 |", "| 2 | pp64 |", "| 2 | pp128 |", "| 2 | tg16 |"};
+  for (size_t i = 0; i < 6; ++i) EXPECT_NE(rows[i].find(want[i]), std::string::npos) << rows[i];
+}
+
+TEST_F(BenchTool, JsonLinesRangesAndPromptGenerationPairs) {
+  ToolResult r = run("-p 8-32*2 -n 0 -pg 8,4 -r 1 -o jsonl");  // 8, 16, 32, then pp8+tg4
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::istringstream in(r.out);
+  std::string line;
+  std::vector<nlohmann::json> rows;
+  while (std::getline(in, line)) rows.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(rows.size(), 4u) << r.out;
+  EXPECT_EQ(rows[0]["n_prompt"], 8);
+  EXPECT_EQ(rows[1]["n_prompt"], 16);
+  EXPECT_EQ(rows[2]["n_prompt"], 32);
+  EXPECT_EQ(rows[3]["n_prompt"], 8);
+  EXPECT_EQ(rows[3]["n_gen"], 4);
+  for (const auto& j : rows) {
+    EXPECT_EQ(j["backend"], "CPU");
+    EXPECT_EQ(j["n_threads"], 1);
+  }
+  r = run("-p 4-12+4 -n 0 -r 1 -o json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 3u);
+  EXPECT_EQ(j[2]["n_prompt"], 12);
+}
+
+TEST_F(BenchTool, VaryingSettingsGetColumnsAndSqlInserts) {
+  ToolResult r = run("-p 8 -n 0 -fa 1 -ctk f16,q8_0 -ub 4,8 -r 1");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("| n_ubatch | type_k | test |"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("type_v"), std::string::npos) << "type_v did not vary: no column";
+  EXPECT_EQ(md_rows(r.out).size(), 4u) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("\\| 8 \\| q8_0 \\| pp8 \\|"))) << r.out;
+  r = run("-p 8 -n 2 -r 1 -o sql");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("CREATE TABLE IF NOT EXISTS test (", 0), 0u) << r.out;
+  size_t inserts = 0;
+  for (size_t p = r.out.find("INSERT INTO test ("); p != std::string::npos; p = r.out.find("INSERT INTO test (", p + 1))
+    ++inserts;
+  EXPECT_EQ(inserts, 2u) << r.out;
+}
+
+TEST_F(BenchTool, ListDevicesAndBadListsAreUsageErrors) {
+  ToolResult r = loom::test::run_command(quote(bin_) + " --list-devices --sim-devices 1GiB", dir_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("SIM0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CPU"), std::string::npos) << r.out;
+  for (const char* args : {"-p 8-4", "-p 8,,16", "-p 4-64*1", "-t 1,x", "-pg 8", "-o yaml", "-ctk f16,q9_0"}) {
+    SCOPED_TRACE(args);
+    r = run(std::string(args) + " -n 1 -r 1");
+    EXPECT_EQ(r.rc, 2) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_NE(r.err.find("loom-bench: error:"), std::string::npos) << r.err;
+  }
+}
+
+TEST_F(BenchTool, BackendNamesTheDevicesThatHeldTheWeights) {
+  const ToolResult r = run("--sim-devices 1GiB -ngl all -p 8 -n 0 -r 1 -o jsonl");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+  EXPECT_NE(j["backend"].get<std::string>().find("SIM0"), std::string::npos) << r.out;
 }
 
 }  // namespace

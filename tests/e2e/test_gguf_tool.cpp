@@ -81,7 +81,7 @@ TEST_F(GgufTool, OverridesAndTypes) {
   EXPECT_EQ(j["metadata"]["general.quantization_version"], 2);
   for (const auto& t : j["tensors"]) {
     if (t["name"] == "blk.2.ffn_up_exps.weight") {
-      EXPECT_EQ(t["type"], "q4_k");
+      EXPECT_EQ(t["type"], "q4_K");
       EXPECT_EQ(t["shape"], nlohmann::json::array({256, 256, 8}));
       EXPECT_EQ(t["nbytes"], 256 / 256 * 144 * 256 * 8);
     }

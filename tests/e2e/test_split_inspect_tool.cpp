@@ -104,3 +104,33 @@ TEST(SplitInspectTool, MoeModelFusesRouterAndNormsWithoutChangingTokens) {
 }
 
 }  // namespace
+
+namespace {
+
+// Boxes of a Graphviz text: the node statements inside the clusters ("    g3 [label=..." grouped,
+// "    n17 [label=..." in detail; edges are written at the top level).
+size_t dot_boxes(const std::string& dot) {
+  size_t n = 0;
+  for (const char* prefix : {"\n    g", "\n    n"})
+    for (size_t p = dot.find(prefix); p != std::string::npos; p = dot.find(prefix, p + 1)) ++n;
+  return n;
+}
+
+TEST(SplitInspectTool, DotGroupsAnEightBModelByLayerAndSplit) {
+  const std::string m = (work_dir() / "llama-8b-header.gguf").string();
+  ASSERT_EQ(run_tool("loom-gguf new --arch llama --preset llama-8b --header-only -o " + m).rc, 0);
+  const std::string flags = " --sim-devices 2x8GiB -ngl all -c 4096";
+  auto d = run_tool("loom-split-inspect -m " + m + flags + " --dot");
+  ASSERT_EQ(d.rc, 0) << d.err;
+  // one box per layer per split (32 layers, the embeddings, the output): one page, not thousands
+  EXPECT_GE(dot_boxes(d.out), 34u);
+  EXPECT_LE(dot_boxes(d.out), 60u) << d.out;
+  EXPECT_NE(d.out.find("label=\"blk.31\\n"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("style=dashed"), std::string::npos) << "the layers cross from SIM0 to SIM1";
+  auto full = run_tool("loom-split-inspect -m " + m + flags + " --dot-detail");
+  ASSERT_EQ(full.rc, 0) << full.err;
+  EXPECT_GT(dot_boxes(full.out), 20 * dot_boxes(d.out)) << "--dot-detail draws every node";
+  EXPECT_EQ(run_tool("loom-split-inspect -m " + m + " --dot --dot-detail").rc, 2);
+}
+
+}  // namespace

@@ -13,7 +13,7 @@
 #include "loom/fit/fit.h"
 #include "loom/fit/probe.h"
 #include "loom/model/model_file.h"
-#include "loom/sched/devices.h"
+#include "loom/backend/registry.h"
 
 namespace loom::fit {
 namespace {
@@ -43,12 +43,12 @@ class FitModel : public ::testing::Test {
   static std::string path(const std::string& preset) { return (dir_ / (preset + ".gguf")).string(); }
 
   struct Run {
-    sched::DeviceSet set;
+    DeviceSet set;
     FitRequest req;
   };
   static Run request(const std::string& preset, const std::string& sims) {
     Run r;
-    r.set = sched::make_devices(sims, 1);
+    r.set = make_devices(sims, 1);
     r.req.model_path = path(preset);
     r.req.placement.devices = r.set.all;
     return r;
@@ -174,7 +174,7 @@ TEST_F(FitModel, FlagsThatCannotBeHonouredAreUsageErrors) {
       },
       Error);
   r.req.targets = {};
-  r.req.placement.split_mode = "tensor";  // sized per member (docs/TENSOR-PARALLEL.md), never refused
+  r.req.placement.split_mode = SplitMode::tensor;  // sized per member (docs/TENSOR-PARALLEL.md), never refused
   const FitReport tp = fit_params(r.req);
   ASSERT_FALSE(tp.devices.empty());
   EXPECT_GT(tp.devices.front().usage.model, 0u);

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "loom/core/error.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 
 namespace loom::test {
 

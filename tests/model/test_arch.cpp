@@ -13,7 +13,7 @@
 #include "gguf_test_util.h"
 #include "loom/core/quants.h"
 #include "loom/model/arch.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 #include "loom/model/model_file.h"
 
 namespace loom {

@@ -9,7 +9,7 @@
 #include <limits>
 
 #include "gguf_test_util.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 
 namespace loom {
 namespace {

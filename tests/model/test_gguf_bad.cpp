@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "gguf_test_util.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 
 namespace loom {
 namespace {
@@ -135,9 +135,9 @@ TEST(GgufBad, UnknownOrUnsupportedTensorType) {
   Raw r;
   r.header(1, 0).tensor("w", {32}, 200, 0).pad(32).zeros(256);
   expect_parse_error(r.b, ErrorKind::invalid_input, "tensor 'w' has unknown tensor type id 200");
-  Raw q5;  // a real ggml type loom does not implement
-  q5.header(1, 0).tensor("w", {256}, 13, 0).pad(32).zeros(256);
-  expect_parse_error(q5.b, ErrorKind::unsupported, "type q5_k (id 13)");
+  Raw iq2;  // a real ggml type loom does not implement
+  iq2.header(1, 0).tensor("w", {256}, 16, 0).pad(32).zeros(256);
+  expect_parse_error(iq2.b, ErrorKind::unsupported, "type iq2_xxs (id 16)");
   Raw gap;  // id 4 was removed from ggml
   gap.header(1, 0).tensor("w", {32}, 4, 0).pad(32).zeros(256);
   expect_parse_error(gap.b, ErrorKind::invalid_input, "unknown tensor type id 4");
@@ -202,7 +202,7 @@ TEST(GgufBad, Alignment) {
 TEST(GgufBad, RowNotAMultipleOfBlockSize) {
   Raw r;
   r.header(1, 0).tensor("blk.0.ffn_down.weight", {100, 4}, 12, 0).pad(32).zeros(4096);
-  expect_parse_error(r.b, ErrorKind::invalid_input, "ne[0] = 100 is not a multiple of the q4_k block size 256");
+  expect_parse_error(r.b, ErrorKind::invalid_input, "ne[0] = 100 is not a multiple of the q4_K block size 256");
   Raw q8;
   q8.header(1, 0).tensor("w", {33}, 8, 0).pad(32).zeros(64);
   expect_parse_error(q8.b, ErrorKind::invalid_input, "not a multiple of the q8_0 block size 32");

@@ -13,7 +13,7 @@
 #include "loom/core/error.h"
 #include "loom/model/model_file.h"
 #include "loom/model/session.h"
-#include "loom/sched/devices.h"
+#include "loom/backend/registry.h"
 
 namespace loom {
 namespace {
@@ -59,7 +59,7 @@ TEST_P(MultiDevice, LayerSplitOverThreeSimDevicesEqualsCpu) {
   auto cpu_model = Model::load(path);
   auto want = run(*cpu_model, 1, cpu_tokens);
   for (int n_copies : {1, 2}) {
-    sched::DeviceSet set = sched::make_devices("3x64MiB", 2);
+    DeviceSet set = make_devices("3x64MiB", 2);
     ModelLoadOptions lo;
     lo.placement.devices = set.all;
     lo.placement.tensor_split = {1, 1, 1};
@@ -84,14 +84,20 @@ TEST_P(MultiDevice, LayerSplitOverThreeSimDevicesEqualsCpu) {
   std::filesystem::remove(path);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, MultiDevice, ::testing::Values(Arch::llama, Arch::qwen3moe),
-                         [](const auto& info) { return std::string(arch_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Archs, MultiDevice,
+                         ::testing::Values(Arch::llama, Arch::qwen3moe, Arch::gemma2, Arch::gemma3, Arch::phi3,
+                                           Arch::gpt_oss),
+                         [](const auto& info) {
+                           std::string name = arch_name(info.param);
+                           std::replace(name.begin(), name.end(), '-', '_');  // "gpt-oss"
+                           return name;
+                         });
 
 TEST(MultiDeviceReserve, PromptDecodePromptNeedsNoReallocation) {
   const std::string path = make_model(Arch::llama, "norealloc");
   setenv("LOOM_SCHED_NO_REALLOC", "1", 1);
   {
-    sched::DeviceSet set = sched::make_devices("2x64MiB", 2);
+    DeviceSet set = make_devices("2x64MiB", 2);
     ModelLoadOptions lo;
     lo.placement.devices = set.all;
     auto model = Model::load(path, lo);
@@ -111,7 +117,7 @@ TEST(MultiDeviceReserve, PromptDecodePromptNeedsNoReallocation) {
 
 TEST(MultiDeviceReserve, ModelTooBigForDeviceIsOutOfMemoryNamingIt) {
   const std::string path = make_model(Arch::llama, "toobig");
-  sched::DeviceSet set = sched::make_devices("1MiB", 2);
+  DeviceSet set = make_devices("1MiB", 2);
   ModelLoadOptions lo;
   lo.placement.devices = set.all;
   try {

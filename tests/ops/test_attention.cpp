@@ -305,6 +305,8 @@ const FlashCase kFlashCases[] = {
     {"long_kv", 8, 12, 2, 300, 2, 1, 1, false, DType::F32, 0.35f, 0.0f, 0.0f, 2.0f},
     // a prompt (96 rows per kv head: the tiled kernel's key-major softmax) with ALiBi and softcap
     {"prompt_alibi_softcap", 64, 48, 40, 150, 8, 2, 1, true, DType::F16, 0.125f, 8.0f, 30.0f, 2.0f},
+    // a prompt with whole 32-value blocks per row: also run over quantized K/V (-ctk/-ctv q8_0, q4_0)
+    {"prompt_gqa", 64, 64, 40, 150, 8, 2, 1, true, DType::F16, 0.125f, 0.0f, 0.0f, 1.0f},
 };
 
 // q {D, n_q, h, b}, k {D, n_kv, h_kv, b}, v {Dv, n_kv, h_kv, b} -> {Dv, h, n_q, b}
@@ -376,8 +378,9 @@ TEST_P(AttentionFlashTest, MatchesExplicitSoftmaxQKV) {
   const auto want = ref_attention(r.get_f32(q), q->ne, r.get_f32(k), k->ne, r.get_f32(v), v->ne, mask ? &mv : nullptr,
                                   mask ? mask->ne : nullptr, c);
   EXPECT_LE(nmse(got, want), 5e-4);
-  // same K/V values, f32 accumulation: far below the limit (BF16 K: q rounded to bf16 for the
-  // bf16 GEMM where the CPU has AVX-512 BF16, as llama.cpp rounds it to K's type)
+  // same K/V values (a quantized cache's as it holds them), f32 accumulation: far below the limit
+  // (BF16 K: q rounded to bf16 for the bf16 GEMM where the CPU has AVX-512 BF16, as llama.cpp
+  // rounds it to K's type)
   EXPECT_LE(nmse(got, want), fp.kv_type == DType::BF16 ? 1e-5 : 1e-9);
   for (float g : got) ASSERT_FALSE(std::isnan(g));
   if (mask && all_masked >= 0) {
@@ -389,9 +392,13 @@ TEST_P(AttentionFlashTest, MatchesExplicitSoftmaxQKV) {
 
 std::vector<FlashParam> flash_params() {
   std::vector<FlashParam> v;
-  for (const FlashCase& c : kFlashCases)
+  for (const FlashCase& c : kFlashCases) {
     for (DType t : {DType::F32, DType::F16, DType::BF16})
       for (int th : {1, 3}) v.push_back({c, t, th});
+    if (c.D % 32 == 0 && c.Dv % 32 == 0)  // quantized caches: rows of whole blocks
+      for (DType t : {DType::Q8_0, DType::Q4_0})
+        for (int th : {1, 3}) v.push_back({c, t, th});
+  }
   return v;
 }
 
@@ -400,6 +407,46 @@ INSTANTIATE_TEST_SUITE_P(Cases, AttentionFlashTest, testing::ValuesIn(flash_para
                            return std::string(i.param.c.name) + "_" + dtype_name(i.param.kv_type) + "_t" +
                                   std::to_string(i.param.threads);
                          });
+
+// The composition's output {Dv, n_q, H, B} in flash attention's layout {Dv, H, n_q, B}.
+std::vector<double> heads_before_tokens(const std::vector<float>& c, const int64_t* cne) {
+  const int64_t Dv = cne[0], n_q = cne[1], H = cne[2], B = cne[3];
+  const int64_t fne[4] = {Dv, H, n_q, B};
+  std::vector<double> out(c.size());
+  for (int64_t ib = 0; ib < B; ++ib)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t iq = 0; iq < n_q; ++iq)
+        for (int64_t d = 0; d < Dv; ++d) out[idx(fne, d, h, iq, ib)] = c[idx(cne, d, iq, h, ib)];
+  return out;
+}
+
+// -fa off over a quantized K cache: mul_mat reads the quantized K rows of a strided view directly;
+// flash attention over the same K (and an F16 V) must give the same output.
+TEST(AttentionFlash, QuantizedKeysAgreeWithMulMatPath) {
+  for (DType t : {DType::Q8_0, DType::Q4_0}) {
+    OpRunner r;
+    const int64_t D = 64, n_q = 3, n_kv = 40, H = 4, Hkv = 2;
+    const float scale = 0.125f;
+    Tensor* q = r.input(DType::F32, {D, n_q, H}, "q");
+    Tensor* cache = r.input(t, {D * Hkv, n_kv}, "cache_k");  // one row per position, heads side by side
+    Tensor* k = ops::view_3d(r.ctx, cache, D, n_kv, Hkv, cache->nb[1], row_size(t, D), 0);
+    Tensor* v = r.input(DType::F16, {D, n_kv, Hkv}, "v");
+    Tensor* mask = r.input(DType::F32, {n_kv, n_q}, "mask");
+    Tensor* flash = ops::flash_attn_ext(r.ctx, q, k, v, mask, scale);
+    Tensor* p = ops::soft_max(r.ctx, ops::mul_mat(r.ctx, k, q), mask, scale);
+    Tensor* kqv = ops::mul_mat(r.ctx, ops::transpose(r.ctx, v), p);  // {D, n_q, H}
+    ASSERT_TRUE(cpu::supports(flash));
+    r.alloc();
+    r.fill_normal(q);
+    r.fill_normal(cache);
+    r.fill_normal(v);
+    r.set_f32(mask, make_mask(mask->ne, n_q, -1, r.rng));
+    r.compute(flash, 2);
+    r.compute(kqv, 2);
+    // the matmul quantizes q to int8 blocks for the quantized rows (as ggml does): close, not equal
+    EXPECT_LE(nmse(r.get_f32(flash), heads_before_tokens(r.get_f32(kqv), kqv->ne)), 1e-4) << dtype_name(t);
+  }
+}
 
 // Without flash attention the model computes softmax(mul_mat(k, q)) and multiplies by a
 // transposed view of v: the two paths must agree (this also covers mul_mat with GQA broadcast
@@ -424,15 +471,7 @@ TEST(AttentionFlash, AgreesWithMulMatSoftmaxComposition) {
     r.set_f32(mask, make_mask(mask->ne, n_q, -1, r.rng));
     r.compute(flash, 3);
     r.compute(kqv, 3);
-    const auto f = r.get_f32(flash);  // {Dv, H, n_q, B}
-    const auto c = r.get_f32(kqv);
-    std::vector<double> cw(f.size());
-    const int64_t fne[4] = {Dv, H, n_q, B};
-    for (int64_t ib = 0; ib < B; ++ib)
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t iq = 0; iq < n_q; ++iq)
-          for (int64_t d = 0; d < Dv; ++d) cw[idx(fne, d, h, iq, ib)] = c[idx(kqv->ne, d, iq, h, ib)];
-    EXPECT_LE(nmse(f, cw), 1e-9) << dtype_name(t);
+    EXPECT_LE(nmse(r.get_f32(flash), heads_before_tokens(r.get_f32(kqv), kqv->ne)), 1e-9) << dtype_name(t);
   }
 }
 

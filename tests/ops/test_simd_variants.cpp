@@ -27,7 +27,9 @@ namespace {
 using cpu::Isa;
 
 const Isa kLevels[] = {Isa::scalar, Isa::avx2, Isa::avx512};
-const DType kWeightTypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K};
+const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,   DType::Q4_K,
+                              DType::Q6_K, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::MXFP4,
+                              DType::Q2_K, DType::Q3_K, DType::Q5_K, DType::IQ4_XS};
 
 std::string level_name(const testing::TestParamInfo<Isa>& i) { return cpu::isa_name(i.param); }
 

@@ -143,7 +143,7 @@ TEST(Executor, InputsGetHostMemoryAtAlloc) {
   Tensor* in = tg->inputs[0];
   ASSERT_NE(in->data, nullptr);
   ASSERT_TRUE(in->buffer && in->buffer->type().is_host());
-  EXPECT_TRUE(sched::is_compute_buffer(in->buffer));
+  EXPECT_EQ(in->buffer->usage(), BufferUsage::compute);
   EXPECT_GT(ex.buffer_size(1), 0u);
   // A second plan of the same graph sees the executor's bindings as no pins.
   const sched::ExecutionPlan p2 = sched::plan(tg->graph, devs.all);

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "loom/sched/devices.h"
+#include "loom/backend/registry.h"
 #include "sched_test_util.h"
 
 namespace loom::test {
@@ -133,37 +133,37 @@ TEST(SimStream, ComputeOfAnUnsupportedNodeFails) {
 }
 
 TEST(Devices, MakeSelectAndList) {
-  sched::DeviceSet set = sched::make_devices("2x64MiB", 1);
+  DeviceSet set = make_devices("2x64MiB", 1);
   ASSERT_EQ(set.all.size(), 3u);
   EXPECT_EQ(set.all[0]->name(), "SIM0");
   EXPECT_EQ(set.all[1]->name(), "SIM1");
   EXPECT_EQ(set.all[2]->name(), "CPU");
   EXPECT_EQ(set.cpu, set.all[2]);
-  const auto sel = sched::select_devices(set, "SIM1");
+  const auto sel = select_devices(set, "SIM1");
   ASSERT_EQ(sel.size(), 2u);
   EXPECT_EQ(sel[0]->name(), "SIM1");
   EXPECT_EQ(sel[1]->name(), "CPU");
-  EXPECT_EQ(sched::select_devices(set, "none").size(), 1u);
+  EXPECT_EQ(select_devices(set, "none").size(), 1u);
   try {
-    sched::select_devices(set, "SIM0,GPU7");
+    select_devices(set, "SIM0,GPU7");
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::usage);
     EXPECT_NE(std::string(e.what()).find("GPU7"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("SIM0, SIM1, CPU"), std::string::npos) << e.what();
   }
-  const std::string text = sched::list_devices(set.all);
-  EXPECT_NE(text.find("NAME  KIND  TOTAL MiB  FREE MiB\n"), std::string::npos);
-  EXPECT_NE(text.find("SIM0  sim  64  64\n"), std::string::npos) << text;
+  const std::string text = list_devices(set.all);
+  EXPECT_NE(text.find("NAME  KIND  TOTAL MiB  FREE MiB  CAPS\n"), std::string::npos);
+  EXPECT_NE(text.find("SIM0  sim  64  64  async,events\n"), std::string::npos) << text;
   EXPECT_NE(text.find("CPU  cpu  "), std::string::npos);
 }
 
 TEST(Devices, EnvSimDevices) {
   setenv("LOOM_SIM_DEVICES", "3x1MiB", 1);
-  sched::DeviceSet set = sched::make_devices("", 1);
+  DeviceSet set = make_devices("", 1);
   unsetenv("LOOM_SIM_DEVICES");
   EXPECT_EQ(set.all.size(), 4u);
-  EXPECT_THROW(sched::make_devices("3xfoo", 1), Error);
+  EXPECT_THROW(make_devices("3xfoo", 1), Error);
 }
 
 }  // namespace

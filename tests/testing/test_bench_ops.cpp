@@ -90,6 +90,27 @@ TEST(BenchOps, PerfConsoleLineShape) {
       << text;
 }
 
+// Type names as llama.cpp prints them (q4_K), matched either way; a filter that selects nothing
+// is an error (exit 1), not an empty pass.
+TEST(BenchOps, ParamsFilterIsCaseInsensitiveAndMustMatch) {
+  BenchOpsOptions o;
+  o.mode = "support";
+  o.ops = {"MUL_MAT"};
+  o.backends = {"CPU"};
+  for (const char* re : {"type_a=q4_K,", "type_a=Q4_K,", "type_a=q4_k,"}) {
+    o.params_regex = re;
+    auto [rc, text] = capture(o);
+    EXPECT_EQ(rc, 0) << re;
+    EXPECT_NE(text.find("MUL_MAT(type_a=q4_K,type_b=f32,m=16,n=1,k=256)"), std::string::npos) << text;
+  }
+  o.params_regex = "type_a=iq4_xs,";
+  EXPECT_NE(capture(o).second.find("type_a=iq4_xs"), std::string::npos);
+  o.params_regex = "type_a=nonesuch";
+  EXPECT_EQ(capture(o).first, 1);
+  o.mode = "test";
+  EXPECT_EQ(capture(o).first, 1);
+}
+
 TEST(BenchOps, CsvAndSqlHaveOneRowPerCase) {
   BenchOpsOptions o;
   o.mode = "support";
@@ -128,7 +149,8 @@ TEST(BenchOps, ListOpsAndCoverageNameEveryOp) {
     }
   }
   EXPECT_NE(list.find("TOPK_MOE\n"), std::string::npos);
-  EXPECT_NE(cov.find("53/53 ops covered"), std::string::npos) << cov;
+  const std::string all = std::to_string(kOpCount - 1);  // every op but NONE
+  EXPECT_NE(cov.find(all + "/" + all + " ops covered"), std::string::npos) << cov;
 }
 
 TEST(BenchOps, BadOptionsAreUsageErrors) {

@@ -8,7 +8,7 @@
 #include "loom/cpu/cpu.h"
 #include "loom/graph/autograd.h"
 #include "loom/graph/ops.h"
-#include "loom/sched/devices.h"
+#include "loom/backend/registry.h"
 #include "loom/sim/sim.h"
 #include "loom/testing/op_case.h"
 #include "loom/testing/runner.h"
@@ -63,7 +63,7 @@ TEST(Catalog, EveryTestCasePassesOnCpuAgainstTheReference) {
 }
 
 TEST(Catalog, EveryTestCasePassesOnASimulatedDevice) {
-  sched::DeviceSet set = sched::make_devices("1x1GiB", 2);
+  DeviceSet set = make_devices("1x1GiB", 2);
   ASSERT_EQ(set.all.front()->name(), "SIM0");
   expect_all_pass(*set.all.front());
 }
@@ -123,7 +123,7 @@ TEST(Catalog, PerfRunnerCountsFlopsAndBytes) {
 }
 
 TEST(Catalog, SupportAndTestModesNameTheMissingKernel) {
-  sched::DeviceSet set = sched::make_devices("1x256MiB", 1);
+  DeviceSet set = make_devices("1x256MiB", 1);
   auto* sim = dynamic_cast<sim::SimDevice*>(set.all.front());
   ASSERT_TRUE(sim);
   sim->set_op_filter([](const Tensor* n) { return n->op != OpKind::MUL_MAT; });

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "loom/core/error.h"
-#include "loom/model/tokenizer.h"
+#include "loom/tokenizer/tokenizer.h"
 
 namespace {
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "loom/model/gguf.h"
-#include "loom/model/tokenizer.h"
+#include "loom/gguf/gguf.h"
+#include "loom/tokenizer/tokenizer.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include "loom/core/error.h"
 #include "loom/model/model_file.h"
 #include "loom/model/session.h"
-#include "loom/sched/devices.h"
+#include "loom/backend/registry.h"
 
 namespace loom {
 namespace {
@@ -109,11 +109,11 @@ const Config kConfigs[] = {
     {"sim_and_cpu", 1, true, {1, 1}},
 };
 
-std::unique_ptr<Model> load_tp(const std::string& path, sched::DeviceSet& set, const Config& c, bool need_data = true) {
+std::unique_ptr<Model> load_tp(const std::string& path, DeviceSet& set, const Config& c, bool need_data = true) {
   ModelLoadOptions lo;
   lo.need_data = need_data;
   lo.placement.devices = set.all;
-  lo.placement.split_mode = "tensor";
+  lo.placement.split_mode = SplitMode::tensor;
   lo.placement.tensor_split = c.split;
   for (int i = 0; i < c.n_sim; ++i) lo.placement.tp_members.push_back(set.all[(size_t)i]);
   if (c.cpu_member) lo.placement.tp_members.push_back(set.cpu);
@@ -135,7 +135,7 @@ TEST_P(TensorParallel, SameTokensAndLogitsAsOneDevice) {
   EXPECT_EQ(want.all_reduce_per_token, 0u);
   for (const Config& c : kConfigs) {
     SCOPED_TRACE(c.name);
-    sched::DeviceSet set = sched::make_devices(std::to_string(c.n_sim) + "x64MiB", 2);
+    DeviceSet set = make_devices(std::to_string(c.n_sim) + "x64MiB", 2);
     auto m = load_tp(path, set, c);
     ASSERT_TRUE(m->tensor_parallel());
     const RunResult got = run(*m);
@@ -152,9 +152,13 @@ TEST_P(TensorParallel, SameTokensAndLogitsAsOneDevice) {
 INSTANTIATE_TEST_SUITE_P(Archs, TensorParallel,
                          ::testing::Values(Case{Arch::llama, DType::F32}, Case{Arch::qwen3, DType::F32},
                                            Case{Arch::qwen3moe, DType::F32}, Case{Arch::llama, DType::Q8_0},
-                                           Case{Arch::qwen2, DType::F32}),
+                                           Case{Arch::qwen2, DType::F32}, Case{Arch::gemma2, DType::F32},
+                                           Case{Arch::gemma3, DType::F32}, Case{Arch::phi3, DType::F32},
+                                           Case{Arch::gpt_oss, DType::F32}),
                          [](const auto& info) {
-                           return std::string(arch_name(info.param.arch)) + "_" + dtype_name(info.param.type);
+                           std::string name = std::string(arch_name(info.param.arch)) + "_" + dtype_name(info.param.type);
+                           std::replace(name.begin(), name.end(), '-', '_');  // "gpt-oss"
+                           return name;
                          });
 
 TEST(TensorParallelBf16, ReductionInBf16HalvesTheBytesAndStaysClose) {
@@ -165,7 +169,7 @@ TEST(TensorParallelBf16, ReductionInBf16HalvesTheBytesAndStaysClose) {
   sp.type_k = sp.type_v = DType::F32;
   Session one(*single, sp);
   one.decode(kPrompt);
-  sched::DeviceSet set = sched::make_devices("2x64MiB", 2);
+  DeviceSet set = make_devices("2x64MiB", 2);
   auto m = load_tp(path, set, kConfigs[1]);
   size_t bytes[2] = {0, 0};
   for (int bf16 = 0; bf16 < 2; ++bf16) {
@@ -190,7 +194,7 @@ TEST(TensorParallelMemory, WeightsPerMemberWithinOneGranuleOfTheirShare) {
   const std::string path = make_model(Arch::llama, DType::Q8_0);
   for (const Config& c : kConfigs) {
     SCOPED_TRACE(c.name);
-    sched::DeviceSet set = sched::make_devices(std::to_string(c.n_sim) + "x64MiB", 2);
+    DeviceSet set = make_devices(std::to_string(c.n_sim) + "x64MiB", 2);
     auto m = load_tp(path, set, c, /*need_data=*/false);
     const HParams& hp = m->hparams();
     const TpLayout& lay = m->tp_layout();
@@ -230,12 +234,12 @@ TEST(TensorParallelMemory, ComputeBuffersShrinkToAboutOneOverN) {
   hp.n_ctx_train = 2048;
   const std::string path = make_model(Arch::llama, DType::Q8_0, /*header_only=*/true, &hp);
   auto compute_of = [&](int n, bool tp) {
-    sched::DeviceSet set = sched::make_devices(std::to_string(n) + "x64GiB", 2);
+    DeviceSet set = make_devices(std::to_string(n) + "x64GiB", 2);
     ModelLoadOptions lo;
     lo.need_data = false;
     lo.placement.devices = set.all;
     if (tp) {
-      lo.placement.split_mode = "tensor";
+      lo.placement.split_mode = SplitMode::tensor;
       lo.placement.tensor_split.assign((size_t)n, 1.0f);
     }
     auto m = Model::load(path, lo);
@@ -261,7 +265,7 @@ TEST(TensorParallelMemory, ComputeBuffersShrinkToAboutOneOverN) {
 
 TEST(TensorParallelErrors, BadSplitsAreUsageErrors) {
   const std::string path = make_model(Arch::llama, DType::F32);
-  sched::DeviceSet set = sched::make_devices("2x64MiB", 2);
+  DeviceSet set = make_devices("2x64MiB", 2);
   Config c{"bad", 2, false, {1, 1, 1}};
   try {
     load_tp(path, set, c);
@@ -271,7 +275,7 @@ TEST(TensorParallelErrors, BadSplitsAreUsageErrors) {
     EXPECT_NE(std::string(e.what()).find("-ts"), std::string::npos) << e.what();
   }
   // a member too small for its shard fails cleanly, naming the device
-  sched::DeviceSet tiny = sched::make_devices("2x64KiB", 2);
+  DeviceSet tiny = make_devices("2x64KiB", 2);
   try {
     load_tp(path, tiny, Config{"small", 2, false, {1, 1}});
     ADD_FAILURE() << "64 KiB cannot hold a shard";
@@ -329,7 +333,7 @@ TEST(TensorParallelState, SequenceStateMovesBetweenSplits) {
   const std::vector<int32_t> want = continue_from(*single, st_single, 5, &want_logits);
   for (const Config& c : {kConfigs[2], kConfigs[3], kConfigs[4]}) {
     SCOPED_TRACE(c.name);
-    sched::DeviceSet set = sched::make_devices(std::to_string(c.n_sim) + "x64MiB", 2);
+    DeviceSet set = make_devices(std::to_string(c.n_sim) + "x64MiB", 2);
     auto m = load_tp(path, set, c);
     // the same bytes whichever split wrote them
     const std::vector<uint8_t> st_tp = state_after_prompt(*m);

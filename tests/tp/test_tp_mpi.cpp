@@ -12,7 +12,7 @@
 #include "loom/meta/comm.h"
 #include "loom/model/model_file.h"
 #include "loom/model/session.h"
-#include "loom/sched/devices.h"
+#include "loom/backend/registry.h"
 
 namespace loom {
 namespace {
@@ -114,10 +114,10 @@ TEST(MpiRank, SessionsAcrossRanksMatchOneProcess) {
   const std::vector<uint8_t> want_state = one.save_state();
   const std::vector<float> want(one.logits(0).begin(), one.logits(0).end());
 
-  sched::DeviceSet set = sched::make_devices("", 1);
+  DeviceSet set = make_devices("", 1);
   ModelLoadOptions lo;
   lo.placement.devices = set.all;
-  lo.placement.split_mode = "tensor";
+  lo.placement.split_mode = SplitMode::tensor;
   lo.placement.tp_members = {set.cpu};
   lo.placement.tp_rank = world.rank();
   lo.placement.tp_size = world.size();

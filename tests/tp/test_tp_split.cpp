@@ -7,14 +7,14 @@
 
 #include "loom/core/error.h"
 #include "loom/meta/comm.h"
-#include "loom/meta/split.h"
+#include "loom/model/tp_split.h"
 #include "loom/model/tp_shard.h"
 
 namespace loom {
 namespace {
 
 TEST(TpSplit, UnitsFollowProportionsAndSumExactly) {
-  auto r = meta::split_units(8, {3, 2, 2});
+  auto r = tp::split_units(8, {3, 2, 2});
   ASSERT_EQ(r.size(), 3u);
   EXPECT_EQ(r[0].begin, 0);
   EXPECT_EQ(r[2].end, 8);
@@ -28,23 +28,23 @@ TEST(TpSplit, UnitsFollowProportionsAndSumExactly) {
   }
   EXPECT_EQ(sum, 8);
   // more members than units: some get nothing
-  auto z = meta::split_units(3, {1, 1, 1, 1});
+  auto z = tp::split_units(3, {1, 1, 1, 1});
   int empty = 0;
   for (auto& x : z) empty += x.size() == 0;
   EXPECT_EQ(empty, 1);
-  EXPECT_EQ(meta::split_units(5, {0, 1})[0].size(), 0);
-  EXPECT_THROW(meta::split_units(5, {0, 0}), Error);
-  EXPECT_THROW(meta::split_units(5, {-1, 2}), Error);
+  EXPECT_EQ(tp::split_units(5, {0, 1})[0].size(), 0);
+  EXPECT_THROW(tp::split_units(5, {0, 0}), Error);
+  EXPECT_THROW(tp::split_units(5, {-1, 2}), Error);
 }
 
 TEST(TpSplit, AxisRoundsToGranules) {
-  auto r = meta::split_axis(224, 32, {1, 1, 1});  // 7 blocks over 3 members
+  auto r = tp::split_axis(224, 32, {1, 1, 1});  // 7 blocks over 3 members
   for (auto& x : r) {
     EXPECT_EQ(x.begin % 32, 0);
     EXPECT_TRUE(x.end % 32 == 0 || x.end == 224);
   }
   EXPECT_EQ(r.back().end, 224);
-  auto s = meta::split_axis(100, 32, {1, 1});  // a short last granule
+  auto s = tp::split_axis(100, 32, {1, 1});  // a short last granule
   EXPECT_EQ(s[0].size() + s[1].size(), 100);
 }
 

@@ -7,7 +7,8 @@
 
 #include <cstring>
 
-#include "loom/sched/devices.h"
+#include "loom/cpu/cpu.h"
+#include "loom/sim/sim.h"
 #include "loom/train/checkpoint.h"
 #include "loom/train/dataset.h"
 #include "loom/train/trainer.h"
@@ -66,14 +67,11 @@ void steps(TrainModel& tm, Trainer& tr, int from, int to, TrainRun& out) {
 
 class TrainDevices : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = scratch_dir();
-    set_ = sched::make_devices("1x256MiB", 2);
-  }
+  void SetUp() override { dir_ = scratch_dir(); }
   // -dev SIM0 -ngl n_gpu_layers (-1: every layer and the output), or the CPU alone.
-  PlacementParams placement(bool sim, int64_t n_gpu_layers = -1) const {
+  PlacementParams placement(bool sim, int64_t n_gpu_layers = -1) {
     PlacementParams p;
-    p.devices = sched::select_devices(set_, sim ? "SIM0" : "none");
+    p.devices = sim ? std::vector<Device*>{&sim_, &cpu_} : std::vector<Device*>{&cpu_};
     p.n_gpu_layers = n_gpu_layers;
     return p;
   }
@@ -92,7 +90,8 @@ class TrainDevices : public ::testing::Test {
     return r;
   }
   fs::path dir_;
-  sched::DeviceSet set_;
+  sim::SimDevice sim_{0, size_t(256) << 20, 2};
+  cpu::CpuDevice cpu_{2};
 };
 
 void expect_same(const TrainRun& a, const TrainRun& b) {
@@ -177,9 +176,9 @@ TEST_F(TrainDevices, ACheckpointResumesOnTheOtherDeviceBitExact) {
 
 TEST_F(TrainDevices, ADeviceTooSmallForTheWeightsIsOutOfMemory) {
   const std::string path = write_model(dir_, small_hparams(Arch::llama, 2), 17);
-  const sched::DeviceSet tiny = sched::make_devices("1x64KiB", 1);
+  sim::SimDevice tiny(0, size_t(64) << 10);
   TrainModelOptions mo;
-  mo.placement.devices = sched::select_devices(tiny, "SIM0");
+  mo.placement.devices = {&tiny, &cpu_};
   try {
     TrainModel::open(path, mo);
     FAIL() << "opened";

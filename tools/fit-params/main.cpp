@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     LOOM_CHECK(!common.model.empty(), usage, "no model given (-m FILE)");
-    LOOM_CHECK(common.comm != "mpi", usage, "--comm mpi: fit-params sizes one process; give -sm tensor without it");
+    LOOM_CHECK(common.comm != tools::CommKind::mpi, usage, "--comm mpi: fit-params sizes one process; give -sm tensor without it");
     fit::FitRequest req;
     req.model_path = common.model;
     tools::RunDevices devices = tools::make_run_devices(common);

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <string>
 
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 
 namespace loom::gguf_tool {
 

@@ -1,17 +1,21 @@
-// loom-gguf: inspect GGUF files (info), make random-init or header-only models (new), and
-// tokenize text with a file's vocabulary (tokenize). Flags per docs/CLI.md; the work is in lib/model.
+// loom-gguf: inspect GGUF files (info), make random-init or header-only models (new), convert
+// a model's weights to another type (quantize), and tokenize text with a file's vocabulary
+// (tokenize). Flags per docs/CLI.md; the work is in lib/model.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
 #include "info.h"
 #include "loom/core/error.h"
 #include "loom/model/arch.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 #include "loom/model/model_file.h"
-#include "loom/model/tokenizer.h"
+#include "loom/model/quantize.h"
+#include "loom/tokenizer/tokenizer.h"
 #include "loom/tools/main.h"
 
 namespace {
@@ -31,7 +35,11 @@ struct Options {
   std::string vocab;
   std::string output;
   bool header_only = false;
+  bool rope_freqs = false;
   uint64_t seed = 42;
+  // quantize
+  loom::QuantizeOptions q;
+  std::string q_output_type, q_embd_type;
   int64_t n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_expert = 0,
           n_expert_used = 0, n_ff_exp = 0, n_vocab = 0, n_ctx_train = 0;
 };
@@ -47,7 +55,12 @@ int run_tokenize(const Options& o) {
   auto f = loom::gguf::File::open(o.tok_model);
   auto tok = loom::Tokenizer::from_gguf(*f);
   const std::vector<int32_t> ids = tok->tokenize(o.tok_prompt, /*add_special=*/false, /*parse_special=*/false);
-  if (o.ids) {
+  if (o.json) {
+    nlohmann::json pieces = nlohmann::json::array();
+    for (int32_t id : ids) pieces.push_back(tok->token_to_piece(id));
+    const nlohmann::json j = {{"tokens", ids}, {"pieces", pieces}, {"n_tokens", ids.size()}};
+    fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  } else if (o.ids) {
     std::string line;
     for (size_t k = 0; k < ids.size(); ++k) line += fmt::format("{}{}", k ? " " : "", ids[k]);
     fmt::print("{}\n", line);
@@ -59,10 +72,11 @@ int run_tokenize(const Options& o) {
 
 int run_new(const Options& o, const CLI::App& cmd) {
   const std::optional<loom::Arch> arch = loom::arch_from_name(o.arch);
-  LOOM_CHECK(arch.has_value(), usage, "--arch {}: unknown architecture (llama, qwen2, qwen3, qwen3moe)", o.arch);
+  LOOM_CHECK(arch.has_value(), usage, "--arch {}: unknown architecture ({})", o.arch, loom::arch_names());
+  LOOM_CHECK(!o.rope_freqs || *arch == loom::Arch::llama, usage, "--rope-freqs: only a llama file has rope_freqs.weight");
   const std::optional<loom::DType> type = loom::dtype_from_name(o.type);
   LOOM_CHECK(type.has_value() && *type != loom::DType::I32, usage,
-             "--type {}: unknown weight type (f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)", o.type);
+             "--type {}: unknown weight type (f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)", o.type);
   loom::NewModelOptions opts;
   opts.hparams = loom::preset_hparams(*arch, o.preset);
   loom::HParams& hp = opts.hparams;
@@ -79,6 +93,14 @@ int run_new(const Options& o, const CLI::App& cmd) {
   take("--n-ff-exp", o.n_ff_exp, hp.n_ff_exp);
   take("--n-vocab", o.n_vocab, hp.n_vocab);
   take("--n-ctx-train", o.n_ctx_train, hp.n_ctx_train);
+  if (o.rope_freqs) {  // Llama 3: its RoPE base and the per-pair divisors of its long-context scaling
+    hp.rope_freqs = true;
+    hp.rope_theta = 500000.0f;
+  }
+  if (*arch == loom::Arch::llama && hp.n_expert > 0) {  // Mixtral: experts as wide as n_ff
+    hp.n_ff_exp = hp.n_ff;
+    if (cmd.count("--n-expert-used") == 0) hp.n_expert_used = std::min<int64_t>(2, hp.n_expert);
+  }
   if (cmd.count("--head-dim") > 0) {
     hp.head_dim = o.head_dim;
   } else if (cmd.count("--n-embd") > 0 || cmd.count("--n-head") > 0) {
@@ -107,6 +129,18 @@ int run_new(const Options& o, const CLI::App& cmd) {
   return 0;
 }
 
+int run_quantize(Options& o) {
+  auto type_flag = [](const std::string& name, const char* flag) -> std::optional<loom::DType> {
+    if (name.empty()) return std::nullopt;
+    const std::optional<loom::DType> t = loom::dtype_from_name(name);
+    LOOM_CHECK(t && *t != loom::DType::I32, usage, "{} {}: unknown tensor type", flag, name);
+    return t;
+  };
+  o.q.output_tensor_type = type_flag(o.q_output_type, "--output-tensor-type");
+  o.q.token_embedding_type = type_flag(o.q_embd_type, "--token-embedding-type");
+  return loom::quantize_model(o.q).exit_code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -122,10 +156,13 @@ int main(int argc, char** argv) {
   tok->add_option("-m,--model", o.tok_model, "GGUF file with a tokenizer")->required();
   tok->add_option("-p,--prompt", o.tok_prompt, "text to tokenize")->required();
   tok->add_flag("--ids", o.ids, "print only the ids, space separated");
+  tok->add_flag("--json", o.json, "{\"tokens\":[ids], \"pieces\":[text], \"n_tokens\"} on stdout");
 
   CLI::App* nw = app.add_subcommand("new", "write a random-init (or header-only) model");
-  nw->add_option("--arch", o.arch, "llama | qwen2 | qwen3 | qwen3moe")->required();
-  nw->add_option("--preset", o.preset, "tiny | small | llama-8b | llama-70b | qwen3-8b | qwen3-30b-a3b")
+  nw->add_option("--arch", o.arch, "llama | qwen2 | qwen3 | qwen3moe | gemma2 | gemma3 | phi3 | gpt-oss")
+      ->required();
+  nw->add_option("--preset", o.preset,
+                 "tiny | small | llama-8b | llama-70b | qwen3-8b | qwen3-30b-a3b | gemma3-27b | gpt-oss-20b")
       ->capture_default_str();
   nw->add_option("--n-layer", o.n_layer, "layers");
   nw->add_option("--n-embd", o.n_embd, "embedding width");
@@ -133,18 +170,31 @@ int main(int argc, char** argv) {
   nw->add_option("--n-head-kv", o.n_head_kv, "key/value heads");
   nw->add_option("--head-dim", o.head_dim, "head size (default n_embd / n_head when those change)");
   nw->add_option("--n-ff", o.n_ff, "feed-forward width");
-  nw->add_option("--n-expert", o.n_expert, "experts (qwen3moe)");
-  nw->add_option("--n-expert-used", o.n_expert_used, "experts used per token (qwen3moe)");
-  nw->add_option("--n-ff-exp", o.n_ff_exp, "expert feed-forward width (qwen3moe)");
+  nw->add_option("--n-expert", o.n_expert, "experts (qwen3moe, gpt-oss; a llama with experts is Mixtral-shaped)");
+  nw->add_option("--n-expert-used", o.n_expert_used, "experts used per token");
+  nw->add_option("--n-ff-exp", o.n_ff_exp, "expert feed-forward width (qwen3moe, gpt-oss)");
+  nw->add_flag("--rope-freqs", o.rope_freqs, "llama: a Llama-3-shaped file (rope_freqs.weight, RoPE base 500000)");
   nw->add_option("--n-vocab", o.n_vocab, "vocabulary size");
   nw->add_option("--n-ctx-train", o.n_ctx_train, "training context length");
-  nw->add_option("--type", o.type, "f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q6_k")->capture_default_str();
+  nw->add_option("--type", o.type, "f32 | f16 | bf16 | q8_0 | q4_0 | q4_K | q6_K")->capture_default_str();
   nw->add_option("--vocab", o.vocab, "take the tokenizer (and n_vocab) from this GGUF");
   nw->add_flag("--header-only", o.header_only, "metadata and tensor infos only; data left as a sparse hole");
   nw->add_option("--seed", o.seed, "RNG seed")->capture_default_str();
   nw->add_option("-o,--output", o.output, "output file")->required();
 
+  CLI::App* qz = app.add_subcommand("quantize", "write a model with its weights in another type, as llama-quantize");
+  qz->add_option("IN", o.q.input, "input GGUF file")->required();
+  qz->add_option("OUT", o.q.output, "output GGUF file (written via a temporary file + rename)")->required();
+  qz->add_option("TYPE", o.q.type, "Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_S/M/L Q4_K_S/M Q5_K_S/M Q6_K IQ4_NL IQ4_XS "
+                                   "MXFP4_MOE F16 BF16 F32")->required();
+  qz->add_option("NTHREADS", o.q.n_threads, "threads (default: all)");
+  qz->add_flag("--pure", o.q.pure, "every tensor in TYPE's base type (no mix)");
+  qz->add_option("--output-tensor-type", o.q_output_type, "type of output.weight");
+  qz->add_option("--token-embedding-type", o.q_embd_type, "type of token_embd.weight");
+  qz->add_flag("--allow-requantize", o.q.allow_requantize, "convert tensors that are already quantized");
+
   return loom::tools::run_main("gguf", argc, argv, app, [&]() -> int {
+    if (qz->parsed()) return run_quantize(o);
     if (info->parsed()) return run_info(o);
     if (tok->parsed()) return run_tokenize(o);
     return run_new(o, *nw);

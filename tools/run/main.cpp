@@ -1,55 +1,27 @@
-// loom-run: generate text from a GGUF model, or measure perplexity over a text file.
+// loom-run: generate text from a GGUF model, hold a conversation, or measure perplexity over a
+// text file. Flags: lib/tools-common (run_flags.cpp); the work is in lib/model.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "loom/core/error.h"
 #include "loom/model/generate.h"
+#include "loom/model/report.h"
 #include "loom/tools/common.h"
 #include "loom/tools/main.h"
+#include "loom/tools/run.h"
 
 using namespace loom;
 
-namespace {
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  LOOM_CHECK(in.good(), io, "cannot read '{}'", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  LOOM_CHECK(!in.bad(), io, "cannot read '{}' (is it a directory?)", path);
-  return ss.str();
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  CLI::App app{"loom-run: text generation and perplexity with GGUF models"};
+  CLI::App app{"loom-run: text generation, conversation and perplexity with GGUF models"};
   tools::CommonOptions common;
   tools::add_common_flags(app, common);
-  std::string prompt, prompt_file;
-  int64_t n_predict = 128, n_chunks = -1;
-  bool no_echo = false, ppl_mode = false;
-  SamplerParams sp;
-  sp.seed = 0xdecafbad;
-  app.add_option("-p,--prompt", prompt, "prompt text");
-  app.add_option("-f,--file", prompt_file, "read the prompt (or the perplexity text) from a file");
-  app.add_option("-n,--n-predict", n_predict, "tokens to generate (-1 = until the context is full)");
-  app.add_option("--temp", sp.temp, "temperature (0 = greedy)");
-  app.add_option("--top-k", sp.top_k, "top-k sampling (0 = off)");
-  app.add_option("--top-p", sp.top_p, "top-p sampling (1 = off)");
-  app.add_option("--min-p", sp.min_p, "min-p sampling (0 = off)");
-  app.add_option("--repeat-penalty", sp.repeat_penalty, "penalty for repeated tokens (1 = off)");
-  app.add_option("--repeat-last-n", sp.repeat_last_n, "tokens considered for the penalty");
-  app.add_option("--seed", sp.seed, "random seed");
-  app.add_flag("--no-echo", no_echo, "print only the generated text");
-  app.add_flag("--perplexity", ppl_mode, "measure perplexity over -f TEXT");
-  app.add_option("--chunks", n_chunks, "perplexity: at most N chunks");
+  tools::RunOptions ro;
+  tools::add_run_flags(app, ro);
 
   return tools::run_main("run", argc, argv, app, [&]() -> int {
     if (common.list_devices) {
@@ -57,77 +29,80 @@ int main(int argc, char** argv) {
       return 0;
     }
     LOOM_CHECK(!common.model.empty(), usage, "no model given (-m FILE)");
-    LOOM_CHECK(n_predict >= -1, usage, "-n {}: must be -1 (until the context is full) or more", n_predict);
-    LOOM_CHECK(!(prompt.empty() && prompt_file.empty()), usage, "no prompt given (-p TEXT or -f FILE)");
-    LOOM_CHECK(prompt.empty() || prompt_file.empty(), usage, "give -p or -f, not both");
+    LOOM_CHECK(ro.n_predict >= -1, usage, "-n {}: must be -1 (until the context is full) or more", ro.n_predict);
+    LOOM_CHECK(ro.prompt.empty() || ro.prompt_file.empty(), usage, "give -p or -f, not both");
+    LOOM_CHECK(!ro.jinja, usage,
+               "--jinja: Jinja templates are not supported; loom renders the built-in families (--chat-template NAME)");
     SessionParams params = tools::session_params(common);
     if (!tools::is_output_rank(common)) std::freopen("/dev/null", "w", stdout);  // MPI: rank 0 prints
-    Sampler sampler(sp);
-    if (!prompt_file.empty()) prompt = read_text_file(prompt_file);
+    if (common.comm == tools::CommKind::mpi) {  // every rank must run the same job (checked before any collective)
+      const SamplerParams& s = ro.sampling;
+      const std::string text = ro.prompt_file.empty() ? ro.prompt : tools::read_text_file(ro.prompt_file);
+      const int disagree = tools::check_ranks_agree(
+          "run", common,
+          {{"the mode", ro.perplexity ? "--perplexity" : "generate"}, {"the prompt", tools::text_fingerprint(text)},
+           {"-n", std::to_string(ro.n_predict)}, {"--chunks", std::to_string(ro.n_chunks)},
+           {"--temp", fmt::format("{}", s.temp)}, {"--top-k", std::to_string(s.top_k)},
+           {"--top-p", fmt::format("{}", s.top_p)}, {"--min-p", fmt::format("{}", s.min_p)},
+           {"--seed", std::to_string(ro.seed)}, {"--samplers", ro.samplers + ro.sampling_seq}});
+      if (disagree) return disagree;
+    }
 
     const auto t0 = std::chrono::steady_clock::now();
     tools::RunDevices devices = tools::make_run_devices(common);
     std::unique_ptr<Model> model = tools::load_model(common, devices);
+    const bool chat = !ro.perplexity && tools::wants_conversation(ro, *model);
+    LOOM_CHECK(chat || ro.perplexity || !(ro.prompt.empty() && ro.prompt_file.empty()), usage,
+               "no prompt given (-p TEXT or -f FILE; -cnv for a conversation)");
+    const SamplerParams sp = tools::sampler_params(ro, model->tokenizer());
     Session session(*model, params);
+    tools::log_session(session);
     const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
-    if (ppl_mode) {
-      LOOM_CHECK(!prompt_file.empty(), usage, "--perplexity needs -f TEXT");
-      PerplexityResult r = perplexity(session, prompt, n_chunks, [](int64_t i, double ppl) {
+    if (ro.perplexity) {
+      LOOM_CHECK(!ro.prompt_file.empty(), usage, "--perplexity needs -f TEXT");
+      const std::string text = tools::read_text_file(ro.prompt_file);
+      const auto tp = std::chrono::steady_clock::now();
+      PerplexityResult r = perplexity(session, text, ro.n_chunks, [&](int64_t i, double ppl) {
+        if (common.json) return;
         fmt::print("[{}]{:.4f},", i, ppl);
         std::fflush(stdout);
       });
-      fmt::print("\nFinal estimate: PPL = {:.4f} +/- {:.5f}\n", r.ppl, r.ppl_err);
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
+      if (common.json) {
+        fmt::print("{}\n", perplexity_json(r, session, secs).dump(2));
+      } else {
+        fmt::print("\nFinal estimate: PPL = {:.4f} +/- {:.5f}\n", r.ppl, r.ppl_err);
+      }
       return 0;
     }
 
+    fmt::print(stderr, "sampler seed: {}\n", ro.seed);
+    if (chat) return tools::run_conversation(session, ro, sp, common.json, load_ms);
+
+    Sampler sampler(sp);
+    const std::string prompt = ro.prompt_file.empty() ? ro.prompt : tools::read_text_file(ro.prompt_file);
     const bool stream = !common.json;
-    if (stream && !no_echo) {
+    if (stream && !ro.no_echo) {
       fmt::print("{}", prompt);
       std::fflush(stdout);
     }
-    if (n_predict < 0) n_predict = session.n_ctx();
+    const int64_t n_predict = ro.n_predict < 0 ? session.n_ctx() : ro.n_predict;
     GenerateResult r = generate(session, prompt, n_predict, sampler, [&](std::string_view piece) {
       if (stream) {
         fmt::print("{}", piece);
         std::fflush(stdout);
       }
     });
-    const double total_ms = load_ms + r.prompt_ms + r.eval_ms;
-    auto per = [](double ms, int64_t n) { return n > 0 ? ms / (double)n : 0.0; };
-    auto tps = [](double ms, int64_t n) { return ms > 0 ? 1000.0 * (double)n / ms : 0.0; };
     if (common.json) {
-      nlohmann::json j;
-      j["text"] = r.text;
-      j["tokens"] = r.tokens;
-      j["n_prompt"] = r.n_prompt;
-      j["n_gen"] = r.n_gen;
-      j["timings"] = {{"load_ms", load_ms},
-                      {"prompt_ms", r.prompt_ms},
-                      {"eval_ms", r.eval_ms},
-                      {"prompt_tps", tps(r.prompt_ms, r.n_prompt)},
-                      {"eval_tps", tps(r.eval_ms, r.n_gen)}};
-      nlohmann::json devs = nlohmann::json::array();
-      for (const MemoryBreakdown& m : session.memory_breakdown())
-        devs.push_back({{"name", m.device},
-                        {"model_bytes", m.model_bytes},
-                        {"context_bytes", m.context_bytes},
-                        {"compute_bytes", m.compute_bytes}});
-      j["devices"] = devs;
+      nlohmann::json j = generate_json(r, load_ms, session);
+      j["seed"] = ro.seed;
       fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
     } else {
       fmt::print("\n");
     }
     std::fflush(stdout);
-    fmt::print(stderr, "loom_perf: load time = {:.2f} ms\n", load_ms);
-    fmt::print(stderr,
-               "loom_perf: prompt eval time = {:.2f} ms / {} tokens ({:8.2f} ms per token, {:8.2f} tokens per "
-               "second)\n",
-               r.prompt_ms, r.n_prompt, per(r.prompt_ms, r.n_prompt), tps(r.prompt_ms, r.n_prompt));
-    fmt::print(stderr,
-               "loom_perf: eval time = {:.2f} ms / {} runs ({:8.2f} ms per token, {:8.2f} tokens per second)\n",
-               r.eval_ms, r.n_gen, per(r.eval_ms, r.n_gen), tps(r.eval_ms, r.n_gen));
-    fmt::print(stderr, "loom_perf: total time = {:.2f} ms / {} tokens\n", total_ms, r.n_prompt + r.n_gen);
+    tools::print_perf(load_ms, r.prompt_ms, r.n_prompt, r.eval_ms, r.n_gen);
     return 0;
   });
 }

@@ -15,9 +15,10 @@ int main(int argc, char** argv) {
   tools::CommonOptions common;
   tools::add_common_flags(app, common);
   std::string phase = "prompt";
-  bool dot = false;
+  bool dot = false, dot_detail = false;
   app.add_option("--phase", phase, "prompt (a full ubatch) or decode (one token)");
-  app.add_flag("--dot", dot, "Graphviz output, one cluster per split");
+  app.add_flag("--dot", dot, "Graphviz output: one cluster per split, one box per layer in it");
+  app.add_flag("--dot-detail", dot_detail, "Graphviz output with every node");
 
   return tools::run_main("split-inspect", argc, argv, app, [&]() -> int {
     if (common.list_devices) {
@@ -25,12 +26,15 @@ int main(int argc, char** argv) {
       return 0;
     }
     LOOM_CHECK(phase == "prompt" || phase == "decode", usage, "--phase '{}': prompt or decode", phase);
-    LOOM_CHECK(!(dot && common.json), usage, "give --json or --dot, not both");
+    LOOM_CHECK((int)dot + (int)dot_detail + (int)common.json <= 1, usage, "give one of --json, --dot, --dot-detail");
     tools::RunDevices devices = tools::make_run_devices(common);
     std::unique_ptr<Model> model = tools::load_model(common, devices, /*need_data=*/false);
     SessionParams sp = tools::session_params(common);
     sp.plan_only = true;
-    const InspectFormat fmt = common.json ? InspectFormat::json : dot ? InspectFormat::dot : InspectFormat::text;
+    const InspectFormat fmt = common.json  ? InspectFormat::json
+                              : dot        ? InspectFormat::dot
+                              : dot_detail ? InspectFormat::dot_detail
+                                           : InspectFormat::text;
     fmt::print("{}", inspect_splits(*model, sp, phase == "decode", fmt));
     return 0;
   });

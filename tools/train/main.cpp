@@ -40,7 +40,9 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint", o.checkpoint, "checkpoint file (written atomically)");
   app.add_option("--checkpoint-every", o.checkpoint_every, "write the checkpoint every N steps");
   app.add_option("--resume", o.resume, "continue from a checkpoint");
+  app.add_flag("--allow-nan", o.allow_nan, "keep training when the loss is NaN or Inf (default: stop, exit 3)");
   app.add_option("--seed", o.seed, "random seed (initialization and shuffling)");
+  app.add_option("--log-csv", o.log_csv, "write step,epoch,loss,accuracy,lr,grad_norm,val_loss per step to this CSV");
 
   return tools::run_main("train", argc, argv, app, [&]() -> int {
     if (common.list_devices) {
@@ -52,6 +54,7 @@ int main(int argc, char** argv) {
     o.n_ctx = common.n_ctx > 0 ? common.n_ctx : 256;
     o.n_batch = app.count("--batch-size") ? common.n_batch : 8;
     o.n_ubatch = app.count("--ubatch-size") ? common.n_ubatch : 0;
+    o.json = common.json;
     // Devices as every tool makes them (-dev, --sim-devices, -t); -ngl and friends place layers.
     const tools::RunDevices devices = tools::make_run_devices(common);
     o.placement = tools::placement_params(common, devices);

@@ -1,6 +1,7 @@
 // The dtype table: names, block sizes, bytes per block and reference row conversions.
 #include "loom/core/dtype.h"
 
+#include <cctype>
 #include <cstring>
 
 #include "loom/core/error.h"
@@ -16,11 +17,20 @@ constexpr DTypeInfo kTable[] = {
     {DType::F32, "f32", 1, 4, false, true, f32_to_f32_row, f32_from_f32_row},
     {DType::F16, "f16", 1, 2, false, true, f16_to_f32_row, f32_to_f16_row},
     {DType::Q4_0, "q4_0", kQK4_0, sizeof(BlockQ4_0), true, false, dequantize_q4_0_row, quantize_q4_0_row},
+    {DType::Q4_1, "q4_1", kQK4_1, sizeof(BlockQ4_1), true, false, dequantize_q4_1_row, quantize_q4_1_row},
+    {DType::Q5_0, "q5_0", kQK5_0, sizeof(BlockQ5_0), true, false, dequantize_q5_0_row, quantize_q5_0_row},
+    {DType::Q5_1, "q5_1", kQK5_1, sizeof(BlockQ5_1), true, false, dequantize_q5_1_row, quantize_q5_1_row},
     {DType::Q8_0, "q8_0", kQK8_0, sizeof(BlockQ8_0), true, false, dequantize_q8_0_row, quantize_q8_0_row},
-    {DType::Q4_K, "q4_k", kQK_K, sizeof(BlockQ4_K), true, false, dequantize_q4_k_row, quantize_q4_k_row},
-    {DType::Q6_K, "q6_k", kQK_K, sizeof(BlockQ6_K), true, false, dequantize_q6_k_row, quantize_q6_k_row},
+    {DType::Q2_K, "q2_K", kQK_K, sizeof(BlockQ2_K), true, false, dequantize_q2_k_row, quantize_q2_k_row},
+    {DType::Q3_K, "q3_K", kQK_K, sizeof(BlockQ3_K), true, false, dequantize_q3_k_row, quantize_q3_k_row},
+    {DType::Q4_K, "q4_K", kQK_K, sizeof(BlockQ4_K), true, false, dequantize_q4_k_row, quantize_q4_k_row},
+    {DType::Q5_K, "q5_K", kQK_K, sizeof(BlockQ5_K), true, false, dequantize_q5_k_row, quantize_q5_k_row},
+    {DType::Q6_K, "q6_K", kQK_K, sizeof(BlockQ6_K), true, false, dequantize_q6_k_row, quantize_q6_k_row},
+    {DType::IQ4_NL, "iq4_nl", kQK4_NL, sizeof(BlockIQ4_NL), true, false, dequantize_iq4_nl_row, quantize_iq4_nl_row},
+    {DType::IQ4_XS, "iq4_xs", kQK_K, sizeof(BlockIQ4_XS), true, false, dequantize_iq4_xs_row, quantize_iq4_xs_row},
     {DType::I32, "i32", 1, 4, false, false, nullptr, nullptr},
     {DType::BF16, "bf16", 1, 2, false, true, bf16_to_f32_row, f32_to_bf16_row},
+    {DType::MXFP4, "mxfp4", kQK_MXFP4, sizeof(BlockMXFP4), true, false, dequantize_mxfp4_row, quantize_mxfp4_row},
 };
 
 }  // namespace
@@ -44,7 +54,7 @@ std::optional<DType> dtype_from_name(std::string_view name) {
     if (n.size() != name.size()) continue;
     bool eq = true;
     for (size_t i = 0; i < n.size(); ++i)
-      if (n[i] != (char)std::tolower((unsigned char)name[i])) eq = false;
+      if (std::tolower((unsigned char)n[i]) != std::tolower((unsigned char)name[i])) eq = false;
     if (eq) return info.type;
   }
   return std::nullopt;

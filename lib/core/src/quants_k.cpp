@@ -1,4 +1,4 @@
-// Reference (scalar) row conversions for the 256-element K-quants, Q4_K and Q6_K (layouts in
+// Reference (scalar) row conversions for the 256-element K-quants, Q4_K, Q5_K and Q6_K (layouts in
 // quants.h). The scale searches use the same grids, weights and rounding as ggml's reference
 // quantizers (quantize_row_*_ref, what llama-quantize runs without an imatrix), so a row should
 // quantize to llama.cpp's bytes, not just to similar values.
@@ -8,187 +8,70 @@
 
 #include "loom/core/error.h"
 #include "loom/core/quants.h"
+#include "quants_fit.h"
 
 namespace loom {
-namespace {
 
-// Round half to even (ggml's nearest_int), then clamp; lrint keeps NaN/huge inputs defined.
-inline int nearest_clamped(float v, int lo, int hi) {
-  return (int)std::clamp(std::lrint(v), (long)lo, (long)hi);
-}
-
-struct AffineFit {
-  float scale;
-  float neg_min;  // x ~ scale * q - neg_min, neg_min >= 0
-};
-
-// Fits x[i] ~ scale * q[i] + offset, q[i] integer in [0, nmax], offset <= 0, minimising the
-// w-weighted squared error. Starts from the plain min..max grid, then tries nstep + 1 grids of
-// (nmax + rmin + rdelta * step) steps, takes the least-squares (scale, offset) for each level
-// assignment and keeps it when the error drops. Like ggml's make_qkx2_quants, each grid spans
-// from the best offset so far to the max, which keeps the bytes equal to llama.cpp's.
-AffineFit fit_affine(int n, int nmax, const float* x, const float* w, uint8_t* q, float rmin,
-                     float rdelta, int nstep) {
-  float lo = x[0], hi = x[0];
-  float sum_w = w[0], sum_wx = w[0] * x[0];
-  for (int i = 1; i < n; ++i) {
-    lo = std::min(lo, x[i]);
-    hi = std::max(hi, x[i]);
-    sum_w += w[i];
-    sum_wx += w[i] * x[i];
-  }
-  lo = std::min(lo, 0.0f);  // the offset can only subtract
-  if (hi == lo) {
-    std::fill(q, q + n, 0);
-    return {0.0f, -lo};
-  }
-
-  float inv = (float)nmax / (hi - lo);
-  float scale = 1.0f / inv, offset = lo;
-  float best_err = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    q[i] = (uint8_t)nearest_clamped(inv * (x[i] - lo), 0, nmax);
-    const float diff = scale * q[i] + lo - x[i];
-    best_err += w[i] * (diff * diff);
-  }
-
-  uint8_t trial[kQK_K];  // n <= kQK_K
-  for (int step = 0; step <= nstep; ++step) {
-    inv = (rmin + rdelta * step + nmax) / (hi - offset);
-    float sum_l = 0.0f, sum_l2 = 0.0f, sum_xl = 0.0f;
-    for (int i = 0; i < n; ++i) {
-      const int l = nearest_clamped(inv * (x[i] - offset), 0, nmax);
-      trial[i] = (uint8_t)l;
-      sum_l += w[i] * l;
-      sum_l2 += w[i] * l * l;
-      sum_xl += w[i] * l * x[i];
-    }
-    // Weighted least squares for (s, o) in x ~ s * l + o: the 2x2 normal equations.
-    const float det = sum_w * sum_l2 - sum_l * sum_l;
-    if (!(det > 0.0f)) continue;
-    float s = (sum_w * sum_xl - sum_wx * sum_l) / det;
-    float o = (sum_l2 * sum_wx - sum_l * sum_xl) / det;
-    if (o > 0.0f) {  // offset must stay <= 0: refit the scale alone
-      o = 0.0f;
-      s = sum_xl / sum_l2;
-    }
-    float err = 0.0f;
-    for (int i = 0; i < n; ++i) {
-      const float diff = s * trial[i] + o - x[i];
-      err += w[i] * (diff * diff);
-    }
-    if (err < best_err) {
-      std::copy(trial, trial + n, q);
-      best_err = err;
-      scale = s;
-      offset = o;
-    }
-  }
-  return {scale, -offset};
-}
-
-// Fits x[i] ~ scale * l[i], l[i] integer in [-nmax, nmax - 1], weighting by x^2 so the large
-// values fit best; stores q[i] = l[i] + nmax. Starts from the grid that maps the value of largest
-// magnitude to -nmax (the extra negative level), then tries 18 grids of nmax +- 0.1..0.9 steps,
-// keeping the least-squares scale of the best one (ggml's make_qx_quants, rmse_type 1). The
-// scale's sign is opposite to that value's.
-float fit_symmetric(int n, int nmax, const float* x, uint8_t* q) {
-  float amax = 0.0f, extreme = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    if (std::fabs(x[i]) > amax) {
-      amax = std::fabs(x[i]);
-      extreme = x[i];
-    }
-  }
-  if (amax < 1e-15f) {  // all zero
-    std::fill(q, q + n, 0);
-    return 0.0f;
-  }
-  // sum of w*x*l and w*l*l with w = x^2, for the levels of grid `inv`
-  auto sums = [&](float inv, float& sum_lx, float& sum_l2) {
-    sum_lx = sum_l2 = 0.0f;
-    for (int i = 0; i < n; ++i) {
-      const int l = nearest_clamped(inv * x[i], -nmax, nmax - 1);
-      const float w = x[i] * x[i];
-      sum_lx += w * x[i] * l;
-      sum_l2 += w * l * l;
-    }
-  };
-  auto store = [&](float inv) {
-    for (int i = 0; i < n; ++i)
-      q[i] = (uint8_t)(nearest_clamped(inv * x[i], -nmax, nmax - 1) + nmax);
-  };
-
-  float inv = (float)-nmax / extreme;
-  float sum_lx, sum_l2;
-  sums(inv, sum_lx, sum_l2);
-  store(inv);
-  float scale = sum_l2 != 0.0f ? sum_lx / sum_l2 : 0.0f;
-  float best = scale * sum_lx;  // = sum_lx^2 / sum_l2: larger means smaller error
-  for (int step = -9; step <= 9; ++step) {
-    if (step == 0) continue;
-    inv = -(nmax + 0.1f * step) / extreme;
-    sums(inv, sum_lx, sum_l2);
-    if (sum_l2 > 0.0f && sum_lx * sum_lx > best * sum_l2) {
-      store(inv);
-      scale = sum_lx / sum_l2;
-      best = scale * sum_lx;
-    }
-  }
-  return scale;
-}
-
-}  // namespace
+using detail::AffineFit;
+using detail::fit_affine;
+using detail::fit_symmetric;
+using detail::nearest_clamped;
 
 // ---- Q4_K: x = d * sc * q - dmin * m, 8 sub-blocks of 32 ---------------------------------------
 // qs: 64-element chunk c fills qs[32c .. 32c + 31]; low nibble = element 64c + l (sub-block 2c),
 // high nibble = element 64c + 32 + l (sub-block 2c + 1).
 
+namespace {
+
+// The Q4_K / Q5_K scale fit: per 32-value sub-block an affine fit (levels 0..nmax) weighting |x|
+// plus the sub-block's RMS (big values matter most, small ones still count), then 6-bit
+// sub-scales and sub-mins relative to the block's largest ones, then the levels again against
+// the scales as stored (f16 times 6 bits), which is what decodes.
+void fit_k_affine_block(const float* x, int nmax, float rmin, int nstep, uint8_t* scales, fp16_t& d16,
+                        fp16_t& dmin16, uint8_t* q) {
+  float sub_scale[8], sub_min[8];
+  float max_scale = 0.0f, max_min = 0.0f;
+  for (int j = 0; j < 8; ++j) {
+    const float* xs = x + 32 * j;
+    float sum_x2 = 0.0f;
+    for (int l = 0; l < 32; ++l) sum_x2 += xs[l] * xs[l];
+    const float rms = std::sqrt(sum_x2 / 32);
+    float w[32];
+    for (int l = 0; l < 32; ++l) w[l] = rms + std::fabs(xs[l]);
+    const AffineFit fit = fit_affine(32, nmax, xs, w, q + 32 * j, rmin, 0.1f, nstep, false);
+    sub_scale[j] = fit.scale;
+    sub_min[j] = fit.neg_min;
+    max_scale = std::max(max_scale, fit.scale);
+    max_min = std::max(max_min, fit.neg_min);
+  }
+  const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
+  const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
+  std::memset(scales, 0, kKScaleSize);
+  for (int j = 0; j < 8; ++j) {
+    q4_k_set_scale_min(scales, j, (uint8_t)nearest_clamped(inv_scale * sub_scale[j], 0, 63),
+                       (uint8_t)nearest_clamped(inv_min * sub_min[j], 0, 63));
+  }
+  d16 = f32_to_fp16(max_scale / 63.0f);
+  dmin16 = f32_to_fp16(max_min / 63.0f);
+  const float d = fp16_to_f32(d16), dmin = fp16_to_f32(dmin16);
+  for (int j = 0; j < 8; ++j) {
+    const ScaleMin sm = q4_k_scale_min(scales, j);
+    const float ds = d * sm.sc;
+    if (ds == 0.0f) continue;  // decodes to -dmin * m whatever q is; keep the search's levels
+    const float ms = dmin * sm.m;
+    for (int l = 0; l < 32; ++l) q[32 * j + l] = (uint8_t)nearest_clamped((x[32 * j + l] + ms) / ds, 0, nmax);
+  }
+}
+
+}  // namespace
+
 void quantize_q4_k_row(const float* src, void* dst, int64_t n) {
   LOOM_ASSERT(n % kQK_K == 0, "q4_k row of {} elements", n);
   auto* blocks = static_cast<BlockQ4_K*>(dst);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
-    const float* x = src + b * kQK_K;
     BlockQ4_K& blk = blocks[b];
     uint8_t q[kQK_K];
-    float sub_scale[8], sub_min[8];
-    float max_scale = 0.0f, max_min = 0.0f;
-    for (int j = 0; j < 8; ++j) {
-      const float* xs = x + 32 * j;
-      // Weight |x| plus the sub-block's RMS: big values matter most, small ones still count.
-      float sum_x2 = 0.0f;
-      for (int l = 0; l < 32; ++l) sum_x2 += xs[l] * xs[l];
-      const float rms = std::sqrt(sum_x2 / 32);
-      float w[32];
-      for (int l = 0; l < 32; ++l) w[l] = rms + std::fabs(xs[l]);
-      const AffineFit fit = fit_affine(32, 15, xs, w, q + 32 * j, -1.0f, 0.1f, 20);
-      sub_scale[j] = fit.scale;
-      sub_min[j] = fit.neg_min;
-      max_scale = std::max(max_scale, fit.scale);
-      max_min = std::max(max_min, fit.neg_min);
-    }
-
-    // 6-bit sub-scales and sub-mins relative to the block's largest ones.
-    const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
-    const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
-    std::memset(blk.scales, 0, sizeof(blk.scales));
-    for (int j = 0; j < 8; ++j) {
-      q4_k_set_scale_min(blk.scales, j, (uint8_t)nearest_clamped(inv_scale * sub_scale[j], 0, 63),
-                         (uint8_t)nearest_clamped(inv_min * sub_min[j], 0, 63));
-    }
-    blk.d = f32_to_fp16(max_scale / 63.0f);
-    blk.dmin = f32_to_fp16(max_min / 63.0f);
-
-    // Requantize against the scales as stored (f16 times 6 bits), which is what decodes.
-    const float d = fp16_to_f32(blk.d), dmin = fp16_to_f32(blk.dmin);
-    for (int j = 0; j < 8; ++j) {
-      const ScaleMin sm = q4_k_scale_min(blk.scales, j);
-      const float ds = d * sm.sc;
-      if (ds == 0.0f) continue;  // decodes to -dmin * m whatever q is; keep the search's levels
-      const float ms = dmin * sm.m;
-      for (int l = 0; l < 32; ++l)
-        q[32 * j + l] = (uint8_t)nearest_clamped((x[32 * j + l] + ms) / ds, 0, 15);
-    }
+    fit_k_affine_block(src + b * kQK_K, 15, -1.0f, 20, blk.scales, blk.d, blk.dmin, q);
     for (int c = 0; c < 4; ++c)
       for (int l = 0; l < 32; ++l)
         blk.qs[32 * c + l] = (uint8_t)(q[64 * c + l] | (q[64 * c + 32 + l] << 4));
@@ -210,6 +93,41 @@ void dequantize_q4_k_row(const void* src, float* dst, int64_t n) {
       const uint8_t* qs = blk.qs + 32 * c;
       for (int l = 0; l < 32; ++l) y[64 * c + l] = d_lo * (qs[l] & 15) - m_lo;
       for (int l = 0; l < 32; ++l) y[64 * c + 32 + l] = d_hi * (qs[l] >> 4) - m_hi;
+    }
+  }
+}
+
+// ---- Q5_K: Q4_K with a fifth bit, element e's in qh[e % 32] bit e / 32 -------------------------
+
+void quantize_q5_k_row(const float* src, void* dst, int64_t n) {
+  LOOM_ASSERT(n % kQK_K == 0, "q5_k row of {} elements", n);
+  auto* blocks = static_cast<BlockQ5_K*>(dst);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    BlockQ5_K& blk = blocks[b];
+    uint8_t q[kQK_K];
+    fit_k_affine_block(src + b * kQK_K, 31, -0.5f, 15, blk.scales, blk.d, blk.dmin, q);
+    std::memset(blk.qh, 0, sizeof(blk.qh));
+    for (int e = 0; e < kQK_K; ++e) blk.qh[e % 32] |= (uint8_t)((q[e] >> 4) << (e / 32));
+    for (int c = 0; c < 4; ++c)
+      for (int l = 0; l < 32; ++l)
+        blk.qs[32 * c + l] = (uint8_t)((q[64 * c + l] & 15) | ((q[64 * c + 32 + l] & 15) << 4));
+  }
+}
+
+void dequantize_q5_k_row(const void* src, float* dst, int64_t n) {
+  LOOM_ASSERT(n % kQK_K == 0, "q5_k row of {} elements", n);
+  auto* blocks = static_cast<const BlockQ5_K*>(src);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const BlockQ5_K& blk = blocks[b];
+    const float d = fp16_to_f32(blk.d), dmin = fp16_to_f32(blk.dmin);
+    for (int j = 0; j < 8; ++j) {  // sub-block j: nibbles (j odd: high) of qs[32 (j / 2) + l]
+      const ScaleMin sm = q4_k_scale_min(blk.scales, j);
+      const float ds = d * sm.sc, ms = dmin * sm.m;
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t lo = blk.qs[32 * (j / 2) + l];
+        const int q = ((j & 1) ? lo >> 4 : lo & 15) | (((blk.qh[l] >> j) & 1) << 4);
+        dst[kQK_K * b + 32 * j + l] = ds * (float)q - ms;
+      }
     }
   }
 }

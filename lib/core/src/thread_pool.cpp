@@ -7,6 +7,9 @@
 #include "loom/core/thread_pool.h"
 
 #include <algorithm>
+#include <system_error>
+
+#include "loom/core/error.h"
 
 #if defined(__linux__)
 #include <sched.h>
@@ -72,7 +75,23 @@ ThreadPool::ThreadPool(int n_threads)
       shares_(std::make_unique<Share[]>((size_t)n_threads_)),
       cpu_(std::make_unique<std::atomic<int>[]>((size_t)n_threads_)) {
   for (int i = 0; i < n_threads_; ++i) cpu_[i].store(-1, std::memory_order_relaxed);
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
+  try {
+    for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
+  } catch (const std::system_error& e) {
+    // Joinable threads must not be destroyed (std::terminate): stop the ones that started.
+    const size_t started = workers_.size();
+    stop_workers();
+    fail(ErrorKind::out_of_memory, "cannot start thread {} of {} (-t {}): {}", started + 2, n_threads_, n_threads_,
+         e.what());
+  }
+}
+
+void ThreadPool::stop_workers() {
+  stop_.store(true);
+  generation_.fetch_add(1);
+  generation_.notify_all();
+  for (auto& w : workers_) w.join();
+  workers_.clear();
 }
 
 bool ThreadPool::note_cpu_and_check_spin(int ith) {
@@ -84,12 +103,7 @@ bool ThreadPool::note_cpu_and_check_spin(int ith) {
   return true;
 }
 
-ThreadPool::~ThreadPool() {
-  stop_.store(true);
-  generation_.fetch_add(1);
-  generation_.notify_all();
-  for (auto& w : workers_) w.join();
-}
+ThreadPool::~ThreadPool() { stop_workers(); }
 
 void ThreadPool::worker(int ith) {
   t_ith = ith;

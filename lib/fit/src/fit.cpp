@@ -64,7 +64,7 @@ FitReport fit_params(const FitRequest& req) {
   const auto t0 = std::chrono::steady_clock::now();
   // -sm tensor: every member holds a slice of every layer, so only the context is searched;
   // -ts (default: by free memory, as the run) is kept and the bytes per member are predicted.
-  const bool tensor = req.placement.split_mode == "tensor";
+  const bool tensor = req.placement.split_mode == SplitMode::tensor;
   const std::vector<Device*>& devices = req.placement.devices;
   LOOM_CHECK(!devices.empty() && devices.back()->kind() == DeviceKind::cpu, internal,
              "[fit-params] the device list must end with the CPU");
@@ -89,7 +89,7 @@ FitReport fit_params(const FitRequest& req) {
     budgets.push_back(b);
   }
   PlacementParams user = pp;
-  if (user.tensor_split.empty() && pp.split_mode != "none" && !tensor)  // what placement would take from free memory
+  if (user.tensor_split.empty() && pp.split_mode != SplitMode::none && !tensor)  // what placement would take from free memory
     for (size_t d = 0; d < n_gpu; ++d) user.tensor_split.push_back((float)std::max<size_t>(1, budgets[d].free >> 20));
 
   ModelProbe probe(req.model_path, user, req.session);
@@ -98,7 +98,7 @@ FitReport fit_params(const FitRequest& req) {
   pb.n_layer = hp.n_layer;
   pb.moe = probe.has_experts();
   pb.devices = budgets;
-  if (pp.split_mode == "none") {
+  if (pp.split_mode == SplitMode::none) {
     LOOM_CHECK(n_gpu == 0 || (pp.main_gpu >= 0 && pp.main_gpu < (int)n_gpu), usage,
                "-mg {}: only {} devices besides the CPU", pp.main_gpu, n_gpu);
     if (n_gpu > 0 && pb.devices[(size_t)pp.main_gpu].known) pb.layer_devices = {pp.main_gpu};
@@ -112,7 +112,7 @@ FitReport fit_params(const FitRequest& req) {
   pb.n_ctx_min = std::min(req.fit_ctx, pb.given.n_ctx);
   pb.fixed_ctx = req.fixed_ctx;
   pb.fixed_ngl = req.fixed_ngl || tensor;
-  pb.fixed_split = req.fixed_split || pp.split_mode == "none" || tensor;
+  pb.fixed_split = req.fixed_split || pp.split_mode == SplitMode::none || tensor;
   pb.fixed_experts = req.fixed_experts || pp.cpu_moe || !pp.overrides.empty() || tensor;
 
   const PlanResult plan = plan_fit(pb, [&](const Config& c) { return probe(c); });

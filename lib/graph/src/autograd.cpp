@@ -233,6 +233,10 @@ void grad_gelu(Backprop& b, Tensor* y, Tensor* g) {
   b.add(x, mul(c, g, add(c, scale(c, t, 0.5f, 0.5f), term)));
 }
 
+void grad_tanh(Backprop& b, Tensor* y, Tensor* g) {  // g (1 - y^2)
+  b.add(y->src[0], mul(b.c, g, scale(b.c, sqr(b.c, y), -1.0f, 1.0f)));
+}
+
 void grad_sigmoid(Backprop& b, Tensor* y, Tensor* g) {
   b.add(y->src[0], mul(b.c, g, mul(b.c, y, scale(b.c, y, -1.0f, 1.0f))));
 }
@@ -356,7 +360,7 @@ void grad_out_prod(Backprop& b, Tensor* y, Tensor* g) {
 
 // ---- attention and loss ---------------------------------------------------------------------
 
-void grad_rope(Backprop& b, Tensor* y, Tensor* g) {
+RopeParams rope_params_of(const Tensor* y) {
   RopeParams p;
   p.n_dims = y->param_i32(0);
   p.mode = y->param_i32(1);
@@ -364,18 +368,18 @@ void grad_rope(Backprop& b, Tensor* y, Tensor* g) {
   p.freq_base = y->param_f32(3);
   p.freq_scale = y->param_f32(4);
   p.attn_factor = y->param_f32(5);
-  b.add(y->src[0], rope_back(b.c, g, y->src[1], y->src[2], p));
+  p.ext_factor = y->param_f32(6);
+  p.beta_fast = y->param_f32(7);
+  p.beta_slow = y->param_f32(8);
+  return p;
+}
+
+void grad_rope(Backprop& b, Tensor* y, Tensor* g) {
+  b.add(y->src[0], rope_back(b.c, g, y->src[1], y->src[2], rope_params_of(y)));
 }
 
 void grad_rope_back(Backprop& b, Tensor* y, Tensor* g) {
-  RopeParams p;
-  p.n_dims = y->param_i32(0);
-  p.mode = y->param_i32(1);
-  p.n_ctx_orig = y->param_i32(2);
-  p.freq_base = y->param_f32(3);
-  p.freq_scale = y->param_f32(4);
-  p.attn_factor = y->param_f32(5);
-  b.add(y->src[0], rope(b.c, g, y->src[1], y->src[2], p));  // the transpose of a rotation
+  b.add(y->src[0], rope(b.c, g, y->src[1], y->src[2], rope_params_of(y)));  // the transpose of a rotation
 }
 
 // out = s y (d - sum(d y)) per row: d-gradient soft_max_back(G, y) (symmetric in d);
@@ -395,6 +399,7 @@ void grad_soft_max_back(Backprop& b, Tensor* y, Tensor* g) {
 
 void grad_soft_max(Backprop& b, Tensor* y, Tensor* g) {
   LOOM_CHECK(!b.wants(y->src[1]), unsupported, "[autograd] SOFT_MAX '{}': no gradient for the mask", y->name);
+  LOOM_CHECK(!y->src[2], unsupported, "[autograd] SOFT_MAX '{}': no gradient rule with attention sinks", y->name);
   b.add(y->src[0], soft_max_back(b.c, g, y, y->param_f32(0), y->param_f32(1)));
 }
 
@@ -440,6 +445,7 @@ constexpr std::array<Rule, kOpCount> make_rules() {
   set(OpKind::SCALE, grad_scale);
   set(OpKind::SILU, grad_silu);
   set(OpKind::GELU, grad_gelu);
+  set(OpKind::TANH, grad_tanh);
   set(OpKind::SIGMOID, grad_sigmoid);
   set(OpKind::SOFTPLUS, grad_softplus);
   set(OpKind::EXP, grad_exp);

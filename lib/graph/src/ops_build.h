@@ -29,4 +29,13 @@ inline void check_float(const char* op, const Tensor* t, const char* what) {
              describe(*t));
 }
 
+// A KV cache operand: plain floats, or a quantized type (-ctk/-ctv q8_0...) read in whole
+// blocks, so rows have unit stride in dim 0 and hold a whole number of blocks.
+inline void check_cache_type(const char* op, const Tensor* t, const char* what) {
+  const DTypeInfo& info = dtype_info(t->type);
+  const bool blocks = info.is_quantized && info.to_float && t->nb[0] == info.type_size && t->ne[0] % info.block_size == 0;
+  LOOM_CHECK(info.is_float || blocks, invalid_input, "[{}] {} must be f32, f16, bf16 or whole quantized blocks, got {}",
+             op, what, describe(*t));
+}
+
 }  // namespace loom::ops::detail

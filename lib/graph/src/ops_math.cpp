@@ -1,9 +1,12 @@
 // Builders of element-wise, normalization, reduction, matrix, attention and training ops
 // (see ops.h for each op's definition).
+#include <cmath>
+
 #include "ops_build.h"
 
 namespace loom::ops {
 
+using detail::check_cache_type;
 using detail::check_float;
 using detail::check_type;
 using detail::make;
@@ -62,6 +65,7 @@ Tensor* clamp(Context& c, Tensor* a, float min, float max) {
 
 Tensor* silu(Context& c, Tensor* a) { return unary(c, OpKind::SILU, a); }
 Tensor* gelu(Context& c, Tensor* a) { return unary(c, OpKind::GELU, a); }
+Tensor* tanh(Context& c, Tensor* a) { return unary(c, OpKind::TANH, a); }
 Tensor* sigmoid(Context& c, Tensor* a) { return unary(c, OpKind::SIGMOID, a); }
 Tensor* softplus(Context& c, Tensor* a) { return unary(c, OpKind::SOFTPLUS, a); }
 Tensor* exp(Context& c, Tensor* a) { return unary(c, OpKind::EXP, a); }
@@ -69,6 +73,14 @@ Tensor* log(Context& c, Tensor* a) { return unary(c, OpKind::LOG, a); }
 Tensor* sqr(Context& c, Tensor* a) { return unary(c, OpKind::SQR, a); }
 Tensor* sqrt(Context& c, Tensor* a) { return unary(c, OpKind::SQRT, a); }
 Tensor* swiglu(Context& c, Tensor* a, Tensor* b) { return same_shape_pair(c, OpKind::SWIGLU, a, b); }
+Tensor* swiglu_oai(Context& c, Tensor* a, Tensor* b, float alpha, float limit) {
+  LOOM_CHECK(std::isfinite(alpha) && std::isfinite(limit) && limit > 0, invalid_input,
+             "[swiglu_oai] alpha {} and limit {} must be finite, limit positive", alpha, limit);
+  Tensor* t = same_shape_pair(c, OpKind::SWIGLU_OAI, a, b);
+  t->set_param_f32(0, alpha);
+  t->set_param_f32(1, limit);
+  return t;
+}
 Tensor* silu_back(Context& c, Tensor* grad, Tensor* x) { return same_shape_pair(c, OpKind::SILU_BACK, grad, x); }
 
 Tensor* rms_norm(Context& c, Tensor* a, float eps) {
@@ -167,6 +179,9 @@ Tensor* rope_like(Context& c, OpKind op, Tensor* a, Tensor* pos, Tensor* ff, con
              "[{}] n_dims {} for head size {}", op_name(op), p.n_dims, a->ne[0]);
   LOOM_CHECK(p.mode == kRopeNormal || p.mode == kRopeNeox, invalid_input, "[{}] unknown mode {}", op_name(op), p.mode);
   LOOM_CHECK(p.freq_base > 0, invalid_input, "[{}] freq_base {} must be positive", op_name(op), p.freq_base);
+  LOOM_CHECK(p.freq_scale > 0 && std::isfinite(p.ext_factor) && (p.ext_factor == 0 || p.n_ctx_orig > 0), invalid_input,
+             "[{}] freq_scale {} / ext_factor {} / n_ctx_orig {} are not usable", op_name(op), p.freq_scale,
+             p.ext_factor, p.n_ctx_orig);
   if (ff) {
     check_type(op_name(op), ff, DType::F32, "freq_factors");
     LOOM_CHECK(ff->nelements() >= p.n_dims / 2, invalid_input, "[{}] {} freq factors for {} dims", op_name(op),
@@ -179,6 +194,9 @@ Tensor* rope_like(Context& c, OpKind op, Tensor* a, Tensor* pos, Tensor* ff, con
   t->set_param_f32(3, p.freq_base);
   t->set_param_f32(4, p.freq_scale);
   t->set_param_f32(5, p.attn_factor);
+  t->set_param_f32(6, p.ext_factor);
+  t->set_param_f32(7, p.beta_fast);
+  t->set_param_f32(8, p.beta_slow);
   return t;
 }
 }  // namespace
@@ -190,14 +208,24 @@ Tensor* rope_back(Context& c, Tensor* grad, Tensor* pos, Tensor* ff, const RopeP
   return rope_like(c, OpKind::ROPE_BACK, grad, pos, ff, p);
 }
 
-Tensor* soft_max(Context& c, Tensor* a, Tensor* mask, float scale, float max_bias) {
+namespace {
+void check_sinks(const char* op, Tensor* sinks, int64_t n_head) {
+  if (!sinks) return;
+  check_type(op, sinks, DType::F32, "sinks");
+  LOOM_CHECK(sinks->nelements() == n_head && sinks->is_contiguous(), invalid_input, "[{}] sinks {} for {} heads", op,
+             describe(*sinks), n_head);
+}
+}  // namespace
+
+Tensor* soft_max(Context& c, Tensor* a, Tensor* mask, float scale, float max_bias, Tensor* sinks) {
   check_type("soft_max", a, DType::F32, "a");
+  check_sinks("soft_max", sinks, a->ne[2]);
   if (mask) {
     LOOM_CHECK((mask->type == DType::F32 || mask->type == DType::F16) && mask->ne[0] == a->ne[0] &&
                    mask->ne[1] >= a->ne[1] && a->ne[2] % mask->ne[2] == 0 && a->ne[3] % mask->ne[3] == 0,
                invalid_input, "[soft_max] mask {} for {}", describe(*mask), describe(*a));
   }
-  Tensor* t = make(c, OpKind::SOFT_MAX, DType::F32, a->ne, {a, mask});
+  Tensor* t = make(c, OpKind::SOFT_MAX, DType::F32, a->ne, {a, mask, sinks});
   t->set_param_f32(0, scale);
   t->set_param_f32(1, max_bias);
   return t;
@@ -211,10 +239,11 @@ Tensor* soft_max_back(Context& c, Tensor* grad, Tensor* y, float scale, float ma
 }
 
 Tensor* flash_attn_ext(Context& c, Tensor* q, Tensor* k, Tensor* v, Tensor* mask, float scale, float max_bias,
-                       float softcap) {
+                       float softcap, Tensor* sinks) {
   check_type("flash_attn_ext", q, DType::F32, "q");
-  check_float("flash_attn_ext", k, "k");
-  check_float("flash_attn_ext", v, "v");
+  check_sinks("flash_attn_ext", sinks, q->ne[2]);
+  check_cache_type("flash_attn_ext", k, "k");
+  check_cache_type("flash_attn_ext", v, "v");
   LOOM_CHECK(q->ne[0] == k->ne[0] && k->ne[1] == v->ne[1] && k->ne[2] == v->ne[2] && k->ne[2] > 0 &&
                  q->ne[2] % k->ne[2] == 0 && q->ne[3] == k->ne[3] && q->ne[3] == v->ne[3],
              invalid_input, "[flash_attn_ext] q {}, k {}, v {} do not match", describe(*q), describe(*k),
@@ -226,7 +255,7 @@ Tensor* flash_attn_ext(Context& c, Tensor* q, Tensor* k, Tensor* v, Tensor* mask
                k->ne[1]);
   }
   const int64_t ne[4] = {v->ne[0], q->ne[2], q->ne[1], q->ne[3]};
-  Tensor* t = make(c, OpKind::FLASH_ATTN_EXT, DType::F32, ne, {q, k, v, mask});
+  Tensor* t = make(c, OpKind::FLASH_ATTN_EXT, DType::F32, ne, {q, k, v, mask, sinks});
   t->set_param_f32(0, scale);
   t->set_param_f32(1, max_bias);
   t->set_param_f32(2, softcap);

@@ -1,16 +1,22 @@
-// Architecture tables: presets (tiny/small for tests, real shapes for planning), hyper-parameter
-// validation, the per-architecture tensor list, and the GGUF keys for hyper-parameters
-// (written as llama.cpp's converters do, read back with llama.cpp's defaults).
+// Architecture tables: names, presets (tiny/small for tests, real shapes for planning) and
+// hyper-parameter validation. The tensor lists are in arch_tensors.cpp, the GGUF keys in
+// arch_gguf.cpp.
 #include "loom/model/arch.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "loom/core/error.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 
 namespace loom {
+
+namespace {
+constexpr Arch kArchs[] = {Arch::llama,  Arch::qwen2,  Arch::qwen3, Arch::qwen3moe,
+                           Arch::gemma2, Arch::gemma3, Arch::phi3,  Arch::gpt_oss};
+}  // namespace
 
 const char* arch_name(Arch arch) {
   switch (arch) {
@@ -18,22 +24,84 @@ const char* arch_name(Arch arch) {
     case Arch::qwen2: return "qwen2";
     case Arch::qwen3: return "qwen3";
     case Arch::qwen3moe: return "qwen3moe";
+    case Arch::gemma2: return "gemma2";
+    case Arch::gemma3: return "gemma3";
+    case Arch::phi3: return "phi3";
+    case Arch::gpt_oss: return "gpt-oss";
   }
   return "?";
 }
 
 std::optional<Arch> arch_from_name(std::string_view name) {
-  for (Arch a : {Arch::llama, Arch::qwen2, Arch::qwen3, Arch::qwen3moe})
+  for (Arch a : kArchs)
     if (name == arch_name(a)) return a;
   return std::nullopt;
 }
 
-bool arch_is_moe(Arch arch) { return arch == Arch::qwen3moe; }
-bool arch_has_qk_norm(Arch arch) { return arch == Arch::qwen3 || arch == Arch::qwen3moe; }
-bool arch_has_qkv_bias(Arch arch) { return arch == Arch::qwen2; }
+std::string arch_names() {
+  std::string out;
+  for (Arch a : kArchs) out += std::string(out.empty() ? "" : ", ") + arch_name(a);
+  return out;
+}
+
+bool arch_is_moe(Arch arch) { return arch == Arch::qwen3moe || arch == Arch::gpt_oss; }
+bool arch_has_qk_norm(Arch arch) { return arch == Arch::qwen3 || arch == Arch::qwen3moe || arch == Arch::gemma3; }
+bool arch_has_qkv_bias(Arch arch) { return arch == Arch::qwen2 || arch == Arch::gpt_oss; }
 bool arch_rope_neox(Arch arch) { return arch != Arch::llama; }
+bool arch_is_gemma(Arch arch) { return arch == Arch::gemma2 || arch == Arch::gemma3; }
+
+float HParams::attn_scale() const {
+  // gemma_pytorch's query_pre_attn_scalar: the 27B sizes scale by n_embd / n_head (llama.cpp
+  // tells them by their layer count)
+  const bool gemma_27b = (arch == Arch::gemma2 && n_layer == 46) || (arch == Arch::gemma3 && n_layer == 62);
+  return 1.0f / std::sqrt(gemma_27b ? (float)(n_embd / n_head) : (float)head_dim);
+}
 
 namespace {
+
+// What makes the newer architectures themselves, at a preset's size: the sliding window
+// (n_swa wide) with each one's layer pattern and RoPE bases, soft-capping, RoPE scaling with the
+// long/short factors or YaRN, and tied embeddings for gemma. Experts as at the preset's size.
+void add_arch_features(HParams& hp, int64_t n_swa) {
+  switch (hp.arch) {
+    case Arch::gemma2:  // soft-capped, every other layer local
+      hp.n_swa = n_swa;
+      hp.swa_period = 2;
+      hp.rope_theta_swa = hp.rope_theta;
+      hp.attn_softcap = 50.0f;
+      hp.final_softcap = 30.0f;
+      hp.tied_embeddings = true;
+      break;
+    case Arch::gemma3:  // five local layers per global one; global RoPE 1M with linear 8x
+      hp.n_layer = std::max<int64_t>(hp.n_layer, 6);
+      hp.n_swa = n_swa;
+      hp.swa_period = 6;
+      hp.rope_theta = 1000000.0f;
+      hp.rope_theta_swa = 10000.0f;
+      hp.rope_scaling = RopeScaling::linear;
+      hp.rope_freq_scale = 0.125f;
+      hp.tied_embeddings = true;
+      break;
+    case Arch::phi3:  // Phi-3-128k's long/short factors over a quarter of the training context
+      hp.rope_long_short = true;
+      hp.n_ctx_orig = hp.n_ctx_train / 4;
+      hp.rope_attn_factor = std::sqrt(1.0f + std::log(4.0f) / std::log((float)hp.n_ctx_orig));
+      hp.rms_eps = 1e-5f;
+      break;
+    case Arch::gpt_oss:  // alternating local/global layers with sinks, YaRN 4x, biased experts
+      hp.n_swa = n_swa;
+      hp.swa_period = 2;
+      hp.rope_theta = 150000.0f;
+      hp.rope_theta_swa = hp.rope_theta;
+      hp.rope_scaling = RopeScaling::yarn;
+      hp.rope_freq_scale = 0.25f;
+      hp.rope_freq_scale_swa = 0.25f;
+      hp.n_ctx_orig = hp.n_ctx_train / 4;
+      hp.rms_eps = 1e-5f;
+      break;
+    default: break;
+  }
+}
 
 HParams tiny(Arch arch) {
   HParams hp;
@@ -53,6 +121,7 @@ HParams tiny(Arch arch) {
   hp.n_ctx_train = 512;
   hp.rms_eps = arch == Arch::llama ? 1e-5f : 1e-6f;
   hp.rope_theta = 10000.0f;
+  add_arch_features(hp, 16);
   return hp;
 }
 
@@ -75,6 +144,7 @@ HParams small(Arch arch) {
   hp.n_ctx_train = 2048;
   hp.rms_eps = arch == Arch::llama ? 1e-5f : 1e-6f;
   hp.rope_theta = arch == Arch::llama ? 10000.0f : 1000000.0f;
+  add_arch_features(hp, 512);
   return hp;
 }
 
@@ -135,7 +205,46 @@ HParams qwen3_30b_a3b() {
   return hp;
 }
 
+HParams gpt_oss_20b() {
+  HParams hp;
+  hp.arch = Arch::gpt_oss;
+  hp.n_layer = 24;
+  hp.n_embd = 2880;
+  hp.n_head = 64;
+  hp.n_head_kv = 8;
+  hp.head_dim = 64;
+  hp.n_ff = 2880;
+  hp.n_expert = 32;
+  hp.n_expert_used = 4;
+  hp.n_ff_exp = 2880;
+  hp.n_vocab = 201088;
+  hp.n_ctx_train = 131072;
+  hp.rms_eps = 1e-5f;
+  add_arch_features(hp, 128);
+  hp.rope_freq_scale = hp.rope_freq_scale_swa = 1.0f / 32;  // YaRN 32x over 4096
+  hp.n_ctx_orig = 4096;
+  return hp;
+}
+
+HParams gemma3_27b() {
+  HParams hp;
+  hp.arch = Arch::gemma3;
+  hp.n_layer = 62;
+  hp.n_embd = 5376;
+  hp.n_head = 32;
+  hp.n_head_kv = 16;
+  hp.head_dim = 128;
+  hp.n_ff = 21504;
+  hp.n_vocab = 262208;
+  hp.n_ctx_train = 131072;
+  hp.rms_eps = 1e-6f;
+  add_arch_features(hp, 1024);
+  return hp;
+}
+
 const RealPreset kRealPresets[] = {
+    {"gpt-oss-20b", Arch::gpt_oss, gpt_oss_20b},
+    {"gemma3-27b", Arch::gemma3, gemma3_27b},
     {"llama-8b", Arch::llama, [] { return llama3(32, 4096, 32, 14336); }},
     {"llama-70b", Arch::llama, [] { return llama3(80, 8192, 64, 28672); }},
     {"qwen3-8b", Arch::qwen3, qwen3_8b},
@@ -178,7 +287,9 @@ void validate_hparams(const HParams& hp) {
   in_range("head_dim", hp.head_dim, 1, 1 << 14);
   in_range("n_vocab", hp.n_vocab, 1, 1 << 24);
   in_range("n_ctx_train", hp.n_ctx_train, 1, 1 << 26);
-  if (arch_is_moe(hp.arch)) {
+  if (hp.is_moe() || arch_is_moe(hp.arch)) {
+    LOOM_CHECK(arch_is_moe(hp.arch) || hp.arch == Arch::llama, invalid_input, "{}: this architecture has no experts",
+               a);
     in_range("n_ff", hp.n_ff, 0, 1 << 22);
     in_range("n_expert", hp.n_expert, 1, 1 << 12);
     in_range("n_expert_used", hp.n_expert_used, 1, hp.n_expert);
@@ -193,207 +304,25 @@ void validate_hparams(const HParams& hp) {
              "{}: rms_eps = {} must be in (0, 1)", a, hp.rms_eps);
   LOOM_CHECK(std::isfinite(hp.rope_theta) && hp.rope_theta > 0, invalid_input, "{}: rope_theta = {} must be positive",
              a, hp.rope_theta);
+  auto positive = [&](const char* what, float v) {
+    LOOM_CHECK(std::isfinite(v) && v > 0, invalid_input, "{}: {} = {} must be positive", a, what, v);
+  };
+  positive("rope_freq_scale", hp.rope_freq_scale);
+  positive("rope_attn_factor", hp.rope_attn_factor);
+  positive("rope_theta_swa", hp.rope_theta_swa);
+  positive("rope_freq_scale_swa", hp.rope_freq_scale_swa);
+  in_range("n_ctx_orig", hp.n_ctx_orig, 0, 1 << 26);
+  in_range("n_swa", hp.n_swa, 0, 1 << 26);
+  in_range("swa_period", hp.swa_period, 0, 4096);
+  for (float cap : {hp.attn_softcap, hp.final_softcap})
+    LOOM_CHECK(std::isfinite(cap) && cap >= 0, invalid_input, "{}: soft-capping value {} must be >= 0", a, cap);
+  LOOM_CHECK(!hp.rope_freqs || hp.arch == Arch::llama, invalid_input, "{}: rope_freqs.weight is a llama tensor", a);
+  LOOM_CHECK(!hp.rope_long_short || hp.arch == Arch::phi3, invalid_input, "{}: long/short RoPE factors are phi3's", a);
+  LOOM_CHECK(hp.head_dim % 2 == 0, invalid_input, "{}: head_dim = {} must be even for RoPE", a, hp.head_dim);
   // Each range above keeps every product below 2^63; cap the whole model at 2^46 parameters.
   double total = 0;
   for (const TensorSpec& t : arch_tensors(hp)) total += (double)t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
   LOOM_CHECK(total <= std::ldexp(1.0, 46), invalid_input, "{}: {:.3g} parameters is absurd", a, total);
-}
-
-const char* tensor_role_name(TensorRole role) {
-  switch (role) {
-    case TensorRole::token_embd: return "token_embd";
-    case TensorRole::output_norm: return "output_norm";
-    case TensorRole::output: return "output";
-    case TensorRole::attn_norm: return "attn_norm";
-    case TensorRole::attn_q: return "attn_q";
-    case TensorRole::attn_k: return "attn_k";
-    case TensorRole::attn_v: return "attn_v";
-    case TensorRole::attn_output: return "attn_output";
-    case TensorRole::attn_q_bias: return "attn_q_bias";
-    case TensorRole::attn_k_bias: return "attn_k_bias";
-    case TensorRole::attn_v_bias: return "attn_v_bias";
-    case TensorRole::attn_q_norm: return "attn_q_norm";
-    case TensorRole::attn_k_norm: return "attn_k_norm";
-    case TensorRole::ffn_norm: return "ffn_norm";
-    case TensorRole::ffn_gate: return "ffn_gate";
-    case TensorRole::ffn_up: return "ffn_up";
-    case TensorRole::ffn_down: return "ffn_down";
-    case TensorRole::ffn_gate_inp: return "ffn_gate_inp";
-    case TensorRole::ffn_gate_exps: return "ffn_gate_exps";
-    case TensorRole::ffn_up_exps: return "ffn_up_exps";
-    case TensorRole::ffn_down_exps: return "ffn_down_exps";
-  }
-  return "?";
-}
-
-bool tensor_role_is_vector(TensorRole role) {
-  switch (role) {
-    case TensorRole::output_norm: case TensorRole::attn_norm: case TensorRole::ffn_norm:
-    case TensorRole::attn_q_norm: case TensorRole::attn_k_norm:
-    case TensorRole::attn_q_bias: case TensorRole::attn_k_bias: case TensorRole::attn_v_bias: return true;
-    default: return false;
-  }
-}
-
-std::vector<TensorSpec> arch_tensors(const HParams& hp) {
-  std::vector<TensorSpec> out;
-  auto add = [&](std::string name, TensorRole role, int layer, std::initializer_list<int64_t> ne) {
-    TensorSpec t;
-    t.name = std::move(name);
-    t.role = role;
-    t.layer = layer;
-    t.n_dims = (int)ne.size();
-    int d = 0;
-    for (int64_t n : ne) t.ne[d++] = n;
-    out.push_back(std::move(t));
-  };
-  const int64_t n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv();
-  add("token_embd.weight", TensorRole::token_embd, -1, {hp.n_embd, hp.n_vocab});
-  for (int il = 0; il < (int)hp.n_layer; ++il) {
-    auto blk = [il](const char* what) { return fmt::format("blk.{}.{}", il, what); };
-    add(blk("attn_norm.weight"), TensorRole::attn_norm, il, {hp.n_embd});
-    add(blk("attn_q.weight"), TensorRole::attn_q, il, {hp.n_embd, n_q});
-    add(blk("attn_k.weight"), TensorRole::attn_k, il, {hp.n_embd, n_kv});
-    add(blk("attn_v.weight"), TensorRole::attn_v, il, {hp.n_embd, n_kv});
-    if (arch_has_qkv_bias(hp.arch)) {
-      add(blk("attn_q.bias"), TensorRole::attn_q_bias, il, {n_q});
-      add(blk("attn_k.bias"), TensorRole::attn_k_bias, il, {n_kv});
-      add(blk("attn_v.bias"), TensorRole::attn_v_bias, il, {n_kv});
-    }
-    if (arch_has_qk_norm(hp.arch)) {
-      add(blk("attn_q_norm.weight"), TensorRole::attn_q_norm, il, {hp.head_dim});
-      add(blk("attn_k_norm.weight"), TensorRole::attn_k_norm, il, {hp.head_dim});
-    }
-    add(blk("attn_output.weight"), TensorRole::attn_output, il, {n_q, hp.n_embd});
-    add(blk("ffn_norm.weight"), TensorRole::ffn_norm, il, {hp.n_embd});
-    if (arch_is_moe(hp.arch)) {
-      add(blk("ffn_gate_inp.weight"), TensorRole::ffn_gate_inp, il, {hp.n_embd, hp.n_expert});
-      add(blk("ffn_gate_exps.weight"), TensorRole::ffn_gate_exps, il, {hp.n_embd, hp.n_ff_exp, hp.n_expert});
-      add(blk("ffn_down_exps.weight"), TensorRole::ffn_down_exps, il, {hp.n_ff_exp, hp.n_embd, hp.n_expert});
-      add(blk("ffn_up_exps.weight"), TensorRole::ffn_up_exps, il, {hp.n_embd, hp.n_ff_exp, hp.n_expert});
-    } else {
-      add(blk("ffn_gate.weight"), TensorRole::ffn_gate, il, {hp.n_embd, hp.n_ff});
-      add(blk("ffn_down.weight"), TensorRole::ffn_down, il, {hp.n_ff, hp.n_embd});
-      add(blk("ffn_up.weight"), TensorRole::ffn_up, il, {hp.n_embd, hp.n_ff});
-    }
-  }
-  add("output_norm.weight", TensorRole::output_norm, -1, {hp.n_embd});
-  if (!hp.tied_embeddings) add("output.weight", TensorRole::output, -1, {hp.n_embd, hp.n_vocab});
-  return out;
-}
-
-int64_t count_params(const HParams& hp) {
-  int64_t total = 0;
-  for (const TensorSpec& t : arch_tensors(hp)) total += t.nelements();
-  return total;
-}
-
-void write_hparams(gguf::Writer& w, const HParams& hp) {
-  using gguf::Value;
-  validate_hparams(hp);
-  const std::string a = arch_name(hp.arch);
-  auto u32 = [&](const char* key, int64_t v) { w.set(a + "." + key, Value::u32((uint32_t)v)); };
-  w.set("general.architecture", Value::string(a));
-  u32("vocab_size", hp.n_vocab);
-  u32("context_length", hp.n_ctx_train);
-  u32("embedding_length", hp.n_embd);
-  u32("block_count", hp.n_layer);
-  u32("feed_forward_length", hp.n_ff);
-  u32("attention.head_count", hp.n_head);
-  u32("attention.head_count_kv", hp.n_head_kv);
-  u32("attention.key_length", hp.head_dim);
-  u32("attention.value_length", hp.head_dim);
-  u32("rope.dimension_count", hp.head_dim);
-  w.set(a + ".rope.freq_base", Value::f32(hp.rope_theta));
-  w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(hp.rms_eps));
-  if (arch_is_moe(hp.arch)) {
-    u32("expert_count", hp.n_expert);
-    u32("expert_used_count", hp.n_expert_used);
-    u32("expert_feed_forward_length", hp.n_ff_exp);
-  }
-}
-
-namespace {
-
-// An integer key that may also be a per-layer array (llama.cpp accepts both); arrays must be
-// uniform since loom's layers all have the same shape.
-std::optional<int64_t> find_layer_int(const gguf::File& f, const std::string& key) {
-  const gguf::Value* v = f.find(key);
-  if (!v) return std::nullopt;
-  if (v->type == gguf::ValueType::ARRAY && gguf::is_integer_type(v->array_type)) {
-    LOOM_CHECK(!v->ints.empty(), invalid_input, "{}: '{}' is an empty array", f.path(), key);
-    for (int64_t x : v->ints)
-      LOOM_CHECK(x == v->ints[0], unsupported, "{}: '{}' differs between layers, which loom does not support",
-                 f.path(), key);
-    return v->ints[0];
-  }
-  return f.find_int(key);
-}
-
-}  // namespace
-
-HParams read_hparams(const gguf::File& f) {
-  const std::optional<std::string> name = f.find_string("general.architecture");
-  LOOM_CHECK(name.has_value(), invalid_input, "{}: missing general.architecture", f.path());
-  const std::optional<Arch> arch = arch_from_name(*name);
-  LOOM_CHECK(arch.has_value(), invalid_input, "{}: unknown architecture '{}' (loom supports llama, qwen2, qwen3, qwen3moe)",
-             f.path(), *name);
-  HParams hp;
-  hp.arch = *arch;
-  const std::string a = *name + ".";
-  auto required = [&](const char* key) {
-    std::optional<int64_t> v = find_layer_int(f, a + key);
-    LOOM_CHECK(v.has_value(), invalid_input, "{}: missing {}{}", f.path(), a, key);
-    return *v;
-  };
-  hp.n_ctx_train = required("context_length");
-  hp.n_embd = required("embedding_length");
-  hp.n_layer = required("block_count");
-  hp.n_head = required("attention.head_count");
-  hp.n_head_kv = find_layer_int(f, a + "attention.head_count_kv").value_or(hp.n_head);
-  LOOM_CHECK(hp.n_head > 0, invalid_input, "{}: {}attention.head_count = {} must be positive", f.path(), a, hp.n_head);
-  if (auto k = f.find_int(a + "attention.key_length")) {
-    hp.head_dim = *k;
-  } else {
-    LOOM_CHECK(hp.n_embd % hp.n_head == 0, invalid_input,
-               "{}: embedding_length {} is not a multiple of head_count {} and key_length is missing", f.path(),
-               hp.n_embd, hp.n_head);
-    hp.head_dim = hp.n_embd / hp.n_head;
-  }
-  const int64_t v_len = f.find_int(a + "attention.value_length").value_or(hp.head_dim);
-  LOOM_CHECK(v_len == hp.head_dim, unsupported, "{}: key_length {} != value_length {} is not supported", f.path(),
-             hp.head_dim, v_len);
-  const int64_t rope_dims = f.find_int(a + "rope.dimension_count").value_or(hp.head_dim);
-  LOOM_CHECK(rope_dims == hp.head_dim, unsupported, "{}: partial rotary embeddings ({} of {} dims) are not supported",
-             f.path(), rope_dims, hp.head_dim);
-  hp.rms_eps = (float)f.get_float(a + "attention.layer_norm_rms_epsilon");
-  hp.rope_theta = (float)f.find_float(a + "rope.freq_base").value_or(10000.0);
-  if (arch_is_moe(hp.arch)) {
-    hp.n_ff = find_layer_int(f, a + "feed_forward_length").value_or(0);
-    hp.n_expert = required("expert_count");
-    hp.n_expert_used = required("expert_used_count");
-    hp.n_ff_exp = f.find_int(a + "expert_feed_forward_length").value_or(0);
-    if (hp.n_ff_exp == 0 && hp.n_expert_used > 0) hp.n_ff_exp = hp.n_ff / hp.n_expert_used;
-  } else {
-    hp.n_ff = required("feed_forward_length");
-  }
-  if (auto v = f.find_int(a + "vocab_size")) {
-    hp.n_vocab = *v;
-  } else if (const gguf::Value* tokens = f.find("tokenizer.ggml.tokens"); tokens && tokens->type == gguf::ValueType::ARRAY) {
-    hp.n_vocab = (int64_t)tokens->array_size();
-  } else if (const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight")) {
-    hp.n_vocab = emb->ne[1];
-  } else {
-    fail(ErrorKind::invalid_input, "{}: cannot tell the vocabulary size (no {}vocab_size, token list or token_embd)",
-         f.path(), a);
-  }
-  hp.tied_embeddings = !f.tensors().empty() && f.find_tensor("output.weight") == nullptr;
-  try {
-    validate_hparams(hp);
-  } catch (const Error& e) {
-    throw Error(e.kind(), fmt::format("{}: {}", f.path(), e.what()));
-  }
-  return hp;
 }
 
 }  // namespace loom

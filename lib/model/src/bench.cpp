@@ -1,6 +1,8 @@
 // loom-bench measurements: timed decode calls on random tokens.
 #include "loom/model/bench.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
 #include <numeric>
@@ -31,7 +33,9 @@ BenchTest bench_run(Session& session, int64_t n_prompt, int64_t n_gen, int reps,
   t.n_prompt = n_prompt;
   t.n_gen = n_gen;
   t.n_depth = n_depth;
-  t.name = n_prompt > 0 ? "pp" + std::to_string(n_prompt) : "tg" + std::to_string(n_gen);
+  t.name = n_prompt > 0 && n_gen > 0 ? fmt::format("pp{}+tg{}", n_prompt, n_gen)
+           : n_prompt > 0             ? fmt::format("pp{}", n_prompt)
+                                      : fmt::format("tg{}", n_gen);
   if (n_depth > 0) t.name += " @ d" + std::to_string(n_depth);
   const int64_t n_vocab = session.model().hparams().n_vocab;
   std::mt19937 rng(1234);
@@ -48,9 +52,8 @@ BenchTest bench_run(Session& session, int64_t n_prompt, int64_t n_gen, int reps,
     session.clear();
     prompt(0, n_depth);
     const auto t0 = std::chrono::steady_clock::now();
-    if (n_prompt > 0) {
-      prompt(n_depth, n_prompt);
-    } else {
+    if (n_prompt > 0) prompt(n_depth, n_prompt);
+    if (n_gen > 0) {
       int32_t tok = tokens[0];
       for (int64_t i = 0; i < n_gen; ++i) {
         session.decode(std::span<const int32_t>(&tok, 1));
@@ -63,7 +66,7 @@ BenchTest bench_run(Session& session, int64_t n_prompt, int64_t n_gen, int reps,
   for (int r = 0; r < reps; ++r) {
     const double ns = run_once();
     t.samples_ns.push_back(ns);
-    t.samples_ts.push_back(1e9 * (double)(n_prompt > 0 ? n_prompt : n_gen) / ns);
+    t.samples_ts.push_back(1e9 * (double)(n_prompt + n_gen) / ns);
   }
   return t;
 }

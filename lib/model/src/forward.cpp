@@ -1,12 +1,15 @@
-// Forward pass of llama / qwen2 / qwen3 / qwen3moe: embeddings, per layer attention (RoPE, GQA,
-// KV cache write through set_rows, flash or plain attention; or, for training, windows that
-// attend within themselves) and FFN (SwiGLU or routed experts), final norm and output projection
-// for the requested rows.
+// Forward pass of every architecture: embeddings (scaled for gemma), per layer attention (RoPE
+// with its scaling and factors, GQA, KV cache write through set_rows, flash or plain attention,
+// soft-capping, sinks, sliding windows; or, for training, windows that attend within themselves)
+// and FFN (SwiGLU, GELU, phi3's fused gate/up, routed experts with softmax-renormalized or
+// gpt-oss gating), gemma's post norms, final norm, output projection for the requested rows and
+// gemma2's logit soft-capping.
 #include "loom/model/forward.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 
 #include "loom/core/error.h"
 #include "loom/graph/ops.h"
@@ -32,21 +35,26 @@ void name_unnamed(Context& c, size_t first, const std::string& prefix) {
 // q {hd, n_head, T} and k, v {hd, n_kv, n_head_kv, n_seq} (T = n_seq rows of T / n_seq queries)
 // -> {hd * n_head, T}. The plain path (mul_mat, soft_max, mul_mat) has a gradient rule for every
 // op; flash attention (one sequence) is one fused kernel.
-Tensor* attention(Context& c, const ForwardModel& fm, Tensor* q, Tensor* k, Tensor* v, Tensor* mask,
+Tensor* attention(Context& c, const ForwardModel& fm, Tensor* q, Tensor* k, Tensor* v, Tensor* mask, Tensor* sinks,
                   const ForwardShape& s) {
   const HParams& hp = *fm.hp;
   const int64_t hd = hp.head_dim, T = s.n_tokens, n_seq = k->ne[3];
   const int64_t n_head = fm.n_head;
-  const float scale = 1.0f / std::sqrt((float)hd);
+  const float scale = hp.attn_scale(), cap = hp.attn_softcap;
   if (n_seq > 1) q = reshape(c, q, {hd, n_head, T / n_seq, n_seq});
   Tensor* qp = permute(c, q, 0, 2, 1, 3);  // {hd, T / n_seq, n_head, n_seq}
   if (s.flash_attn) {
     LOOM_ASSERT(n_seq == 1, "flash attention over {} windows", n_seq);
-    Tensor* o = flash_attn_ext(c, qp, k, v, mask, scale);  // {hd, n_head, T}
+    Tensor* o = flash_attn_ext(c, qp, k, v, mask, scale, 0.0f, cap, sinks);  // {hd, n_head, T}
     return reshape(c, o, {hd * n_head, T});
   }
-  Tensor* kq = mul_mat(c, k, qp);                             // {n_kv, T / n_seq, n_head, n_seq}
-  kq = soft_max(c, kq, mask, scale);
+  Tensor* kq = mul_mat(c, k, qp);  // {n_kv, T / n_seq, n_head, n_seq}
+  if (cap > 0.0f) {                // soft-capped scores, then a softmax of scale 1
+    kq = logit_softcap(c, ops::scale(c, kq, scale), cap);
+    kq = soft_max(c, kq, mask, 1.0f, 0.0f, sinks);
+  } else {
+    kq = soft_max(c, kq, mask, scale, 0.0f, sinks);
+  }
   Tensor* vt = cont(c, permute(c, v, 1, 0, 2, 3));            // {n_kv, hd, n_head_kv, n_seq}
   Tensor* kqv = mul_mat(c, vt, kq);                           // {hd, T / n_seq, n_head, n_seq}
   Tensor* o = cont(c, permute(c, kqv, 0, 2, 1, 3));           // {hd, n_head, T / n_seq, n_seq}
@@ -66,9 +74,9 @@ AttendedKv cached_kv(Context& c, const ForwardModel& fm, const KvCache& kv, int6
   Tensor* v_cache = set_rows(c, kv.v[(size_t)il], h.v, kv_slots);
   Tensor* k = view_3d(c, k_cache, hd, n_kv, n_head_kv, k_cache->nb[1], row_size(k_cache->type, hd), 0);
   Tensor* v = view_3d(c, v_cache, hd, n_kv, n_head_kv, v_cache->nb[1], row_size(v_cache->type, hd), 0);
-  // a quantized cache (-ctk/-ctv q8_0) is read through an F16 copy of the attended rows
-  if (dtype_info(k->type).is_quantized) k = cpy(c, k, c.new_tensor(DType::F16, {hd, n_kv, n_head_kv}));
-  if (dtype_info(v->type).is_quantized) v = cpy(c, v, c.new_tensor(DType::F16, {hd, n_kv, n_head_kv}));
+  // a quantized cache (-ctk/-ctv q8_0...) is read in place: flash attention converts K/V rows as
+  // it goes, the plain path's K^T q is a matmul over quantized rows; a quantized V needs flash
+  // attention (checked by Session, as llama.cpp does: V^T of quantized rows has no layout)
   return {k, v};
 }
 
@@ -99,6 +107,25 @@ Tensor* moe_ffn(Context& c, const HParams& hp, const LayerWeights& l, Tensor* x,
   return out;
 }
 
+// gpt-oss: top-k of the biased router logits, softmax over the k chosen, experts with biases and
+// SWIGLU_OAI (alpha 1.702, limit 7 as llama.cpp computes them).
+Tensor* moe_ffn_oai(Context& c, const HParams& hp, const LayerWeights& l, Tensor* x, int64_t T) {
+  const int64_t k = hp.n_expert_used;
+  Tensor* logits = add(c, mul_mat(c, l.ffn_gate_inp, x), l.ffn_gate_inp_b);  // {n_expert, T}
+  Tensor* ids = top_k(c, logits, k);                                          // {k, T}
+  Tensor* w = get_rows(c, reshape(c, logits, {1, hp.n_expert, T}), ids);      // {1, k, T}
+  w = reshape(c, soft_max(c, reshape(c, w, {k, T}), nullptr, 1.0f), {1, k, T});
+  Tensor* xe = reshape(c, x, {hp.n_embd, 1, T});
+  Tensor* u = add_id(c, mul_mat_id(c, l.ffn_up_exps, xe, ids), l.ffn_up_exps_b, ids);  // {n_ff_exp, k, T}
+  Tensor* g = add_id(c, mul_mat_id(c, l.ffn_gate_exps, xe, ids), l.ffn_gate_exps_b, ids);
+  Tensor* d = mul_mat_id(c, l.ffn_down_exps, swiglu_oai(c, g, u, 1.702f, 7.0f), ids);  // {n_embd, k, T}
+  if (l.ffn_down_exps_b) d = add_id(c, d, l.ffn_down_exps_b, ids);  // tensor parallel: one member's
+  d = mul(c, d, w);
+  Tensor* out = view_2d(c, d, hp.n_embd, T, d->nb[2], 0);
+  for (int64_t i = 1; i < k; ++i) out = add(c, out, view_2d(c, d, hp.n_embd, T, d->nb[2], (size_t)i * d->nb[1]));
+  return out;
+}
+
 // Tensor parallel: the partial sum x is summed over the members right after this node runs
 // (an explicit node, so plans show it and tests count it).
 Tensor* all_reduce(Context& c, Tensor* x, ForwardInputs& in, const std::string& name) {
@@ -118,6 +145,9 @@ ForwardModel forward_model(const Model& model) {
   fm.tok_embd = model.tok_embd;
   fm.output_norm = model.output_norm;
   fm.output = model.output;
+  fm.rope_freqs = model.rope_freqs;
+  fm.rope_long = model.rope_long;
+  fm.rope_short = model.rope_short;
   fm.layers = &model.layers;
   return fm;
 }
@@ -128,9 +158,25 @@ ForwardModel forward_model(const Model& model, const TpShard& shard) {
   fm.n_head_kv = shard.n_head_kv;
   fm.output_norm = shard.output_norm;
   fm.output = shard.output;
+  fm.rope_freqs = shard.rope_freqs;
+  fm.rope_long = shard.rope_long;
+  fm.rope_short = shard.rope_short;
   fm.layers = &shard.layers;
   fm.tensor_parallel = true;
   return fm;
+}
+
+void fill_masks(const ForwardInputs& in, const HParams& hp, int64_t n_past, int64_t T, int64_t n_kv) {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  for (Tensor* m : {in.mask, in.mask_swa}) {
+    auto* data = m ? static_cast<float*>(m->data) : nullptr;
+    if (!data) continue;
+    const int64_t window = m == in.mask_swa ? hp.n_swa : std::numeric_limits<int64_t>::max();
+    for (int64_t i = 0; i < T; ++i) {
+      const int64_t p = n_past + i;
+      for (int64_t j = 0; j < n_kv; ++j) data[i * n_kv + j] = j <= p && p - j < window ? 0.0f : neg_inf;
+    }
+  }
 }
 
 ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache& kv, const ForwardShape& s) {
@@ -144,25 +190,32 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
   in.positions = c.new_tensor(DType::I32, {T}, "inp_pos");
   if (!windows) in.kv_slots = c.new_tensor(DType::I32, {T}, "inp_kv_slots");
   in.mask = c.new_tensor(DType::F32, {s.n_kv, windows ? s.n_kv : T}, "inp_mask");
-  for (Tensor* t : {in.tokens, in.positions, in.kv_slots, in.mask})
+  if (hp.has_swa()) in.mask_swa = c.new_tensor(DType::F32, {s.n_kv, windows ? s.n_kv : T}, "inp_mask_swa");
+  for (Tensor* t : {in.tokens, in.positions, in.kv_slots, in.mask, in.mask_swa})
     if (t) t->flags |= kFlagInput;
-
-  const RopeParams rope_p = rope_params(hp);
+  // phi3 rotates with the long factors when the context reaches past the original one
+  Tensor* rope_factors = model.rope_freqs;
+  if (model.rope_long) rope_factors = kv.size > hp.n_ctx_orig_or_train() ? model.rope_long : model.rope_short;
+  const bool gemma = arch_is_gemma(hp.arch);
 
   Tensor* x = get_rows(c, model.tok_embd, in.tokens);  // {n_embd, T}
   x->name = "inp_embd";
+  if (gemma) x = scale(c, x, std::sqrt((float)hp.n_embd));
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     const size_t first_tensor = c.size();
     const LayerWeights& l = (*model.layers)[(size_t)il];
+    const bool swa = hp.is_swa_layer(il);
     Tensor* cur = norm_mul(c, x, l.attn_norm, hp.rms_eps);
     cur->name = fmt::format("blk.{}.attn_norm-out", il);
     if (model.n_head_kv == 0) {  // a member without heads adds nothing to the sum
       cur = scale(c, cur, 0.0f);
     } else {
-      const QkvHeads h = project_qkv(c, hp, l, cur, model.n_head, model.n_head_kv, in.positions, rope_p);
+      const QkvHeads h = project_qkv(c, hp, l, cur, model.n_head, model.n_head_kv, in.positions,
+                                     rope_params(hp, swa), rope_factors);
       const AttendedKv a = windows ? window_kv(c, model, h, s) : cached_kv(c, model, kv, il, h, in.kv_slots, s);
-      cur = attention(c, model, h.q, a.k, a.v, in.mask, s);
+      cur = attention(c, model, h.q, a.k, a.v, swa ? in.mask_swa : in.mask, l.sinks, s);
       cur = mul_mat(c, l.wo, cur);
+      if (l.bo) cur = add(c, cur, l.bo);  // tensor parallel: held by one member
     }
     cur->name = fmt::format("blk.{}.attn_out", il);
     if (model.tensor_parallel) cur = all_reduce(c, cur, in, fmt::format("blk.{}.attn_all_reduce", il));
@@ -172,18 +225,22 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
       cur = get_rows(c, cur, in.out_rows);
       x = get_rows(c, x, in.out_rows);
     }
+    if (l.attn_post_norm) cur = norm_mul(c, cur, l.attn_post_norm, hp.rms_eps);
     Tensor* ffn_in = add(c, cur, x);
     cur = norm_mul(c, ffn_in, l.ffn_norm, hp.rms_eps);
     cur->name = fmt::format("blk.{}.ffn_norm-out", il);
     const int64_t t_out = ffn_in->ne[1];
     if (l.ffn_gate_inp ? !l.ffn_down_exps : !l.ffn_down) {  // a member without FFN rows
       cur = scale(c, cur, 0.0f);
+    } else if (l.ffn_gate_inp_b) {
+      cur = moe_ffn_oai(c, hp, l, cur, t_out);
     } else if (l.ffn_gate_inp) {
       cur = moe_ffn(c, hp, l, cur, t_out, in);
     } else {
-      cur = dense_ffn(c, l, cur);
+      cur = dense_ffn(c, l, cur, gemma);
     }
     if (model.tensor_parallel) cur = all_reduce(c, cur, in, fmt::format("blk.{}.ffn_all_reduce", il));
+    if (l.ffn_post_norm) cur = norm_mul(c, cur, l.ffn_post_norm, hp.rms_eps);
     ffn_in->name = fmt::format("blk.{}.ffn_inp", il);
     x = add(c, cur, ffn_in);
     x->name = fmt::format("blk.{}.out", il);
@@ -193,7 +250,7 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
   x = norm_mul(c, x, model.output_norm, hp.rms_eps);
   x->name = "result_norm";
   if (model.output) {
-    in.logits = mul_mat(c, model.output, x);
+    in.logits = logit_softcap(c, mul_mat(c, model.output, x), hp.final_softcap);
     in.logits->name = "logits";
     in.logits->flags |= kFlagOutput;
     in.last = in.logits;

@@ -54,6 +54,8 @@ PerplexityResult perplexity(Session& session, std::string_view text, int64_t n_c
   const Tokenizer& tok = session.model().tokenizer();
   std::vector<int32_t> tokens = tok.tokenize(text, /*add_special=*/true, /*parse_special=*/false);
   const int64_t n_ctx = session.n_ctx();
+  // The second half of each chunk is scored, the last token has no successor: -c 2 scores none.
+  LOOM_CHECK(n_ctx >= 3, usage, "--perplexity needs a context of at least 3 tokens (-c {} scores no token)", n_ctx);
   PerplexityResult r;
   r.n_tokens = (int64_t)tokens.size();
   LOOM_CHECK(r.n_tokens >= 2 * n_ctx, invalid_input,

@@ -33,7 +33,7 @@ nlohmann::json fused_groups(const sched::ExecutionPlan& plan) {
 nlohmann::json tensor_parallel_json(const Model& model, const Session::StepPlan& step) {
   const TpLayout& lay = model.tp_layout();
   nlohmann::json members = nlohmann::json::array();
-  auto range = [](const meta::Range& r) { return nlohmann::json::array({r.begin, r.end}); };
+  auto range = [](const tp::Range& r) { return nlohmann::json::array({r.begin, r.end}); };
   for (int r = 0; r < lay.n_members; ++r) {
     nlohmann::json m = {{"rank", r},
                         {"head_kv", range(lay.head_kv[(size_t)r])},
@@ -64,7 +64,8 @@ std::string inspect_splits(Model& model, const SessionParams& params, bool decod
   Session session(model, params);
   Session::StepPlan step = session.plan_step(decode);
   const std::vector<MemoryBreakdown> mem = session.memory_breakdown();
-  if (format == InspectFormat::dot) return sched::to_dot(step.plan);
+  if (format == InspectFormat::dot) return sched::to_dot_grouped(step.plan);
+  if (format == InspectFormat::dot_detail) return sched::to_dot(step.plan);
   if (format == InspectFormat::json) {
     nlohmann::json j = sched::to_json(step.plan);
     nlohmann::json devs = nlohmann::json::array();
@@ -76,6 +77,7 @@ std::string inspect_splits(Model& model, const SessionParams& params, bool decod
     j["devices"] = devs;
     j["phase"] = decode ? "decode" : "prompt";
     j["fused"] = fused_groups(step.plan);
+    j["barriers"] = sched::split_barriers(step.plan);
     if (model.tensor_parallel()) j["tensor_parallel"] = tensor_parallel_json(model, step);
     return j.dump(2) + "\n";
   }
@@ -115,6 +117,9 @@ std::string inspect_splits(Model& model, const SessionParams& params, bool decod
   for (const auto& f : fused)
     out += fmt::format("  {}  split {}  {}  {} nodes\n", f["kind"].get<std::string>(), f["split"].get<int>(),
                        f["device"].get<std::string>(), f["nodes"].size());
+  for (const auto& b : sched::split_barriers(step.plan))
+    out += fmt::format("barriers: split {}  {}  {} in graph order, {} after optimize_graph\n", b["split"].get<int>(),
+                       b["device"].get<std::string>(), b["barriers_before"].get<int>(), b["barriers_after"].get<int>());
   return out;
 }
 

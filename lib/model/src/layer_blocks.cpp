@@ -1,26 +1,41 @@
 #include "loom/model/layer_blocks.h"
 
+#include <cmath>
+
 namespace loom {
 
 using namespace ops;
 
 Tensor* norm_mul(Context& c, Tensor* x, Tensor* w, float eps) { return mul(c, rms_norm(c, x, eps), w); }
 
-RopeParams rope_params(const HParams& hp) {
+RopeParams rope_params(const HParams& hp, bool swa_layer) {
   RopeParams p;
   p.n_dims = (int32_t)hp.head_dim;
   p.mode = arch_rope_neox(hp.arch) ? kRopeNeox : kRopeNormal;
-  p.n_ctx_orig = (int32_t)hp.n_ctx_train;
-  p.freq_base = hp.rope_theta;
+  p.n_ctx_orig = (int32_t)hp.n_ctx_orig_or_train();
+  p.freq_base = swa_layer ? hp.rope_theta_swa : hp.rope_theta;
+  p.freq_scale = swa_layer ? hp.rope_freq_scale_swa : hp.rope_freq_scale;
+  if (hp.rope_scaling == RopeScaling::none) p.freq_scale = 1.0f;
+  p.ext_factor = hp.rope_scaling == RopeScaling::yarn ? 1.0f : 0.0f;
+  p.attn_factor = hp.rope_attn_factor;
   return p;
 }
 
 QkvHeads project_qkv(Context& c, const HParams& hp, const LayerWeights& l, Tensor* cur, int64_t n_head,
-                     int64_t n_head_kv, Tensor* positions, const RopeParams& rope_p) {
+                     int64_t n_head_kv, Tensor* positions, const RopeParams& rope_p, Tensor* rope_factors) {
   const int64_t hd = hp.head_dim, T = cur->ne[1];
-  Tensor* q = mul_mat(c, l.wq, cur);
-  Tensor* k = mul_mat(c, l.wk, cur);
-  Tensor* v = mul_mat(c, l.wv, cur);
+  Tensor *q, *k, *v;
+  if (l.wqkv) {  // phi3: rows q | k | v of one product
+    Tensor* qkv = mul_mat(c, l.wqkv, cur);
+    const size_t f = sizeof(float), n_q = (size_t)(hd * n_head), n_kv = (size_t)(hd * n_head_kv);
+    q = cont(c, view_2d(c, qkv, (int64_t)n_q, T, qkv->nb[1], 0));
+    k = cont(c, view_2d(c, qkv, (int64_t)n_kv, T, qkv->nb[1], n_q * f));
+    v = cont(c, view_2d(c, qkv, (int64_t)n_kv, T, qkv->nb[1], (n_q + n_kv) * f));
+  } else {
+    q = mul_mat(c, l.wq, cur);
+    k = mul_mat(c, l.wk, cur);
+    v = mul_mat(c, l.wv, cur);
+  }
   if (l.bq) q = add(c, q, l.bq);
   if (l.bk) k = add(c, k, l.bk);
   if (l.bv) v = add(c, v, l.bv);
@@ -28,13 +43,26 @@ QkvHeads project_qkv(Context& c, const HParams& hp, const LayerWeights& l, Tenso
   k = reshape(c, k, {hd, n_head_kv, T});
   if (l.q_norm) q = norm_mul(c, q, l.q_norm, hp.rms_eps);
   if (l.k_norm) k = norm_mul(c, k, l.k_norm, hp.rms_eps);
-  q = rope(c, q, positions, nullptr, rope_p);
-  k = rope(c, k, positions, nullptr, rope_p);
+  q = rope(c, q, positions, rope_factors, rope_p);
+  k = rope(c, k, positions, rope_factors, rope_p);
   return {q, k, v};
 }
 
-Tensor* dense_ffn(Context& c, const LayerWeights& l, Tensor* x) {
-  return mul_mat(c, l.ffn_down, swiglu(c, mul_mat(c, l.ffn_gate, x), mul_mat(c, l.ffn_up, x)));
+Tensor* dense_ffn(Context& c, const LayerWeights& l, Tensor* x, bool gelu_gate) {
+  if (!l.ffn_gate) {  // phi3: gate rows, then up rows, in ffn_up
+    Tensor* gu = mul_mat(c, l.ffn_up, x);
+    const int64_t n_ff = gu->ne[0] / 2, T = gu->ne[1];
+    Tensor* g = view_2d(c, gu, n_ff, T, gu->nb[1], 0);
+    Tensor* u = view_2d(c, gu, n_ff, T, gu->nb[1], (size_t)n_ff * sizeof(float));
+    return mul_mat(c, l.ffn_down, swiglu(c, g, u));
+  }
+  Tensor* g = mul_mat(c, l.ffn_gate, x);
+  Tensor* u = mul_mat(c, l.ffn_up, x);
+  return mul_mat(c, l.ffn_down, gelu_gate ? mul(c, gelu(c, g), u) : swiglu(c, g, u));
+}
+
+Tensor* logit_softcap(Context& c, Tensor* x, float cap) {
+  return cap > 0.0f ? ops::scale(c, ops::tanh(c, ops::scale(c, x, 1.0f / cap)), cap) : x;
 }
 
 }  // namespace loom

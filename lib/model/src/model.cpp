@@ -8,7 +8,7 @@
 
 #include "loom/alloc/alloc.h"
 #include "loom/core/error.h"
-#include "loom/cpu/cpu.h"
+#include "loom/backend/registry.h"
 
 namespace loom {
 
@@ -52,6 +52,11 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
 
   const bool data_present = f.file_size() >= f.data_offset() + f.tensor_bytes_total();
   LOOM_CHECK(data_present || !opt.need_data, invalid_input, "{}: tensor data missing (header-only file?)", path);
+  // Running on a sparse hole would compute on zeros (and read gigabytes of them).
+  LOOM_CHECK(!opt.need_data || !f.data_is_hole(), usage,
+             "{}: a header-only file (no tensor data): only planning tools (loom-gguf info, loom-fit-params, "
+             "loom-split-inspect) accept it",
+             path);
 
   size_t n_used = 0;
   for (const TensorSpec& spec : arch_tensors(hp)) {
@@ -71,7 +76,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
     Tensor* t = m->weights_.new_tensor(trained ? DType::F32 : info->type, 4, info->ne, spec.name);
     if (trained || !opt.trainable) t->flags |= kFlagParam;
     if (trained) m->trained_.insert(t);
-    if (data_present) t->data = const_cast<uint8_t*>(f.tensor_data(*info));
+    if (data_present && opt.need_data) t->data = const_cast<uint8_t*>(f.tensor_data(*info));
     *role_slot(*m, spec.layer >= 0 ? &m->layers[(size_t)spec.layer] : nullptr, spec.role) = t;
     m->n_params_ += (size_t)t->nelements();
     m->n_bytes_ += t->nbytes();
@@ -92,12 +97,12 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
 void Model::place(const PlacementParams& params, const std::function<void(size_t, size_t)>& progress) {
   PlacementParams p = params;
   if (p.devices.empty()) {
-    auto cpu = std::make_shared<cpu::CpuDevice>();
-    p.devices = {cpu.get()};
-    owned_devices_ = cpu;
+    std::shared_ptr<Device> host = registry().host_device();
+    p.devices = {host.get()};
+    owned_devices_ = host;
   }
   tp_shards_.clear();
-  if (p.split_mode == "tensor") {
+  if (p.split_mode == SplitMode::tensor) {
     LOOM_CHECK(p.overrides.empty() && !p.cpu_moe, usage, "-sm tensor: -ot and -cmoe are not supported (yet)");
     place_tensor_parallel(p);
     return;
@@ -134,26 +139,27 @@ void Model::place(const PlacementParams& params, const std::function<void(size_t
     }
     device_bytes_[d] += alloc::tensors_size(per_device[d], bt);
     if (!has_data_ || per_device[d].empty()) continue;
+    const size_t first_buffer = buffers_.size();
     Status st = alloc::alloc_tensors(per_device[d], bt, buffers_);
+    for (size_t b = first_buffer; b < buffers_.size(); ++b) buffers_[b]->set_usage(BufferUsage::weights);
     LOOM_CHECK(st.is_ok(), out_of_memory, "{}: cannot place {} of weights on {}: {}{}", file_->path(),
                fmt::format("{:.2f} MiB", (double)device_bytes_[d] / (1 << 20)), placement_.devices[d]->name(),
                st.message(), d == cpu ? " (--mmap uses them in place in the file mapping)" : "");
     for (size_t i = 0; i < per_device[d].size(); ++i) {
       Tensor* t = per_device[d][i];
-      // The CPU's matrices in the layout its kernels read fastest (token embeddings are read by
-      // GET_ROWS, so they stay as they are).
       const DType file_type = file_->find_tensor(t->name)->type;
       if (t->type != file_type) {
         upload_converted(t, file_type, src[i]);
       } else {
-        const bool repacked =
-            d == cpu && p.repack && t != tok_embd && !trained_.count(t) && cpu::repack_weight(*t, src[i]);
-        if (!repacked) t->buffer->set(t, src[i], 0, t->nbytes());
+        // Matrices in the layout the device's kernels read fastest, where it has one (--no-repack
+        // keeps the file's); token embeddings (read by GET_ROWS) and trained weights stay as they are.
+        bt.upload_weight(t, src[i], p.repack && t != tok_embd && !trained_.count(t));
       }
       copied += t->nbytes();
       if (progress) progress(copied, copy_total);
     }
   }
+  if (has_data_) file_->check_size();  // truncated during the copy: do not run on what was read
 }
 
 void Model::set_placement(const PlacementParams& p) {
@@ -176,7 +182,7 @@ std::string Model::type_name() const {
   const double p = (double)n_params_;
   std::string size = p >= 1e9 ? fmt::format("{:.0f}B", p / 1e9) : fmt::format("{:.0f}M", p / 1e6);
   DType main = tok_embd->type;
-  if (!layers.empty() && layers[0].wq) main = layers[0].wq->type;
+  if (!layers.empty() && (layers[0].wq || layers[0].wqkv)) main = (layers[0].wq ? layers[0].wq : layers[0].wqkv)->type;
   std::string tname = dtype_name(main);
   for (char& c : tname) c = (char)std::toupper((unsigned char)c);
   return fmt::format("{} {} {}", arch_name(hp_.arch), size, tname);

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "loom/core/error.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 
 namespace loom {
 
@@ -84,6 +84,26 @@ void parallel_rows(int64_t n, Fn fn) {
     if (e) std::rethrow_exception(e);
 }
 
+bool is_rope_factors(TensorRole role) {
+  return role == TensorRole::rope_freqs || role == TensorRole::rope_factors_long ||
+         role == TensorRole::rope_factors_short;
+}
+
+// The divisor of RoPE pair i: Llama 3.1's (factor 8, low/high frequency factors 1 and 4 over an
+// original 8192 context: 1 for short wavelengths, 8 for long ones, smooth between), or
+// Phi-3-like long (1 -> 4) and short (1 -> 1.1) ramps.
+float rope_factor(TensorRole role, const HParams& hp, int64_t i) {
+  const int64_t half = hp.head_dim / 2;
+  if (role == TensorRole::rope_factors_long) return 1.0f + 3.0f * (float)i / (float)half;
+  if (role == TensorRole::rope_factors_short) return 1.0f + 0.1f * (float)i / (float)half;
+  constexpr double kFactor = 8, kLow = 1, kHigh = 4, kOrig = 8192, kTwoPi = 6.283185307179586476925;
+  const double wavelen = kTwoPi / std::pow((double)hp.rope_theta, -2.0 * (double)i / (double)hp.head_dim);
+  if (wavelen < kOrig / kHigh) return 1.0f;
+  if (wavelen > kOrig / kLow) return (float)kFactor;
+  const double smooth = (kOrig / wavelen - kLow) / (kHigh - kLow);
+  return (float)(1.0 / ((1.0 - smooth) / kFactor + smooth));
+}
+
 }  // namespace
 
 // ---- types --------------------------------------------------------------------------------
@@ -110,7 +130,16 @@ uint32_t file_type_for(DType requested) {
     case DType::Q4_K: return 15;
     case DType::Q6_K: return 18;
     case DType::BF16: return 32;
-    case DType::I32: break;
+    case DType::I32:  // not a weight type; the rest are written by `loom-gguf quantize`, not `new`
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q2_K:
+    case DType::Q3_K:
+    case DType::Q5_K:
+    case DType::IQ4_NL:
+    case DType::IQ4_XS:
+    case DType::MXFP4: break;
   }
   fail(ErrorKind::usage, "--type {}: not a weight type (use f32, f16, bf16, q8_0, q4_0, q4_k or q6_k)",
        dtype_name(requested));
@@ -209,17 +238,16 @@ NewModelResult make_random_model(const NewModelOptions& opts) {
     const DType type = tensor_type_for(t, hp, opts.type);
     result.n_params += t.nelements();
     const int64_t ne0 = t.ne[0];
-    if (tensor_role_is_vector(t.role)) {
-      // Norm weights are 1, biases 0.
-      const bool is_norm = t.role == TensorRole::attn_norm || t.role == TensorRole::ffn_norm ||
-                           t.role == TensorRole::output_norm || t.role == TensorRole::attn_q_norm ||
-                           t.role == TensorRole::attn_k_norm;
-      const float value = is_norm ? 1.0f : 0.0f;
-      w.add_tensor_rows(t.name, type, t.n_dims, t.ne, [ne0, value](uint8_t* dst, int64_t, int64_t n_rows) {
-        std::fill_n(reinterpret_cast<float*>(dst), (size_t)(ne0 * n_rows), value);
+    if (tensor_role_is_norm(t.role) || is_rope_factors(t.role)) {  // norms 1, RoPE divisors by formula
+      const TensorRole role = t.role;
+      w.add_tensor_rows(t.name, type, t.n_dims, t.ne, [=](uint8_t* dst, int64_t, int64_t n_rows) {
+        auto* f = reinterpret_cast<float*>(dst);
+        for (int64_t i = 0; i < ne0 * n_rows; ++i) f[i] = is_rope_factors(role) ? rope_factor(role, hp, i) : 1.0f;
       });
       continue;
     }
+    // biases small like the weights; sinks (logits) near 1
+    const float sigma = t.role == TensorRole::attn_sinks ? 1.0f : 0.02f;
     const uint64_t seed = opts.seed;
     const DTypeInfo& info = dtype_info(type);
     const size_t row_bytes = row_size(type, ne0);
@@ -228,7 +256,7 @@ NewModelResult make_random_model(const NewModelOptions& opts) {
         std::vector<float> row((size_t)ne0);
         for (int64_t r = first; r < last; ++r) {
           NormalRng rng(row_seed(seed, ti, (uint64_t)(row0 + r)));
-          for (float& x : row) x = 0.02f * rng.next();
+          for (float& x : row) x = sigma * rng.next();
           info.from_float(row.data(), dst + (size_t)r * row_bytes, ne0);
         }
       });

@@ -2,6 +2,8 @@
 // device when fully offloaded, name-based overrides last (they win).
 #include "loom/model/placement.h"
 
+#include "loom/backend/comm.h"
+
 #include <cmath>
 #include <regex>
 
@@ -49,7 +51,7 @@ WeightPlacement place_weights(const HParams& hp, const std::vector<std::string>&
   const int cpu = (int)w.devices.size() - 1;
   std::vector<int> gpus;  // candidate devices for layers
   for (int i = 0; i < cpu; ++i) gpus.push_back(i);
-  if (p.split_mode == "none" && !gpus.empty()) {
+  if (p.split_mode == SplitMode::none && !gpus.empty()) {
     LOOM_CHECK(p.main_gpu >= 0 && p.main_gpu < (int)gpus.size(), usage, "-mg {}: only {} devices besides the CPU",
                p.main_gpu, gpus.size());
     gpus = {gpus[(size_t)p.main_gpu]};
@@ -62,9 +64,9 @@ WeightPlacement place_weights(const HParams& hp, const std::vector<std::string>&
 
   std::vector<float> split = p.tensor_split;
   if (!gpus.empty()) {
-    if (p.split_mode != "none" && !split.empty())
+    if (p.split_mode != SplitMode::none && !split.empty())
       LOOM_CHECK(split.size() == gpus.size(), usage, "-ts has {} values for {} devices", split.size(), gpus.size());
-    if (split.empty() || p.split_mode == "none") {
+    if (split.empty() || p.split_mode == SplitMode::none) {
       split.clear();
       for (int g : gpus) split.push_back((float)std::max<size_t>(1, w.devices[(size_t)g]->memory().free >> 20));
     }
@@ -123,6 +125,41 @@ WeightPlacement place_weights(const HParams& hp, const std::vector<std::string>&
     w.tensor_device[name] = dev;
   }
   return w;
+}
+
+SplitMode parse_split_mode(std::string_view name) {
+  if (name == "none") return SplitMode::none;
+  if (name == "layer") return SplitMode::layer;
+  if (name == "tensor") return SplitMode::tensor;
+  fail(ErrorKind::usage, "-sm '{}': expected none, layer or tensor", name);
+}
+
+void set_tensor_parallel_members(PlacementParams& p, std::string_view named, const Communicator* world) {
+  LOOM_CHECK(!p.devices.empty(), internal, "-sm tensor: no devices");
+  Device* host = p.devices.back();
+  for (Device* d : p.devices)
+    if (d->kind() == DeviceKind::cpu) host = d;
+  std::string listed(1, ',');  // appended piecewise: GCC 12 warns (-Wrestrict) on "," + string
+  listed.append(named).push_back(',');
+  std::erase(listed, ' ');
+  const bool host_named = !named.empty() && listed.find("," + host->name() + ",") != std::string::npos;
+  std::vector<Device*> members, devices;  // devices: the host last, as placement expects
+  for (Device* d : p.devices)
+    if (d != host) {
+      members.push_back(d);
+      devices.push_back(d);
+    } else if (host_named) {
+      members.push_back(d);  // a member only when -dev names it
+    }
+  if (members.empty()) members.push_back(host);
+  devices.push_back(host);
+  p.devices = devices;
+  p.tp_members = members;
+  if (world) {
+    p.tp_rank = world->rank();
+    p.tp_size = world->size();
+    p.tp_members = {members.front()};
+  }
 }
 
 }  // namespace loom

@@ -1,36 +1,84 @@
-// Session: the KV cache on each layer's device, and the decode loop (ubatches -> forward graph
-// -> plan across devices -> executor -> logits). Planning-only sessions size everything
-// without allocating (fit-params, split-inspect) through the same code.
+// Session: its members (one, or one per tensor-parallel shard held here) and the decode loop
+// (ubatches -> each member's graph and plan, reused while the shape stays -> executors ->
+// logits). Planning-only sessions size everything without allocating (fit-params,
+// split-inspect) through the same code.
 #include "loom/model/session.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <limits>
+#include <thread>
 
-#include "loom/model/forward.h"
-#include "loom/alloc/alloc.h"
-#include "loom/cpu/cpu.h"
-#include "loom/sched/executor.h"
+#include "loom/backend/registry.h"
+#include "loom/core/error.h"
 #include "session_impl.h"
 
 namespace loom {
 
 namespace {
 
-// The policy's leaf placement: weights and KV cache of a model whose memory is not allocated.
-void add_leaf_devices(sched::PlanPolicy& policy, const Model& model, const KvCache& kv,
-                      const std::vector<int>& layer_device) {
-  const auto& devs = model.devices();
-  for (Tensor& t : const_cast<Model&>(model).weights().tensors())
-    if (!t.buffer) policy.leaf_devices[&t] = devs[(size_t)model.device_of(&t)];
-  for (size_t il = 0; il < kv.k.size(); ++il) {
-    if (!kv.k[il]->buffer) policy.leaf_devices[kv.k[il]] = devs[(size_t)layer_device[il]];
-    if (!kv.v[il]->buffer) policy.leaf_devices[kv.v[il]] = devs[(size_t)layer_device[il]];
-  }
+// The whole model as one member: each layer's KV cache on the layer's device.
+MemberSetup whole_model(const Model& model, bool plan_only) {
+  const HParams& hp = model.hparams();
+  MemberSetup s;
+  s.fm = forward_model(model);
+  s.devices = model.devices();
+  for (size_t d = 0; d < s.devices.size(); ++d) s.model_device.push_back((int)d);
+  s.kv_device = model.placement().layer_device;
+  s.kv_width = hp.n_embd_kv();
+  s.vocab = {0, hp.n_vocab};
+  if (plan_only)
+    for (Tensor* t : model.weight_tensors())
+      if (!t->buffer) s.leaf_devices[t] = s.devices[(size_t)model.device_of(t)];
+  return s;
 }
 
+// A tensor-parallel shard as a member: its KV heads on its device, the host beside it.
+MemberSetup shard_member(const Model& model, const TpShard& sh, const SessionParams& params, bool plan_only) {
+  const HParams& hp = model.hparams();
+  const std::vector<Device*>& all = model.devices();
+  Device* host = all.back();
+  MemberSetup s;
+  s.fm = forward_model(model, sh);
+  s.devices = {sh.device};
+  if (sh.device != host) s.devices.push_back(host);
+  for (Device* d : s.devices) s.model_device.push_back((int)(std::find(all.begin(), all.end(), d) - all.begin()));
+  s.kv_width = hp.head_dim * sh.n_head_kv;
+  for (DType t : {params.type_k, params.type_v})
+    LOOM_CHECK(s.kv_width % dtype_info(t).block_size == 0, usage,
+               "-sm tensor: member {} holds {} KV heads of {} ({} values a row), not a whole number of {} blocks of "
+               "{}; use an f16/f32 cache or another -ts",
+               sh.rank, sh.n_head_kv, hp.head_dim, s.kv_width, dtype_name(t), dtype_info(t).block_size);
+  if (s.kv_width > 0) s.kv_device.assign((size_t)hp.n_layer, 0);
+  s.kv_col = model.tp_layout().head_kv[(size_t)sh.rank].begin * hp.head_dim;
+  s.vocab = model.tp_layout().vocab[(size_t)sh.rank];
+  s.rank = sh.rank;
+  if (plan_only) {
+    for (Tensor& t : const_cast<Context&>(sh.ctx).tensors())
+      if (!t.buffer) s.leaf_devices[&t] = sh.device;
+    if (!model.tok_embd->data) s.leaf_devices[model.tok_embd] = host;
+  }
+  return s;
+}
+
+constexpr const char* kKvCacheTypes[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"};
+
 }  // namespace
+
+std::optional<DType> kv_cache_type(std::string_view name) {
+  for (const char* n : kKvCacheTypes)
+    if (name == n) {
+      const std::optional<DType> t = dtype_from_name(n);
+      if (t && dtype_info(*t).to_float && dtype_info(*t).from_float) return t;
+    }
+  return std::nullopt;
+}
+
+std::string kv_cache_type_names() {
+  std::string out;
+  for (const char* n : kKvCacheTypes)
+    if (kv_cache_type(n)) out += (out.empty() ? "" : ", ") + std::string(n);
+  return out;
+}
 
 Session::Session(Model& model, const SessionParams& params) : model_(model), params_(params) {
   const HParams& hp = model.hparams();
@@ -42,92 +90,128 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
              params_.n_copies);
   params_.n_ubatch = std::min(params_.n_ubatch, params_.n_batch);
   for (DType t : {params_.type_k, params_.type_v})
-    LOOM_CHECK(t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q8_0, usage,
-               "KV cache type {} not supported (f32, f16, bf16, q8_0)", dtype_name(t));
+    LOOM_CHECK(kv_cache_type(dtype_name(t)), usage, "KV cache type {} not supported ({})", dtype_name(t),
+               kv_cache_type_names());
+  LOOM_CHECK(params_.flash_attn || !dtype_info(params_.type_v).is_quantized, usage,
+             "-ctv {}: a quantized V cache needs flash attention (-fa on)", dtype_name(params_.type_v));
+  for (DType t : {params_.type_k, params_.type_v})
+    LOOM_CHECK(model.hparams().head_dim % dtype_info(t).block_size == 0, usage,
+               "KV cache type {}: head size {} is not a whole number of its {}-value blocks", dtype_name(t),
+               model.hparams().head_dim, dtype_info(t).block_size);
   impl_ = std::make_unique<Impl>();
   Impl& im = *impl_;
   im.devices = model.devices();
   im.plan_only = !model.has_data() || params_.plan_only;
-  if (params_.n_threads > 0)
-    if (auto* cpu = dynamic_cast<cpu::CpuDevice*>(im.devices.back())) cpu->set_n_threads(params_.n_threads);
+  if (params_.n_threads > 0) im.devices.back()->set_n_threads(params_.n_threads);
 
-  if (model.tensor_parallel()) {
-    im.tp = std::make_unique<TpRunner>(model, params_, im.plan_only);
+  if (!model.tensor_parallel()) {
+    MemberSetup s = whole_model(model, im.plan_only);
+    s.n_copies = params_.n_copies;
+    im.members.push_back(std::make_unique<SessionMember>(std::move(s), params_, im.plan_only));
     return;
   }
-  // KV cache: one K and one V tensor per layer, on the layer's device
-  const std::vector<int>& layer_device = model.placement().layer_device;
-  std::vector<std::vector<Tensor*>> per_device(im.devices.size());
-  im.kv.size = params_.n_ctx;
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    Tensor* k = im.kv_ctx.new_tensor(params_.type_k, {hp.n_embd_kv(), params_.n_ctx}, fmt::format("cache_k_l{}", il));
-    Tensor* v = im.kv_ctx.new_tensor(params_.type_v, {hp.n_embd_kv(), params_.n_ctx}, fmt::format("cache_v_l{}", il));
-    im.kv.k.push_back(k);
-    im.kv.v.push_back(v);
-    per_device[(size_t)layer_device[(size_t)il]].push_back(k);
-    per_device[(size_t)layer_device[(size_t)il]].push_back(v);
+  im.tensor_parallel = true;
+  const auto& shards = model.tp_shards();
+  const int n_members = model.tp_layout().n_members;
+  if ((int)shards.size() < n_members) {  // this process holds one member; the others are ranks elsewhere
+    LOOM_CHECK(params_.comm && params_.comm->size() == n_members && params_.comm->rank() == shards[0]->rank, usage,
+               "-sm tensor: this process holds member {} of {} but no communicator of that size was given (--comm)",
+               shards[0]->rank, n_members);
+    im.remote = params_.comm;
+  } else if (!im.plan_only) {
+    im.group = registry().in_process_group((int)shards.size());
   }
-  im.kv_bytes.assign(im.devices.size(), 0);
-  for (size_t d = 0; d < im.devices.size(); ++d) {
-    const BufferType& bt = im.devices[d]->buffer_type();
-    im.kv_bytes[d] = alloc::tensors_size(per_device[d], bt);
-    if (im.plan_only || per_device[d].empty()) continue;
-    Status st = alloc::alloc_tensors(per_device[d], bt, im.kv_buffers);
-    LOOM_CHECK(st.is_ok(), out_of_memory, "KV cache: cannot allocate {:.2f} MiB on {}: {}",
-               (double)im.kv_bytes[d] / (1 << 20), im.devices[d]->name(), st.message());
-  }
-  for (auto& b : im.kv_buffers) b->clear(0);
-
-  im.policy.n_copies = params_.n_copies;
-  if (im.plan_only) add_leaf_devices(im.policy, model, im.kv, layer_device);
-  if (!im.plan_only) im.exec = std::make_unique<sched::Executor>(im.devices);
-
-  // Worst cases: a full ubatch attending to the whole context with every logit and with the last
-  // one only (steps pad n_kv up to kKvPad, so both meet the whole context; their layouts
-  // differ), and one token.
-  im.compute_bytes.assign(im.devices.size(), 0);
-  const int64_t ub = std::min(params_.n_ubatch, params_.n_ctx);
-  for (const ForwardShape& shape : {ForwardShape{ub, params_.n_ctx, ub, params_.flash_attn},
-                                    ForwardShape{ub, params_.n_ctx, 1, params_.flash_attn},
-                                    ForwardShape{1, params_.n_ctx, 1, params_.flash_attn}}) {
-    Context ctx;
-    ForwardInputs in = build_forward(ctx, model_, im.kv, shape);
-    Graph g;
-    build_graph(g, in);
-    sched::ExecutionPlan plan = sched::plan(g, im.devices, im.policy);
-    for (size_t d = 0; d < im.devices.size(); ++d)
-      im.compute_bytes[d] = std::max(im.compute_bytes[d], plan.compute_bytes((int)d));
-    if (im.exec) {
-      Status st = im.exec->reserve(g, plan);
-      LOOM_CHECK(st.is_ok(), out_of_memory, "compute buffers: {}", st.message());
-    }
+  for (const auto& sh : shards) {
+    MemberSetup s = shard_member(model, *sh, params_, im.plan_only);
+    s.comm = im.remote ? im.remote : im.group ? &im.group->rank(sh->rank) : nullptr;
+    if (s.comm) s.comm->set_bf16_min_elements(params_.reduce_bf16_min);
+    im.members.push_back(std::make_unique<SessionMember>(std::move(s), params_, im.plan_only));
   }
 }
 
 Session::~Session() = default;
 
 Session::StepPlan Session::plan_step(bool decode) const {
-  const Impl& im = *impl_;
-  const int64_t ub = decode ? 1 : std::min(params_.n_ubatch, params_.n_ctx);
-  if (im.tp) return im.tp->plan_step(ub, params_.n_ctx);
-  StepPlan sp;
-  sp.ctx = std::make_unique<Context>();
-  ForwardInputs in = build_forward(*sp.ctx, model_, im.kv, ForwardShape{ub, params_.n_ctx, ub, params_.flash_attn});
-  sp.graph = std::make_unique<Graph>();
-  build_graph(*sp.graph, in);
-  sp.plan = sched::plan(*sp.graph, im.devices, im.policy);
-  return sp;
+  return impl_->members.front()->plan_step(decode ? 1 : std::min(params_.n_ubatch, params_.n_ctx));
 }
 
 void Session::clear() {
   n_past_ = 0;
   n_outputs_ = 0;
-  for (auto& b : impl_->kv_buffers) b->clear(0);
-  if (impl_->tp) impl_->tp->clear();
+  for (auto& m : impl_->members) m->clear();
 }
 
-uint64_t Session::n_all_reduce() const { return impl_->tp ? impl_->tp->n_all_reduce() : 0; }
-size_t Session::all_reduce_bytes() const { return impl_->tp ? impl_->tp->all_reduce_bytes() : 0; }
+uint64_t Session::n_graphs_reused() const { return impl_->graphs_reused; }
+
+uint64_t Session::n_all_reduce() const {
+  const Communicator* c = impl_->members.front()->setup().comm;
+  return c ? c->n_all_reduce() : 0;
+}
+
+size_t Session::all_reduce_bytes() const {
+  const Communicator* c = impl_->members.front()->setup().comm;
+  return c ? c->bytes_reduced() : 0;
+}
+
+namespace {
+
+// Runs every member's step. Members meet in their AllReduce nodes, so in one process each needs
+// its own thread; a failing one aborts the group so the others leave their collectives.
+void run_members(Session::Impl& im) {
+  if (im.members.size() == 1) {
+    im.members.front()->compute().throw_if_error();
+    return;
+  }
+  std::vector<Status> results(im.members.size());
+  auto run_member = [&](size_t i) {
+    try {
+      results[i] = im.members[i]->compute();
+    } catch (const Error& e) {
+      results[i] = Status::error(e.kind(), e.what());
+    }
+    if (!results[i]) im.group->abort(fmt::format("member {} failed: {}", i, results[i].message()));
+  };
+  std::vector<std::thread> threads;  // member 0 runs on this thread
+  for (size_t i = 1; i < im.members.size(); ++i) threads.emplace_back(run_member, i);
+  run_member(0);
+  for (auto& t : threads) t.join();
+  for (Status& st : results) st.throw_if_error();
+}
+
+// Appends n_outputs rows of full logits. Under tensor parallelism member r holds vocabulary
+// rows vocab[r] of each output row; rows held by other processes are all-gathered.
+void gather_logits(Session::Impl& im, const Model& model, int64_t n_outputs, std::vector<float>& logits) {
+  const int64_t n_vocab = model.hparams().n_vocab;
+  const size_t old = logits.size();
+  logits.resize(old + (size_t)(n_vocab * n_outputs));
+  if (!im.tensor_parallel) {  // one member with every row: straight in
+    im.members.front()->read_logits(logits.data() + old);
+    return;
+  }
+  const TpLayout& lay = model.tp_layout();
+  std::vector<float> blocks((size_t)(n_vocab * n_outputs));
+  std::vector<size_t> counts, offsets;
+  size_t off = 0;
+  for (const tp::Range& r : lay.vocab) {
+    counts.push_back((size_t)(r.size() * n_outputs));
+    offsets.push_back(off);
+    off += counts.back();
+  }
+  for (auto& m : im.members) m->read_logits(blocks.data() + offsets[(size_t)m->setup().rank]);
+  if (im.remote) {  // other processes hold the other rows
+    const size_t r = (size_t)im.members.front()->setup().rank;
+    std::vector<float> mine(blocks.begin() + (ptrdiff_t)offsets[r], blocks.begin() + (ptrdiff_t)(offsets[r] + counts[r]));
+    im.remote->all_gather(mine.data(), counts, blocks.data());
+  }
+  for (size_t r = 0; r < lay.vocab.size(); ++r) {
+    const int64_t nv = lay.vocab[r].size();
+    for (int64_t o = 0; o < n_outputs; ++o)
+      std::memcpy(logits.data() + old + (size_t)(o * n_vocab + lay.vocab[r].begin),
+                  blocks.data() + offsets[r] + (size_t)(o * nv), (size_t)nv * sizeof(float));
+  }
+}
+
+}  // namespace
 
 void Session::decode(std::span<const int32_t> tokens, bool all_logits) {
   Impl& im = *impl_;
@@ -147,57 +231,18 @@ void Session::decode(std::span<const int32_t> tokens, bool all_logits) {
     const int64_t T = std::min(params_.n_ubatch, n - start);
     const bool last = start + T == n;
     ForwardShape shape{T, n_past_ + T, all_logits ? T : 1, params_.flash_attn};
-    if (!im.tp) shape.n_kv = std::min(params_.n_ctx, (shape.n_kv + kKvPad - 1) / kKvPad * kKvPad);
-    if (im.tp) {
-      im.tp->decode(tokens.subspan((size_t)start, (size_t)T), n_past_, shape.n_outputs, all_logits,
-                    all_logits || last, logits_);
-      n_past_ += T;
-      if (all_logits || last) n_outputs_ += shape.n_outputs;
-      continue;
+    shape.n_kv = std::min(params_.n_ctx, (shape.n_kv + kKvPad - 1) / kKvPad * kKvPad);
+    bool reused = true;
+    for (auto& m : im.members) {
+      reused = m->prepare(shape) && reused;
+      m->set_inputs(tokens.subspan((size_t)start, (size_t)T), n_past_, all_logits);
     }
-    // Pipeline copies rotate input buffers per compute: those runs build every step, as before.
-    const bool same = params_.n_copies == 1 && im.last_step && im.last_step->shape.n_tokens == shape.n_tokens &&
-                      im.last_step->shape.n_kv == shape.n_kv && im.last_step->shape.n_outputs == shape.n_outputs &&
-                      im.last_step->shape.flash_attn == shape.flash_attn;
-    if (!same) {
-      im.last_step.reset();
-      Impl::Step st{shape, std::make_unique<Context>(), {}, std::make_unique<Graph>(), nullptr};
-      st.in = build_forward(*st.ctx, model_, im.kv, shape);
-      build_graph(*st.graph, st.in);
-      st.plan = std::make_unique<sched::ExecutionPlan>(sched::plan(*st.graph, im.devices, im.policy));
-      im.last_step = std::move(st);
-    }
-    const ForwardInputs& in = im.last_step->in;
-    const Graph& g = *im.last_step->graph;
-    const sched::ExecutionPlan& plan = *im.last_step->plan;
-    if (!same || im.exec->bound_plan() != plan.uid) im.exec->alloc(g, plan).throw_if_error();
-
-    auto* tok = static_cast<int32_t*>(in.tokens->data);
-    auto* pos = static_cast<int32_t*>(in.positions->data);
-    auto* slots = static_cast<int32_t*>(in.kv_slots->data);
-    for (int64_t i = 0; i < T; ++i) {
-      tok[i] = tokens[(size_t)(start + i)];
-      pos[i] = slots[i] = (int32_t)(n_past_ + i);
-    }
-    auto* mask = static_cast<float*>(in.mask->data);
-    const float neg_inf = -std::numeric_limits<float>::infinity();
-    for (int64_t i = 0; i < T; ++i)
-      for (int64_t j = 0; j < shape.n_kv; ++j) mask[i * shape.n_kv + j] = j <= n_past_ + i ? 0.0f : neg_inf;
-    if (in.out_rows) {
-      auto* rows = static_cast<int32_t*>(in.out_rows->data);
-      for (int64_t i = 0; i < shape.n_outputs; ++i) rows[i] = (int32_t)(all_logits ? i : T - 1);
-    }
-    im.exec->compute(g, plan).throw_if_error();
+    if (reused) ++im.graphs_reused;
+    run_members(im);
     n_past_ += T;
     if (all_logits || last) {
-      const size_t old = logits_.size();
-      logits_.resize(old + (size_t)in.logits->nelements());
-      const size_t bytes = (size_t)in.logits->nelements() * sizeof(float);
-      if (in.logits->buffer && !in.logits->buffer->type().is_host())
-        in.logits->buffer->get(in.logits, logits_.data() + old, 0, bytes);
-      else
-        std::memcpy(logits_.data() + old, in.logits->data, bytes);
-      n_outputs_ += in.logits->ne[1];
+      gather_logits(im, model_, shape.n_outputs, logits_);
+      n_outputs_ += shape.n_outputs;
     }
   }
   if (!all_logits) n_outputs_ = 1;
@@ -210,22 +255,16 @@ std::span<const float> Session::logits(int64_t i) const {
 }
 
 std::vector<MemoryBreakdown> Session::memory_breakdown() const {
-  std::vector<MemoryBreakdown> out;
   const Impl& im = *impl_;
-  if (im.tp) {
-    const std::vector<size_t> kv = im.tp->kv_bytes(), compute = im.tp->compute_bytes();
-    for (size_t d = 0; d < im.devices.size(); ++d)
-      out.push_back({im.devices[d]->name(), model_.device_bytes()[d], kv[d], compute[d]});
-    return out;
-  }
-  for (size_t d = 0; d < im.devices.size(); ++d) {
-    MemoryBreakdown m;
-    m.device = im.devices[d]->name();
-    m.model_bytes = model_.device_bytes()[d];
-    m.context_bytes = im.kv_bytes[d];
-    m.compute_bytes = im.exec ? std::max(im.exec->buffer_size((int)d), im.compute_bytes[d]) : im.compute_bytes[d];
-    out.push_back(m);
-  }
+  std::vector<MemoryBreakdown> out;
+  for (size_t d = 0; d < im.devices.size(); ++d)
+    out.push_back({im.devices[d]->name(), model_.device_bytes()[d], 0, 0});
+  for (const auto& m : im.members)
+    for (size_t d = 0; d < m->setup().devices.size(); ++d) {
+      MemoryBreakdown& b = out[(size_t)m->setup().model_device[d]];
+      b.context_bytes += m->kv_bytes(d);
+      b.compute_bytes += m->compute_bytes(d);
+    }
   return out;
 }
 

@@ -53,11 +53,9 @@ void for_each_piece(const StateHeader& h, const Columns& c, F f) {
     }
 }
 
-std::vector<Columns> local_columns(const Session::Impl& im, const HParams& hp) {
+std::vector<Columns> local_columns(const Session::Impl& im) {
   std::vector<Columns> out;
-  if (!im.tp) return {{&im.kv, 0, hp.n_embd_kv()}};
-  for (const TpRunner::KvColumns& c : im.tp->kv_columns())
-    out.push_back({c.kv, c.col_begin, c.kv->k.empty() ? 0 : c.kv->k[0]->ne[0]});
+  for (const auto& m : im.members) out.push_back({&m->kv(), m->setup().kv_col, m->setup().kv_width});
   return out;
 }
 
@@ -75,10 +73,10 @@ std::vector<uint8_t> Session::save_state() const {
   h.type_v = (int32_t)params_.type_v;
   std::vector<uint8_t> out(state_bytes(h), 0);
   std::memcpy(out.data(), &h, sizeof(h));
-  for (const Columns& c : local_columns(im, hp))
+  for (const Columns& c : local_columns(im))
     for_each_piece(
         h, c, [&](const Tensor* t, size_t src, size_t at, size_t n) { t->buffer->get(t, out.data() + at, src, n); });
-  Communicator* remote = im.tp ? im.tp->remote_comm() : nullptr;
+  Communicator* remote = im.remote;
   if (!remote) return out;
   // Other ranks hold the other heads: gather every rank's copy (its columns filled) and take
   // from each the pieces of its columns.
@@ -89,7 +87,7 @@ std::vector<uint8_t> Session::save_state() const {
   const TpLayout& lay = model_.tp_layout();
   for (int r = 0; r < remote->size(); ++r) {
     const auto* theirs = reinterpret_cast<const uint8_t*>(all.data() + (size_t)r * n_floats) - sizeof(h);
-    const meta::Range heads = lay.head_kv[(size_t)r];
+    const tp::Range heads = lay.head_kv[(size_t)r];
     for_each_piece(h, {nullptr, heads.begin * hp.head_dim, heads.size() * hp.head_dim},
                    [&](const Tensor*, size_t, size_t at, size_t n) { std::memcpy(out.data() + at, theirs + at, n); });
   }
@@ -115,7 +113,7 @@ void Session::load_state(std::span<const uint8_t> state) {
   LOOM_CHECK(state.size() == state_bytes(h), invalid_input, "sequence state: {} bytes, expected {}", state.size(),
              state_bytes(h));
   clear();
-  for (const Columns& c : local_columns(im, hp))
+  for (const Columns& c : local_columns(im))
     for_each_piece(h, c,
                    [&](Tensor* t, size_t dst, size_t at, size_t n) { t->buffer->set(t, state.data() + at, dst, n); });
   n_past_ = h.n_past;

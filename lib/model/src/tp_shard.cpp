@@ -38,9 +38,25 @@ TpSplit tp_split_of(TensorRole role) {
     case TensorRole::attn_norm:
     case TensorRole::attn_q_norm:
     case TensorRole::attn_k_norm:
+    case TensorRole::attn_post_norm:
     case TensorRole::ffn_norm:
+    case TensorRole::ffn_post_norm:
     case TensorRole::ffn_gate_inp:
+    case TensorRole::ffn_gate_inp_bias:
+    case TensorRole::rope_freqs:
+    case TensorRole::rope_factors_long:
+    case TensorRole::rope_factors_short:
       return TpSplit::mirrored;
+    case TensorRole::attn_qkv:  // phi3: the member's q, k and v row ranges (its gate|up ffn_up likewise)
+      return TpSplit::fused_rows;
+    case TensorRole::attn_sinks:  // one per query head
+      return TpSplit::vector_rows;
+    case TensorRole::ffn_gate_exps_bias:  // {n_ff_exp, n_expert}: the member's expert rows
+    case TensorRole::ffn_up_exps_bias:
+      return TpSplit::vector_rows;
+    case TensorRole::attn_output_bias:  // added once: the first member holds it
+    case TensorRole::ffn_down_exps_bias:
+      return TpSplit::first_member;
   }
   return TpSplit::mirrored;
 }
@@ -71,67 +87,26 @@ TpLayout make_tp_layout(const HParams& hp, const std::vector<Tensor*>& weights, 
       break;
     }
   l.ff_granule = ff_block;
-  l.head_kv = meta::split_axis(hp.n_head_kv, l.head_granule, proportions);
-  l.ff = meta::split_axis(hp.n_ff, ff_block, proportions);
+  l.head_kv = tp::split_axis(hp.n_head_kv, l.head_granule, proportions);
+  l.ff = tp::split_axis(hp.n_ff, ff_block, proportions);
   if (hp.n_ff_exp > 0)
-    l.ff_exp = meta::split_axis(hp.n_ff_exp, ff_exp_block, proportions);
+    l.ff_exp = tp::split_axis(hp.n_ff_exp, ff_exp_block, proportions);
   else
     l.ff_exp.assign((size_t)n_members, {});
-  l.vocab = meta::split_axis(hp.n_vocab, 1, proportions);
+  l.vocab = tp::split_axis(hp.n_vocab, 1, proportions);
   return l;
 }
 
 namespace {
 
-Tensor** layer_slot(LayerWeights& l, TensorRole role) {
-  switch (role) {
-    case TensorRole::attn_norm:
-      return &l.attn_norm;
-    case TensorRole::attn_q:
-      return &l.wq;
-    case TensorRole::attn_k:
-      return &l.wk;
-    case TensorRole::attn_v:
-      return &l.wv;
-    case TensorRole::attn_output:
-      return &l.wo;
-    case TensorRole::attn_q_bias:
-      return &l.bq;
-    case TensorRole::attn_k_bias:
-      return &l.bk;
-    case TensorRole::attn_v_bias:
-      return &l.bv;
-    case TensorRole::attn_q_norm:
-      return &l.q_norm;
-    case TensorRole::attn_k_norm:
-      return &l.k_norm;
-    case TensorRole::ffn_norm:
-      return &l.ffn_norm;
-    case TensorRole::ffn_gate:
-      return &l.ffn_gate;
-    case TensorRole::ffn_up:
-      return &l.ffn_up;
-    case TensorRole::ffn_down:
-      return &l.ffn_down;
-    case TensorRole::ffn_gate_inp:
-      return &l.ffn_gate_inp;
-    case TensorRole::ffn_gate_exps:
-      return &l.ffn_gate_exps;
-    case TensorRole::ffn_up_exps:
-      return &l.ffn_up_exps;
-    case TensorRole::ffn_down_exps:
-      return &l.ffn_down_exps;
-    default:
-      return nullptr;
-  }
-}
-
-// A shard tensor and where its bytes come from: axis -1 (whole), 0 (columns) or 1 (rows).
+// A shard tensor and where its bytes come from: axis -1 (whole), 0 (columns) or 1 (rows: r, then
+// the ranges in more, concatenated: phi3's fused q|k|v and gate|up).
 struct Slice {
   Tensor* dst;
   const Tensor* src;
   int axis;
-  meta::Range r;
+  tp::Range r;
+  std::vector<tp::Range> more = {};
 };
 
 void gather_slice(const Slice& s, std::vector<uint8_t>& out) {
@@ -143,11 +118,15 @@ void gather_slice(const Slice& s, std::vector<uint8_t>& out) {
     return;
   }
   uint8_t* o = out.data();
-  if (s.axis == 1) {  // whole rows: one contiguous run per (i2, i3)
-    const size_t run = (size_t)s.r.size() * t->nb[1];
+  if (s.axis == 1) {  // whole rows: one contiguous run per (i2, i3) and range
     for (int64_t i3 = 0; i3 < t->ne[3]; ++i3)
-      for (int64_t i2 = 0; i2 < t->ne[2]; ++i2, o += run)
-        std::memcpy(o, base + i3 * t->nb[3] + i2 * t->nb[2] + s.r.begin * t->nb[1], run);
+      for (int64_t i2 = 0; i2 < t->ne[2]; ++i2)
+        for (size_t k = 0; k <= s.more.size(); ++k) {
+          const tp::Range& r = k == 0 ? s.r : s.more[k - 1];
+          const size_t run = (size_t)r.size() * t->nb[1];
+          std::memcpy(o, base + i3 * t->nb[3] + i2 * t->nb[2] + r.begin * t->nb[1], run);
+          o += run;
+        }
     return;
   }
   const size_t skip = row_size(t->type, s.r.begin), run = row_size(t->type, s.r.size());
@@ -195,7 +174,7 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
     TpShard& s = *sh;
     s.rank = r;
     s.device = members[one_rank ? 0 : (size_t)r];
-    const meta::Range heads = tp_layout_.head_kv[(size_t)r];
+    const tp::Range heads = tp_layout_.head_kv[(size_t)r];
     const int64_t q_per_kv = hp.n_head / hp.n_head_kv, hd = hp.head_dim;
     s.n_head_kv = heads.size();
     s.n_head = heads.size() * q_per_kv;
@@ -204,13 +183,14 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
     s.n_vocab = tp_layout_.vocab[(size_t)r].size();
     s.layers.resize((size_t)hp.n_layer);
     std::vector<Slice> slices;
-    auto add = [&](const Tensor* src, int axis, meta::Range range) -> Tensor* {
+    auto add = [&](const Tensor* src, int axis, tp::Range range, std::vector<tp::Range> more = {}) -> Tensor* {
       if (axis >= 0 && range.size() == 0) return nullptr;
       int64_t ne[4] = {src->ne[0], src->ne[1], src->ne[2], src->ne[3]};
       if (axis >= 0) ne[axis] = range.size();
+      for (const tp::Range& m : more) ne[1] += m.size();
       Tensor* t = s.ctx.new_tensor(src->type, 4, ne, src->name);
       t->flags |= kFlagParam;
-      slices.push_back({t, src, axis, range});
+      slices.push_back({t, src, axis, range, std::move(more)});
       return t;
     };
     for (const TensorSpec& spec : arch_tensors(hp)) {
@@ -220,16 +200,34 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
                            spec.role == TensorRole::ffn_down_exps;
       const bool ffn =
           spec.role == TensorRole::ffn_gate || spec.role == TensorRole::ffn_up || spec.role == TensorRole::ffn_down;
+      const bool ffn_exp_b = spec.role == TensorRole::ffn_gate_exps_bias || spec.role == TensorRole::ffn_up_exps_bias;
       const bool q = spec.role == TensorRole::attn_q || spec.role == TensorRole::attn_q_bias ||
                      spec.role == TensorRole::attn_output;
-      meta::Range range = ffn_exp ? tp_layout_.ff_exp[(size_t)r]
-                          : ffn   ? tp_layout_.ff[(size_t)r]
-                          : q     ? meta::Range{heads.begin * q_per_kv * hd, heads.end * q_per_kv * hd}
-                                  : meta::Range{heads.begin * hd, heads.end * hd};
+      const tp::Range q_rows{heads.begin * q_per_kv * hd, heads.end * q_per_kv * hd};
+      const tp::Range kv_rows{heads.begin * hd, heads.end * hd};
+      tp::Range range = ffn_exp || ffn_exp_b                   ? tp_layout_.ff_exp[(size_t)r]
+                          : ffn                                  ? tp_layout_.ff[(size_t)r]
+                          : spec.role == TensorRole::attn_sinks ? tp::Range{heads.begin * q_per_kv, heads.end * q_per_kv}
+                          : q                                    ? q_rows
+                                                                 : kv_rows;
+      TpSplit split = tp_split_of(spec.role);
+      if (hp.arch == Arch::phi3 && spec.role == TensorRole::ffn_up) split = TpSplit::fused_rows;
       Tensor* t = nullptr;
-      switch (tp_split_of(spec.role)) {
+      switch (split) {
         case TpSplit::rows:
           t = add(src, 1, range);
+          break;
+        case TpSplit::fused_rows:  // q | k | v (phi3 attn_qkv) or gate | up (phi3 ffn_up)
+          if (spec.role == TensorRole::attn_qkv) {
+            const int64_t n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv();
+            t = add(src, 1, q_rows,
+                    {{n_q + kv_rows.begin, n_q + kv_rows.end}, {n_q + n_kv + kv_rows.begin, n_q + n_kv + kv_rows.end}});
+          } else {
+            t = add(src, 1, range, {{hp.n_ff + range.begin, hp.n_ff + range.end}});
+          }
+          break;
+        case TpSplit::first_member:
+          t = r == 0 ? add(src, -1, {}) : nullptr;
           break;
         case TpSplit::columns:
         case TpSplit::vector_rows:
@@ -241,9 +239,12 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
         case TpSplit::host:
           break;
       }
-      *layer_slot(s.layers[(size_t)spec.layer], spec.role) = t;
+      *layer_role_slot(s.layers[(size_t)spec.layer], spec.role) = t;
     }
     s.output_norm = add(output_norm, -1, {});
+    if (rope_freqs) s.rope_freqs = add(rope_freqs, -1, {});
+    if (rope_long) s.rope_long = add(rope_long, -1, {});
+    if (rope_short) s.rope_short = add(rope_short, -1, {});
     s.output = add(output, 1, tp_layout_.vocab[(size_t)r]);
 
     std::vector<Tensor*> tensors;
@@ -257,6 +258,7 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
       Status st = alloc::alloc_tensors(tensors, bt, s.buffers);
       LOOM_CHECK(st.is_ok(), out_of_memory, "{}: cannot place the {:.2f} MiB shard of member {} on {}: {}",
                  file_->path(), (double)s.bytes / (1 << 20), r, s.device->name(), st.message());
+      for (auto& b : s.buffers) b->set_usage(BufferUsage::weights);
       std::vector<uint8_t> bytes;
       for (const Slice& sl : slices) {
         gather_slice(sl, bytes);

@@ -7,21 +7,13 @@
 #include <cstdlib>
 #include <algorithm>
 #include <cstring>
-#include <mutex>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "plan_internal.h"
 
 namespace loom::sched {
 
 namespace {
-
-std::mutex g_registry_mutex;
-std::unordered_set<const Buffer*>& registry() {
-  static std::unordered_set<const Buffer*> buffers;
-  return buffers;
-}
 
 // LOOM_SCHED_SYNC_ALL=1 waits for every stream at the end of compute (the rule before covered
 // streams were skipped), for comparing sync counts.
@@ -56,11 +48,6 @@ Status check_order(const std::vector<Tensor*>& before, const std::vector<Tensor*
 
 }  // namespace
 
-bool is_compute_buffer(const Buffer* b) {
-  std::lock_guard lock(g_registry_mutex);
-  return registry().count(b) != 0;
-}
-
 Executor::Executor(std::span<Device* const> devices) : devices_(devices.begin(), devices.end()) {
   buffers_.resize(devices_.size());
   for (Device* d : devices_) streams_.push_back(d->create_stream());
@@ -84,11 +71,6 @@ size_t Executor::buffer_size(int device) const {
 
 void Executor::release_buffer(int d) {
   auto& b = buffers_[(size_t)d];
-  if (!b) return;
-  {
-    std::lock_guard lock(g_registry_mutex);
-    registry().erase(b.get());
-  }
   b.reset();
 }
 
@@ -116,10 +98,7 @@ Status Executor::ensure_buffer(int d, const ExecutionPlan& plan, bool is_reserve
   if (Status st = compute_buffer_type(d).alloc(need, fresh); !st)
     return Status::error(st.kind(), fmt::format("[executor] compute buffer of {} ({} bytes): {}",
                                                 devices_[(size_t)d]->name(), need, st.message()));
-  {
-    std::lock_guard lock(g_registry_mutex);
-    registry().insert(fresh.get());
-  }
+  fresh->set_usage(BufferUsage::compute);  // the planner places tensors bound here anew
   buf = std::move(fresh);
   if (had) ++n_reallocs_;
   bound_plan_ = 0;

@@ -18,7 +18,7 @@ inline size_t offset_in_root(const Tensor* t) { return t->view_src ? t->view_off
 // that do compute (they write into their root).
 inline bool is_pure_view(const Tensor* t) { return op_info(t->op).is_view; }
 // Memory the caller (not an executor) gave the tensor: weights, KV cache, caller-owned inputs.
-inline bool has_fixed_memory(const Tensor* t) { return t->data && !(t->buffer && is_compute_buffer(t->buffer)); }
+inline bool has_fixed_memory(const Tensor* t) { return t->data && !(t->buffer && t->buffer->usage() == BufferUsage::compute); }
 
 struct LeafInfo {
   int device;       // where its bytes live

@@ -1,4 +1,5 @@
 // Printing a plan: text for loom-split-inspect and golden tests, JSON, and Graphviz.
+#include <algorithm>
 #include <map>
 
 #include "loom/sched/describe.h"
@@ -129,6 +130,75 @@ nlohmann::json to_json(const ExecutionPlan& p) {
             {"copy_bytes", p.copy_bytes()},
             {"n_syncs", p.n_waits()},
             {"pipeline_copies", p.n_copies}}}};
+}
+
+namespace {
+
+// The group a node belongs to in the grouped picture: its layer ("blk.7" of "blk.7.mul_mat-12"),
+// else the first word of its name ("inp_tokens", "result_output").
+std::string layer_of(const std::string& name) {
+  if (name.rfind("blk.", 0) == 0) return name.substr(0, name.find('.', 4));
+  const size_t end = name.find_first_of(".-");
+  return name.empty() ? std::string("?") : name.substr(0, end);
+}
+
+}  // namespace
+
+std::string to_dot_grouped(const ExecutionPlan& p) {
+  // one box per (split, layer): its node count and its most frequent ops; one edge per pair of
+  // boxes a tensor flows between, dashed where it crosses devices, labelled with the count
+  std::vector<int> group_of(p.nodes.size());
+  std::vector<std::pair<int, std::string>> groups;  // (split, layer)
+  std::map<std::pair<int, std::string>, int> group_index;
+  std::vector<std::map<std::string, int>> ops;
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    const auto key = std::make_pair(p.nodes[i].split, layer_of(p.nodes[i].tensor->name));
+    auto [it, added] = group_index.emplace(key, (int)groups.size());
+    if (added) {
+      groups.push_back(key);
+      ops.emplace_back();
+    }
+    group_of[i] = it->second;
+    ++ops[(size_t)it->second][op_name(p.nodes[i].tensor->op)];
+  }
+  std::string out = "digraph plan {\n  rankdir=TB;\n  node [shape=box, fontsize=10];\n";
+  for (const Split& s : p.splits) {
+    out += fmt::format("  subgraph cluster_{} {{\n    label=\"split {} {} ({} nodes)\";\n", s.id, s.id,
+                       dev_name(p, s.device), s.n_nodes);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (groups[g].first != s.id) continue;
+      std::vector<std::pair<int, std::string>> by_count;
+      int n = 0;
+      for (const auto& [op, count] : ops[g]) {
+        by_count.emplace_back(-count, op);
+        n += count;
+      }
+      std::sort(by_count.begin(), by_count.end());
+      std::string top;
+      for (size_t k = 0; k < std::min<size_t>(3, by_count.size()); ++k)
+        top += fmt::format("{}{} x{}", k ? ", " : "", by_count[k].second, -by_count[k].first);
+      out += fmt::format("    g{} [label=\"{}\\n{} nodes\\n{}\"];\n", g, groups[g].second, n, top);
+    }
+    out += "  }\n";
+  }
+  std::map<std::pair<int, int>, int> edges;
+  std::map<const Tensor*, size_t> index;
+  for (size_t i = 0; i < p.nodes.size(); ++i) index.emplace(p.nodes[i].tensor, i);
+  for (size_t i = 0; i < p.nodes.size(); ++i)
+    for (const Tensor* src : p.nodes[i].tensor->src) {
+      auto it = src ? index.find(src) : index.end();
+      if (it == index.end() || group_of[it->second] == group_of[i]) continue;
+      ++edges[{group_of[it->second], group_of[i]}];
+    }
+  for (const auto& [e, count] : edges) {
+    const bool cross = p.splits[(size_t)groups[(size_t)e.first].first].device !=
+                       p.splits[(size_t)groups[(size_t)e.second].first].device;
+    out += fmt::format("  g{} -> g{}{};\n", e.first, e.second,
+                       cross ? fmt::format(" [style=dashed, label=\"{}\"]", count)
+                             : count > 1 ? fmt::format(" [label=\"{}\"]", count) : std::string());
+  }
+  out += "}\n";
+  return out;
 }
 
 std::string to_dot(const ExecutionPlan& p) {

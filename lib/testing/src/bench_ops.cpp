@@ -15,7 +15,7 @@
 #include "loom/core/error.h"
 #include "loom/core/thread_pool.h"
 #include "loom/graph/fusion.h"
-#include "loom/sched/devices.h"
+#include "loom/backend/registry.h"
 #include "loom/testing/broken_device.h"
 #include "loom/testing/limits.h"
 #include "loom/testing/runner.h"
@@ -120,7 +120,9 @@ int run_bench_ops(const BenchOpsOptions& o, std::FILE* out) {
     LOOM_CHECK(std::find(names.begin(), names.end(), op) != names.end(), usage, "-o {}: no such op (see --list-ops)", op);
   std::regex re;
   try {
-    re = std::regex(o.params_regex.empty() ? std::string(".*") : o.params_regex);
+    // Case-insensitive: type names are spelled as llama.cpp prints them (q4_K, iq4_xs), and
+    // users type them either way.
+    re = std::regex(o.params_regex.empty() ? std::string(".*") : o.params_regex, std::regex::ECMAScript | std::regex::icase);
   } catch (const std::regex_error& e) {
     fail(ErrorKind::usage, "-p '{}': {}", o.params_regex, e.what());
   }
@@ -129,11 +131,17 @@ int run_bench_ops(const BenchOpsOptions& o, std::FILE* out) {
     if ((op_filter.empty() || std::find(op_filter.begin(), op_filter.end(), c->op) != op_filter.end()) &&
         std::regex_search(c->name(), re))
       cases.push_back(c);
+  if (cases.empty()) {  // a filter that selects nothing is a mistake, not a pass (exit 1, as a failed case)
+    fmt::print(stderr, "error: no case matches{}{}{}\n", op_filter.empty() ? "" : " -o ", fmt::join(op_filter, ","),
+               o.params_regex.empty() ? std::string() : fmt::format(" -p '{}'", o.params_regex));
+    return 1;
+  }
 
   // Devices: SIM0.., extra (tests), broken (test builds), then the CPU.
   const int threads = o.n_threads > 0 ? o.n_threads : ThreadPool::default_threads();
-  sched::DeviceSet set = sched::make_devices(o.sim_devices, threads);
-  std::vector<Device*> all(set.all.begin(), set.all.end() - 1);
+  DeviceSet set = make_devices(o.sim_devices, threads);
+  std::vector<Device*> all = set.named_only;  // listed first: Vulkan0 on lavapipe, only with -b
+  all.insert(all.end(), set.all.begin(), set.all.end() - 1);
   all.insert(all.end(), o.extra_devices.begin(), o.extra_devices.end());
   std::vector<std::unique_ptr<Device>> broken;
 #ifdef LOOM_BROKEN_KERNELS
@@ -156,6 +164,9 @@ int run_bench_ops(const BenchOpsOptions& o, std::FILE* out) {
   }
   if (wanted.empty()) {
     devices = all;
+    std::erase_if(devices, [&](Device* d) {
+      return std::find(set.named_only.begin(), set.named_only.end(), d) != set.named_only.end();
+    });
     if (!broken.empty())
       std::erase_if(devices, [](Device* d) { return d->name().rfind("BROKEN_", 0) == 0; });  // only when asked for
   }

@@ -1,6 +1,7 @@
-// Catalog, attention: ROPE and ROPE_BACK (normal/neox, partial rotation, frequency factors and
-// scaling), SOFT_MAX (scale, F32/F16 masks broadcast over heads, ALiBi; limit 1e-6),
-// SOFT_MAX_BACK, FLASH_ATTN_EXT (F32/F16/BF16 K and V, GQA, masks, softcap, ALiBi; limit 5e-4).
+// Catalog, attention: ROPE and ROPE_BACK (normal/neox, partial rotation, frequency factors,
+// linear and YaRN scaling), SOFT_MAX (scale, F32/F16 masks broadcast over heads, ALiBi, sinks;
+// limit 1e-6), SOFT_MAX_BACK, FLASH_ATTN_EXT (F32/F16/BF16 and quantized KV cache types for K and
+// V, GQA, masks, softcap, ALiBi, sinks; limit 5e-4).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -50,6 +51,27 @@ void add_ropes(std::vector<OpCase>& out) {
     }
 }
 
+// YaRN (gpt-oss's 32x over 4096, Llama-style 8x over 8192) in both pairings, forward and back.
+void add_yarn_ropes(std::vector<OpCase>& out) {
+  for (bool back : {false, true})
+    for (bool neox : {false, true}) {
+      const std::string params = fmt::format("type=f32,ne=[64,4,6,1],n_dims=64,mode={},yarn=1,freq_scale=0.03125",
+                                             neox ? "neox" : "normal");
+      add_case(out, back ? "ROPE_BACK" : "ROPE", params, neox ? kTG : kModeTest, [=](CaseBuilder& b) {
+        ops::RopeParams p;
+        p.n_dims = 64;
+        p.mode = neox ? ops::kRopeNeox : ops::kRopeNormal;
+        p.n_ctx_orig = 4096;
+        p.freq_base = 150000.0f;
+        p.freq_scale = 1.0f / 32;
+        p.ext_factor = 1.0f;
+        Tensor* a = neox ? b.param({64, 4, 6}) : b.input(DType::F32, {64, 4, 6});
+        Tensor* pos = b.ids({6}, 0, 20000);
+        back ? ops::rope_back(b.ctx(), a, pos, nullptr, p) : ops::rope(b.ctx(), a, pos, nullptr, p);
+      });
+    }
+}
+
 struct SoftMaxCase {
   int64_t ne[4];
   float scale, max_bias;
@@ -74,6 +96,13 @@ void add_soft_maxes(std::vector<OpCase>& out) {
       ops::soft_max(b.ctx(), a, m, s.scale, s.max_bias);
     }).max_nmse = 1e-6;
   }
+  for (int mask : {0, 2})  // attention sinks: one value per head
+    add_case(out, "SOFT_MAX", fmt::format("type=f32,ne=[19,6,4,1],mask={},scale=0.25,sinks=1", mask ? "f16" : "none"),
+             kModeTest, [=](CaseBuilder& b) {
+               Tensor* m = mask ? b.input(DType::F16, {19, 6}) : nullptr;
+               ops::soft_max(b.ctx(), b.input(DType::F32, {19, 6, 4}), m, 0.25f, 0.0f,
+                             b.input(DType::F32, {4}, LeafInit::normal(0.0, 2.0)));
+             }).max_nmse = 1e-6;
   add_case(out, "SOFT_MAX", "type=f32,ne=[9,4,1,1],mask=none,scale=0.5,max_bias=0,grad=1", kModeGrad, [](CaseBuilder& b) {
     ops::soft_max(b.ctx(), b.param({9, 4}), nullptr, 0.5f);
   }).max_nmse = 1e-6;
@@ -93,6 +122,7 @@ struct FaCase {
   int mask;  // 0 none, 1 F32, 2 F16
   float max_bias, softcap;
   uint32_t modes;
+  bool sinks = false;
 };
 
 void add_flash_attn(std::vector<OpCase>& out) {
@@ -106,30 +136,51 @@ void add_flash_attn(std::vector<OpCase>& out) {
       {64, 64, 4, 64, 6, 6, 1, DType::F16, 2, 8.0f, 0.0f, kModeTest},
       {64, 32, 3, 20, 2, 1, 1, DType::F32, 0, 0.0f, 0.0f, kModeTest},
       {80, 80, 12, 96, 3, 1, 1, DType::F16, 1, 0.0f, 0.0f, kModeTest},
+      {64, 64, 6, 48, 4, 2, 1, DType::F16, 2, 0.0f, 0.0f, kModeTest, true},
+      {64, 64, 1, 40, 8, 2, 1, DType::F32, 1, 0.0f, 0.0f, kModeTest, true},
       {128, 128, 1, 4096, 32, 8, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},
       {128, 128, 1, 16384, 32, 8, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},  // 64 MiB of K/V: past the caches
       {64, 64, 1, 256, 16, 4, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},  // a decode step of the ~300M llama
       {128, 128, 512, 512, 32, 8, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},
       {64, 64, 512, 512, 16, 4, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},  // a 512-token prompt of the ~300M llama
   };
-  for (const FaCase& f : cases) {
+  auto add = [&](const FaCase& f, DType tk, DType tv) {
+    const std::string types =
+        tk == tv ? fmt::format("type_kv={}", tn(tk)) : fmt::format("type_k={},type_v={}", tn(tk), tn(tv));
     const std::string params = fmt::format(
-        "hs={},hs_v={},n_q={},n_kv={},nh={},nh_kv={},nb={},type_kv={},mask={},max_bias={:g},softcap={:g}", f.d, f.dv, f.n_q,
-        f.n_kv, f.h, f.h_kv, f.batch, tn(f.kv), f.mask == 0 ? "none" : f.mask == 1 ? "f32" : "f16", f.max_bias, f.softcap);
+        "hs={},hs_v={},n_q={},n_kv={},nh={},nh_kv={},nb={},{},mask={},max_bias={:g},softcap={:g}{}", f.d, f.dv, f.n_q,
+        f.n_kv, f.h, f.h_kv, f.batch, types, f.mask == 0 ? "none" : f.mask == 1 ? "f32" : "f16", f.max_bias, f.softcap,
+        f.sinks ? ",sinks=1" : "");
     add_case(out, "FLASH_ATTN_EXT", params, f.modes, [=](CaseBuilder& b) {
       Tensor* q = b.input(DType::F32, {f.d, f.n_q, f.h, f.batch});
-      Tensor* k = b.input(f.kv, {f.d, f.n_kv, f.h_kv, f.batch});
-      Tensor* v = b.input(f.kv, {f.dv, f.n_kv, f.h_kv, f.batch});
+      Tensor* k = b.input(tk, {f.d, f.n_kv, f.h_kv, f.batch});
+      Tensor* v = b.input(tv, {f.dv, f.n_kv, f.h_kv, f.batch});
       Tensor* m = f.mask ? b.input(f.mask == 1 ? DType::F32 : DType::F16, {f.n_kv, f.n_q}) : nullptr;
-      ops::flash_attn_ext(b.ctx(), q, k, v, m, 1.0f / std::sqrt((float)f.d), f.max_bias, f.softcap);
+      Tensor* sinks = f.sinks ? b.input(DType::F32, {f.h}, LeafInit::normal(0.0, 2.0)) : nullptr;
+      ops::flash_attn_ext(b.ctx(), q, k, v, m, 1.0f / std::sqrt((float)f.d), f.max_bias, f.softcap, sinks);
     }).max_nmse = 5e-4;
+  };
+  for (const FaCase& f : cases) add(f, f.kv, f.kv);
+  // quantized caches (-ctk/-ctv): decode (streamed tiles, GQA), a prompt (packed panels), a
+  // quantized K with a plain V, and the perf of a decode step over a q8_0 / q4_0 cache
+  std::vector<DType> quantized = {DType::Q8_0, DType::Q4_0};
+  for (const char* name : {"q4_1", "q5_0", "q5_1"})  // the core's other cache types, where it has them
+    if (auto t = dtype_from_name(name)) quantized.push_back(*t);
+  for (DType t : quantized) {
+    add({128, 128, 1, 256, 8, 2, 1, t, 2, 0.0f, 0.0f, kModeTest}, t, t);
+    add({64, 64, 7, 100, 4, 2, 1, t, 2, 0.0f, 0.0f, kModeTest}, t, t);
+    add({64, 64, 1, 64, 4, 4, 2, t, 0, 0.0f, 0.0f, kModeTest}, t, DType::F16);
   }
+  add({64, 64, 3, 40, 4, 1, 1, DType::Q8_0, 1, 0.0f, 0.0f, kModeTest}, DType::F16, DType::Q8_0);
+  for (DType t : {DType::Q8_0, DType::Q4_0})
+    add({128, 128, 1, 4096, 32, 8, 1, t, 2, 0.0f, 0.0f, kModePerf}, t, t);
 }
 
 }  // namespace
 
 void add_attention_cases(std::vector<OpCase>& out) {
   add_ropes(out);
+  add_yarn_ropes(out);
   add_soft_maxes(out);
   add_flash_attn(out);
   // perf: a 512-token batch of a 32-head, 128-dim model, both pairings (llama: normal, qwen: neox)

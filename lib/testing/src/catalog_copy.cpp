@@ -1,6 +1,6 @@
 // Catalog, data movement: CPY (every type pair the CPU converts, strided sources and
 // destinations), DUP, CONT (permuted views), CONCAT (each dim), REPEAT, REPEAT_BACK, GET_ROWS
-// (every weight type, batched ids), GET_ROWS_BACK and SET_ROWS (every destination type, broadcast ids),
+// (every weight type, batched ids), GET_ROWS_BACK and SET_ROWS (every weight type, broadcast ids),
 // ALL_REDUCE (the identity on one device).
 #include <fmt/format.h>
 
@@ -11,7 +11,8 @@ namespace loom::testing::detail {
 namespace {
 
 constexpr DType kFloat[] = {DType::F32, DType::F16, DType::BF16};
-constexpr DType kQuant[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K};
+constexpr DType kQuant[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K,   DType::Q6_K, DType::Q4_1, DType::Q5_0,  DType::Q5_1,
+                            DType::Q2_K, DType::Q3_K, DType::Q5_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
 constexpr uint32_t kTG = kModeTest | kModeGrad;
 
 int64_t row_for(DType t) { return dtype_info(t).block_size >= 256 ? 256 : dtype_info(t).block_size > 1 ? 64 : 33; }
@@ -142,7 +143,7 @@ void add_repeat(std::vector<OpCase>& out) {
 }
 
 void add_rows(std::vector<OpCase>& out) {
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType t : kWeightTypes) {
     const int64_t n0 = row_for(t);
     const uint32_t modes = t == DType::F32 ? kTG : kModeTest;
     add_case(out, "GET_ROWS", fmt::format("type={},n0={},rows=10,n=5", tn(t), n0), modes, [=](CaseBuilder& b) {
@@ -166,7 +167,7 @@ void add_rows(std::vector<OpCase>& out) {
     ops::get_rows_back(b.ctx(), b.input(DType::F16, {8, 9}), b.ids({9}, 0, 6), b.input(DType::F32, {8, 6}));
   });
 
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType t : kWeightTypes) {
     const int64_t n0 = row_for(t);
     add_case(out, "SET_ROWS", fmt::format("type_dst={},n0={},rows=12,n=5", tn(t), n0), kModeTest, [=](CaseBuilder& b) {
       Tensor* dst = b.input(t, {n0, 12});
@@ -177,6 +178,20 @@ void add_rows(std::vector<OpCase>& out) {
                Tensor* dst = b.input(t, {n0, 9, 4, 2});
                ops::set_rows(b.ctx(), dst, b.input(DType::F32, {n0, 4, 4, 2}), b.distinct_ids({4, 2, 1}, 9));
              });
+  }
+}
+
+// The KV cache's writes (-ctk/-ctv): a prompt's and a token's rows, each the width of every kv
+// head, into a cache of each quantized type this build has (the same types the session offers).
+void add_kv_cache_writes(std::vector<OpCase>& out) {
+  for (const char* name : {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1"}) {
+    const std::optional<DType> t = dtype_from_name(name);
+    if (!t) continue;
+    for (int64_t n : {1, 7})
+      add_case(out, "SET_ROWS", fmt::format("type_dst={},n0=256,rows=64,n={},kv_cache=1", name, n), kModeTest,
+               [=](CaseBuilder& b) {
+                 ops::set_rows(b.ctx(), b.input(*t, {256, 64}), b.input(DType::F32, {256, n}), b.distinct_ids({n}, 64));
+               });
   }
 }
 
@@ -199,9 +214,11 @@ void add_copy_cases(std::vector<OpCase>& out) {
   for (DType t : {DType::F16, DType::Q4_0})
     add_case(out, "GET_ROWS", fmt::format("type={},n0=4096,rows=8192,n=512", tn(t)), kModePerf,
              [=](CaseBuilder& b) { ops::get_rows(b.ctx(), b.input(t, {4096, 8192}), b.ids({512}, 0, 8192)); });
-  add_case(out, "SET_ROWS", "type_dst=f16,n0=1024,rows=4096,n=512", kModePerf, [](CaseBuilder& b) {
-    ops::set_rows(b.ctx(), b.input(DType::F16, {1024, 4096}), b.input(DType::F32, {1024, 512}), b.distinct_ids({512}, 4096));
-  });
+  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0})
+    add_case(out, "SET_ROWS", fmt::format("type_dst={},n0=1024,rows=4096,n=512", tn(t)), kModePerf, [=](CaseBuilder& b) {
+      ops::set_rows(b.ctx(), b.input(t, {1024, 4096}), b.input(DType::F32, {1024, 512}), b.distinct_ids({512}, 4096));
+    });
+  add_kv_cache_writes(out);
 }
 
 }  // namespace loom::testing::detail

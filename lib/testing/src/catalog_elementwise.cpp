@@ -65,6 +65,7 @@ void add_unary(std::vector<OpCase>& out) {
       {"CLAMP", clamp_a, {}, LeafInit::ints(-3, 3)},
       {"SILU", ops::silu, {}, {}},
       {"GELU", ops::gelu, {}, {}},
+      {"TANH", ops::tanh, LeafInit::normal(0.0, 2.0), {}},
       {"SIGMOID", ops::sigmoid, {}, {}},
       {"SOFTPLUS", ops::softplus, LeafInit::normal(0.0, 3.0), {}},
       {"EXP", ops::exp, {}, {}},
@@ -106,6 +107,13 @@ void add_gated(std::vector<OpCase>& out) {
                }
              });
   }
+  // gpt-oss's constants; inputs spread past the limit so both clamps act
+  for (DType t : {DType::F32, DType::F16})
+    add_case(out, "SWIGLU_OAI", fmt::format("type={},ne=[17,5,3,1],alpha=1.702,limit=7", tn(t)), kModeTest,
+             [=](CaseBuilder& b) {
+               ops::swiglu_oai(b.ctx(), b.input(t, {17, 5, 3}, LeafInit::normal(0.0, 6.0)),
+                               b.input(t, {17, 5, 3}, LeafInit::normal(0.0, 6.0)), 1.702f, 7.0f);
+             });
   add_case(out, "SWIGLU", "type=f32,ne=[8,11,1,1],a=transposed", kModeTest, [](CaseBuilder& b) {
     ops::swiglu(b.ctx(), transposed_input(b, DType::F32, 8, 11), b.input(DType::F32, {8, 11}));
   });

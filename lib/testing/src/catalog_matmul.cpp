@@ -10,7 +10,6 @@ namespace loom::testing::detail {
 namespace {
 
 constexpr double kMatNmse = 5e-4;
-constexpr DType kWeights[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K};
 
 // mul_mat of a {k, m, a2, a3} (type ta) and b {k, n, b2, b3} (type tb).
 OpCase& add_mul_mat(std::vector<OpCase>& out, DType ta, DType tb, int64_t m, int64_t n, int64_t k, int64_t a2 = 1,
@@ -29,7 +28,7 @@ OpCase& add_mul_mat(std::vector<OpCase>& out, DType ta, DType tb, int64_t m, int
 }
 
 void add_mul_mats(std::vector<OpCase>& out) {
-  for (DType t : kWeights) {
+  for (DType t : kWeightTypes) {
     add_mul_mat(out, t, DType::F32, 16, 1, 256);
     add_mul_mat(out, t, DType::F32, 33, 9, 256);
     add_mul_mat(out, t, DType::F32, 8, 17, 256, 2, 1, 6, 3);
@@ -55,7 +54,7 @@ void add_mul_mats(std::vector<OpCase>& out) {
   add_mul_mat(out, DType::F32, DType::F32, 5, 3, 8, 1, 1, 1, 1, kModeGrad);
   add_mul_mat(out, DType::F32, DType::F32, 3, 2, 6, 1, 1, 2, 1, kModeGrad);
   // perf: decode (n = 1) and prompt (n = 512) shapes of a 4096-wide model
-  for (DType t : kWeights)
+  for (DType t : kWeightTypes)
     for (int64_t n : {1, 512}) add_mul_mat(out, t, DType::F32, 4096, n, 4096, 1, 1, 1, 1, kModePerf);
   // perf: the square F32 GEMM that PERFORMANCE.md compares with the FMA peak
   add_mul_mat(out, DType::F32, DType::F32, 1024, 1024, 1024, 1, 1, 1, 1, kModePerf);
@@ -75,7 +74,7 @@ void add_mul_mat_ids(std::vector<OpCase>& out) {
              })
         .max_nmse = kMatNmse;
   };
-  for (DType t : kWeights) {
+  for (DType t : kWeightTypes) {
     add(t, {256, 16, 4, 2, 2, 3}, kModeTest);
     add(t, {256, 9, 8, 4, 1, 5}, kModeTest);
     if (dtype_info(t).block_size < 256) add(t, {64, 12, 6, 6, 6, 2}, kModeTest);

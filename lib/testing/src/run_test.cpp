@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "loom/core/error.h"
-#include "loom/cpu/cpu.h"
+#include "loom/backend/registry.h"
 #include "loom/testing/runner.h"
 #include "placed_case.h"
 
@@ -170,12 +170,14 @@ CaseResult run_test(const OpCase& c, Device& device, const RunOptions& opt) {
     dev.download();
     if (std::string g = dev.check_guards(); !g.empty()) mark_fail(r, g);
 
-    cpu::CpuDevice ref_device(1);
+    // the reference: the host device (the CPU), one thread, one node at a time (no fusion)
+    std::unique_ptr<Device> ref_device = registry().host_device({.n_threads = 1});
     PlacedCase ref(c, opt.seed);
-    ref.place(ref_device.buffer_type());
+    ref.place(ref_device->buffer_type());
     ref.upload();
-    ThreadPool pool(1);
-    for (Tensor* n : ref.graph().nodes()) cpu::compute_nodes(ref.graph(), std::span<Tensor* const>(&n, 1), pool);
+    std::unique_ptr<Stream> ref_stream = ref_device->create_stream();
+    for (Tensor* n : ref.graph().nodes())
+      ref_stream->compute(ref.graph(), std::span<Tensor* const>(&n, 1)).throw_if_error();
     ref.download();
     if (std::string g = ref.check_guards(); !g.empty()) mark_fail(r, "CPU reference " + g);
     compare_outputs(c, dev, ref, device.name(), r);

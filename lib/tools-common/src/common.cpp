@@ -5,14 +5,30 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <sys/mman.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <optional>
 
 #include "loom/core/error.h"
+#include "loom/core/files.h"
+#include "loom/core/log.h"
 #include "loom/core/thread_pool.h"
-#include "loom/cpu/cpu.h"
-#include "loom/meta/comm.h"
 
 namespace loom::tools {
+
+namespace {
+Communicator& mpi_world() {
+  const auto& world = registry().collectives().mpi_world;
+  LOOM_CHECK(world, unsupported, "--comm mpi: no communicators registered in this binary");
+  return world();
+}
+}  // namespace
 
 void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("-m,--model", o.model, "GGUF model file");
@@ -21,36 +37,46 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("--ubatch-size", o.n_ubatch, "physical batch size (-ub)");
   app.add_option("-t,--threads", o.n_threads, "CPU threads (default: all cores)");
   app.add_option("--n-gpu-layers", o.n_gpu_layers, "layers on non-CPU devices: N, auto or all (-ngl)");
-  app.add_option("--split-mode", o.split_mode, "none, layer or tensor (-sm)");
+  app.add_option("--split-mode", o.split_mode, "none, layer or tensor (-sm)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, SplitMode>{{"none", SplitMode::none}, {"layer", SplitMode::layer}, {"tensor", SplitMode::tensor}}));
   app.add_option("--tensor-split", o.tensor_split, "proportions per device, e.g. 3,1 (-ts)");
   app.add_option("--main-gpu", o.main_gpu, "device for split mode none (-mg)");
   app.add_option("--device", o.devices, "devices to use, comma separated (-dev)");
   app.add_option("--override-tensor", o.overrides, "REGEX=DEVICE,... weight placement (-ot)");
   app.add_flag("--cpu-moe", o.cpu_moe, "keep all MoE expert weights on the CPU (-cmoe)");
   app.add_flag("--mmap,!--no-mmap", o.mmap,
-               "use the CPU's weights in place in the file mapping (less RAM, slower decode); default: "
-               "load them into huge-page-backed memory");
+               "use the CPU's weights in place in the file mapping (less RAM, slower decode); default "
+               "(--no-mmap): read them into huge-page-backed memory");
+  app.add_flag("--mlock", o.mlock, "lock the loaded weights in RAM (never swapped out)");
   app.add_flag("--repack,!--no-repack", o.repack,
                "store the CPU's Q8_0/Q4_0/Q4_K/Q6_K matrices in the kernels' 8-row layout (default; -nr: keep the file's)");
-  app.add_option("--flash-attn", o.flash_attn, "on, off or auto (-fa)");
-  app.add_option("--cache-type-k", o.cache_type_k, "K cache type: f16, f32, bf16, q8_0 (-ctk)");
-  app.add_option("--cache-type-v", o.cache_type_v, "V cache type: f16, f32, bf16, q8_0 (-ctv)");
+  app.add_option("--flash-attn", o.flash_attn, "on, off or auto; 1 and 0 as on and off (-fa)");
+  app.add_option("--cache-type-k", o.cache_type_k, "K cache type: f16, f32, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 (-ctk)");
+  app.add_option("--cache-type-v", o.cache_type_v, "V cache type as -ctk; quantized needs flash attention (-ctv)");
   app.add_flag("--list-devices", o.list_devices, "print the devices and exit");
   app.add_option("--pipeline-copies", o.n_copies, "pipeline parallelism: input copies per split (1-8)");
   app.add_option("--sim-devices", o.sim_devices, "simulated devices, e.g. 8GiB,8GiB or 2x24GiB");
-  app.add_option("--comm", o.comm, "-sm tensor collectives: auto, inproc, mpi (one member per rank) or nccl");
+  app.add_option("--comm", o.comm, "-sm tensor collectives: auto, inproc, mpi (one member per rank) or nccl")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, CommKind>{
+          {"auto", CommKind::auto_select}, {"inproc", CommKind::inproc}, {"mpi", CommKind::mpi}, {"nccl", CommKind::nccl}}));
   app.add_option("--reduce-bf16", o.reduce_bf16,
                  "-sm tensor: AllReduce tensors of at least N elements in BF16 (half the bytes; -1 = never)");
   app.add_flag("--json", o.json, "machine-readable result on stdout");
-  app.add_flag("-v,--verbose", o.verbose, "more logging");
-  app.add_option("--log-file", o.log_file, "write the log to a file");
 }
 
 namespace {
+// -fa as llama.cpp takes it: on/off/auto, and 1/0 (older builds' spelling). auto is on here:
+// flash attention handles every cache type.
+std::optional<bool> flash_attn_on(const std::string& v) {
+  if (v == "on" || v == "1" || v == "auto" || v == "true") return true;
+  if (v == "off" || v == "0" || v == "false") return false;
+  return std::nullopt;
+}
+
 DType cache_type(const std::string& name, const char* flag) {
-  auto t = dtype_from_name(name);
-  LOOM_CHECK(t && (*t == DType::F32 || *t == DType::F16 || *t == DType::BF16 || *t == DType::Q8_0), usage,
-             "{}: unknown KV cache type '{}' (f16, f32, bf16, q8_0)", flag, name);
+  const std::optional<DType> t = kv_cache_type(name);
+  LOOM_CHECK(t, usage, "{}: unknown KV cache type '{}' ({})", flag, name, kv_cache_type_names());
   return *t;
 }
 }  // namespace
@@ -60,15 +86,11 @@ void validate_common(const CommonOptions& o) {
   LOOM_CHECK(o.n_batch >= 1 && o.n_batch <= (1 << 20), usage, "-b {}: must be between 1 and 1048576", o.n_batch);
   LOOM_CHECK(o.n_ubatch >= 1 && o.n_ubatch <= (1 << 20), usage, "-ub {}: must be between 1 and 1048576", o.n_ubatch);
   LOOM_CHECK(o.n_threads >= 0 && o.n_threads <= 1024, usage, "-t {}: must be between 1 and 1024", o.n_threads);
-  LOOM_CHECK(o.split_mode == "none" || o.split_mode == "layer" || o.split_mode == "tensor", usage,
-             "-sm '{}': expected none, layer or tensor", o.split_mode);
-  LOOM_CHECK(o.flash_attn == "on" || o.flash_attn == "off" || o.flash_attn == "auto", usage,
-             "-fa '{}': expected on, off or auto", o.flash_attn);
-  LOOM_CHECK(o.comm == "auto" || o.comm == "inproc" || o.comm == "mpi" || o.comm == "nccl", usage,
-             "--comm '{}': expected auto, inproc, mpi or nccl", o.comm);
-  LOOM_CHECK(o.comm == "auto" || o.comm == "inproc" || o.split_mode == "tensor", usage,
-             "--comm {}: only with -sm tensor", o.comm);
-  LOOM_CHECK(o.comm != "nccl", unsupported,
+  LOOM_CHECK(flash_attn_on(o.flash_attn).has_value(), usage, "-fa '{}': expected on, off, auto, 1 or 0",
+             o.flash_attn);
+  LOOM_CHECK(o.comm == CommKind::auto_select || o.comm == CommKind::inproc || o.split_mode == SplitMode::tensor,
+             usage, "--comm {}: only with -sm tensor", o.comm == CommKind::mpi ? "mpi" : "nccl");
+  LOOM_CHECK(o.comm != CommKind::nccl, unsupported,
              "--comm nccl: NCCL groups need CUDA devices, which this build does not drive yet (use inproc or mpi)");
   cache_type(o.cache_type_k, "-ctk");
   cache_type(o.cache_type_v, "-ctv");
@@ -92,64 +114,32 @@ SessionParams session_params(const CommonOptions& o) {
   p.n_threads = o.n_threads;
   p.type_k = cache_type(o.cache_type_k, "-ctk");
   p.type_v = cache_type(o.cache_type_v, "-ctv");
-  // flash attention handles every cache type; "off" uses the plain path (f32/f16/bf16 caches only)
-  p.flash_attn = o.flash_attn != "off";
+  // flash attention reads every cache type; "off" uses the plain path (a quantized K, not V: Session checks)
+  p.flash_attn = *flash_attn_on(o.flash_attn);
   p.n_copies = o.n_copies;
-  if (o.comm == "mpi") p.comm = &meta::mpi_world();
+  if (o.comm == CommKind::mpi) p.comm = &mpi_world();
   LOOM_CHECK(o.reduce_bf16 >= -1, usage, "--reduce-bf16 {}: must be -1 (never) or a number of elements", o.reduce_bf16);
   if (o.reduce_bf16 >= 0) p.reduce_bf16_min = (size_t)o.reduce_bf16;
   return p;
 }
 
-bool is_output_rank(const CommonOptions& o) { return o.comm != "mpi" || meta::mpi_world().rank() == 0; }
+// A directory, FIFO or device is refused (it would read as an empty prompt, or block).
+std::string read_text_file(const std::string& path) { return read_regular_file(path, "-f"); }
+
+bool is_output_rank(const CommonOptions& o) { return o.comm != CommKind::mpi || mpi_world().rank() == 0; }
 
 void print_devices(const CommonOptions& o) {
   RunDevices d = make_run_devices(o);
-  fmt::print("{}", sched::list_devices(d.set.all));
+  fmt::print("{}", list_devices(d.set));
 }
 
 RunDevices make_run_devices(const CommonOptions& o) {
   RunDevices d;
   const int threads = o.n_threads > 0 ? o.n_threads : ThreadPool::default_threads();
-  d.set = sched::make_devices(o.sim_devices, threads);
-  d.selected = o.devices.empty() ? d.set.all : sched::select_devices(d.set, o.devices);
+  d.set = make_devices(o.sim_devices, threads);
+  d.selected = o.devices.empty() ? d.set.all : select_devices(d.set, o.devices);
   return d;
 }
-
-namespace {
-
-// -sm tensor: the members are the devices -dev names (in its order), or every device but the
-// CPU (the CPU alone when there is none); under --comm mpi this rank's member is the first of them.
-void tensor_parallel_members(const CommonOptions& o, PlacementParams& p) {
-  Device* cpu = p.devices.back();
-  for (Device* d : p.devices)
-    if (d->kind() == DeviceKind::cpu) cpu = d;
-  std::vector<Device*> members;
-  if (!o.devices.empty()) {
-    std::string listed = "," + o.devices + ",";
-    std::erase(listed, ' ');
-    for (Device* d : p.devices)  // select_devices adds the CPU; it is a member only when named
-      if (d != cpu || listed.find("," + cpu->name() + ",") != std::string::npos) members.push_back(d);
-  } else {
-    for (Device* d : p.devices)
-      if (d != cpu) members.push_back(d);
-  }
-  if (members.empty()) members.push_back(cpu);
-  std::vector<Device*> devices;  // the host last, as placement expects
-  for (Device* d : p.devices)
-    if (d != cpu) devices.push_back(d);
-  devices.push_back(cpu);
-  p.devices = devices;
-  p.tp_members = members;
-  if (o.comm == "mpi") {
-    Communicator& world = meta::mpi_world();
-    p.tp_rank = world.rank();
-    p.tp_size = world.size();
-    p.tp_members = {members.front()};
-  }
-}
-
-}  // namespace
 
 PlacementParams placement_params(const CommonOptions& o, const RunDevices& devices) {
   validate_common(o);
@@ -163,7 +153,8 @@ PlacementParams placement_params(const CommonOptions& o, const RunDevices& devic
   }
   p.split_mode = o.split_mode;
   if (!o.tensor_split.empty()) p.tensor_split = parse_tensor_split(o.tensor_split);
-  if (o.split_mode == "tensor") tensor_parallel_members(o, p);
+  if (o.split_mode == SplitMode::tensor)
+    set_tensor_parallel_members(p, o.devices, o.comm == CommKind::mpi ? &mpi_world() : nullptr);
   p.main_gpu = o.main_gpu;
   p.overrides = o.overrides;
   p.cpu_moe = o.cpu_moe;
@@ -189,7 +180,46 @@ std::unique_ptr<Model> load_model(const CommonOptions& o, const RunDevices& devi
                  (double)total / (1 << 30), done == total ? "\n" : "");
       std::fflush(stderr);
     };
-  return Model::load(o.model, lo);
+  std::unique_ptr<Model> model = Model::load(o.model, lo);
+  log_model(*model, o.model);
+  if (o.mlock && mlockall(MCL_CURRENT) != 0)
+    logger().warn("--mlock: cannot lock {:.2f} MiB in RAM ({}); raise the limit (ulimit -l) or run without --mlock",
+                  (double)model->n_bytes() / (1 << 20), std::strerror(errno));
+  return model;
+}
+
+void log_model(const Model& model, const std::string& path) {
+  spdlog::logger& log = logger();
+  if (!log.should_log(spdlog::level::info)) return;
+  const HParams& hp = model.hparams();
+  const gguf::File& f = model.file();
+  log.info("load: file = {} (GGUF v{}, {:.2f} MiB, {} tensors)", path, f.version(), (double)f.file_size() / (1 << 20),
+           model.weight_tensors().size());
+  log.info("load: arch = {}, type = {}, params = {:.2f} M", arch_name(hp.arch), model.type_name(),
+           (double)model.n_params() / 1e6);
+  log.info("load: n_layer = {}, n_embd = {}, n_head = {}, n_head_kv = {}, head_dim = {}, n_ff = {}, n_vocab = {}, "
+           "n_ctx_train = {}", hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_ff, hp.n_vocab,
+           hp.n_ctx_train);
+  if (hp.n_expert > 0) log.info("load: n_expert = {}, n_expert_used = {}, n_ff_exp = {}", hp.n_expert, hp.n_expert_used, hp.n_ff_exp);
+  std::map<std::string, int> types;
+  for (const Tensor* t : model.weight_tensors()) ++types[dtype_name(t->type)];
+  for (const auto& [name, n] : types) log.info("load: type {:>6}: {:4d} tensors", name, n);
+  for (size_t d = 0; d < model.devices().size(); ++d)
+    log.info("load: {:>8} model buffer = {:10.2f} MiB", model.devices()[d]->name(),
+             (double)model.device_bytes()[d] / (1 << 20));
+  log.info("load: CPU weights {}", model.cpu_weights_mapped() ? "used in place in the file mapping (--mmap)"
+                                                               : "read into memory (--no-mmap)");
+}
+
+void log_session(const Session& session) {
+  spdlog::logger& log = logger();
+  if (!log.should_log(spdlog::level::info)) return;
+  const SessionParams& p = session.params();
+  log.info("context: n_ctx = {}, n_batch = {}, n_ubatch = {}, flash_attn = {}, type_k = {}, type_v = {}", p.n_ctx,
+           p.n_batch, p.n_ubatch, p.flash_attn ? "on" : "off", dtype_name(p.type_k), dtype_name(p.type_v));
+  for (const MemoryBreakdown& m : session.memory_breakdown())
+    log.info("context: {:>8} KV buffer = {:10.2f} MiB, compute buffer = {:10.2f} MiB", m.device,
+             (double)m.context_bytes / (1 << 20), (double)m.compute_bytes / (1 << 20));
 }
 
 }  // namespace loom::tools

@@ -4,7 +4,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <algorithm>
 #include <new>
 #include <string>
@@ -12,7 +14,9 @@
 #include <vector>
 
 #include "loom/core/error.h"
-#include "loom/meta/comm.h"
+#include "loom/backend/registry.h"
+#include "loom/core/files.h"
+#include "loom/core/log.h"
 
 namespace loom::tools {
 
@@ -22,33 +26,41 @@ void print_error(const char* tool_name, const char* message) {
 }
 
 namespace {
-// llama.cpp's multi-letter single-dash flags, which CLI11 cannot declare, mapped to long names.
-constexpr std::pair<const char*, const char*> kAliases[] = {
-    {"-ngl", "--n-gpu-layers"}, {"-ub", "--ubatch-size"},   {"-ts", "--tensor-split"},    {"-sm", "--split-mode"},
-    {"-mg", "--main-gpu"},      {"-dev", "--device"},       {"-ot", "--override-tensor"}, {"-cmoe", "--cpu-moe"},
-    {"-fa", "--flash-attn"},    {"-ctk", "--cache-type-k"}, {"-ctv", "--cache-type-v"},   {"-opt", "--optimizer"},
-    {"-lr", "--learning-rate"}, {"-lr-min", "--lr-min"},    {"-wd", "--weight-decay"},    {"-epochs", "--epochs"},
-    {"-nr", "--no-repack"},
+
+struct LogOptions {
+  bool verbose = false;
+  int verbosity = 2;
+  bool disable = false;
+  std::string file;
 };
+
+void add_log_flags(CLI::App& app, LogOptions& o) {
+  app.add_flag("-v,--verbose", o.verbose, "log everything (-lv 4)");
+  app.add_option("--verbosity", o.verbosity,
+                 "log threshold (-lv): 0 nothing, 1 errors, 2 warnings (default), 3 info (the load log), 4 debug");
+  app.add_flag("--log-disable", o.disable, "no log messages at all");
+  app.add_option("--log-file", o.file, "also write the log (info and up) to this file");
+}
+
 }  // namespace
 
-std::vector<std::string> normalize_args(int argc, char** argv) {
-  std::vector<std::string> out;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    for (const auto& [from, to] : kAliases)
-      if (a == from) a = to;
-    out.push_back(std::move(a));
-  }
-  std::reverse(out.begin(), out.end());  // CLI11 takes a reversed vector
-  return out;
+std::string version_string(const char* tool_name) {
+  return fmt::format("loom-{} {} (commit {})", tool_name, kVersion, kBuildCommit);
 }
 
 int run_main(const char* tool_name, int argc, char** argv, CLI::App& app, const std::function<int()>& body) {
-  app.set_version_flag("--version", fmt::format("loom-{} {}", tool_name, kVersion));
+  app.set_version_flag("--version", version_string(tool_name));
+  LogOptions log;
+  add_log_flags(app, log);
+  take_last_repetition(app);
+  if (argc == 2 && std::string(argv[1]) == "--completion-bash") {
+    fmt::print("{}", bash_completion(app, tool_name));
+    return 0;
+  }
   try {
-    std::vector<std::string> args = normalize_args(argc, argv);
+    std::vector<std::string> args = normalize_args(app, argc, argv);
     app.parse(args);
+    configure_log(log.disable ? 0 : log.verbose ? 4 : log.verbosity, log.file);
   } catch (const CLI::CallForHelp&) {
     fmt::print("{}", app.help());
     return 0;
@@ -56,15 +68,25 @@ int run_main(const char* tool_name, int argc, char** argv, CLI::App& app, const 
     fmt::print("{}", app.help("", CLI::AppFormatMode::All));
     return 0;
   } catch (const CLI::CallForVersion&) {
-    fmt::print("loom-{} {}\n", tool_name, kVersion);
+    fmt::print("{}\n", version_string(tool_name));
     return 0;
   } catch (const CLI::ParseError& e) {
     print_error(tool_name, e.what());
     return 2;
+  } catch (const Error& e) {  // a flag normalize_args or the log refused
+    print_error(tool_name, e.what());
+    return exit_code_for(e.kind());
   }
+  install_exit_on_signal();  // SIGINT/SIGTERM: temporaries removed, exit 130/143
   int rc = 0;
   try {
-    return body();
+    rc = body();
+    // Buffered output is only written now: a full disk or closed pipe must not read as success.
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      print_error(tool_name, fmt::format("cannot write to standard output: {}", std::strerror(errno)).c_str());
+      rc = 1;
+    }
+    return rc;
   } catch (const Error& e) {
     print_error(tool_name, e.what());
     rc = exit_code_for(e.kind());
@@ -73,9 +95,10 @@ int run_main(const char* tool_name, int argc, char** argv, CLI::App& app, const 
     rc = 4;
   } catch (const std::exception& e) {
     print_error(tool_name, e.what());
-    rc = 5;
+    rc = std::ferror(stdout) ? 1 : 5;  // fmt throws when a write to stdout fails
   }
-  meta::mpi_abort_if_running(rc);  // --comm mpi: the other ranks would wait in a collective forever
+  // --comm mpi: the other ranks would wait in a collective forever
+  if (const auto& abort_world = registry().collectives().abort_world) abort_world(rc);
   return rc;
 }
 

@@ -1,15 +1,17 @@
 // Byte-level BPE training: GPT-2 pre-tokenization through PCRE2, word counts, then merges of
 // the most frequent pair with incremental pair counts (only words holding the merged pair are
-// revisited). Token strings use GPT-2's byte-to-unicode alphabet, as llama.cpp's vocabs do.
+// revisited) and a max-heap of pair counts with lazy deletion (an entry whose count is no longer
+// the pair's current count is skipped), so a merge costs what it changes, not the pair table. Token strings use GPT-2's byte-to-unicode alphabet, as llama.cpp's vocabs do.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
 #include <algorithm>
 #include <map>
+#include <queue>
 #include <unordered_map>
 
 #include "loom/core/error.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 #include "loom/model/model_file.h"
 #include "loom/train/bpe.h"
 
@@ -49,8 +51,9 @@ std::string sanitize_utf8(std::string_view in) {
   return out;
 }
 
-// Words of the text (matches and the unmatched gaps between them) with their counts.
-std::map<std::string, int64_t> count_words(std::string_view raw) {
+// Words of the text (matches and the unmatched gaps between them) with their counts. The order
+// does not matter: merges depend on the counts alone (ties broken by pair ids).
+std::vector<std::pair<std::string, int64_t>> count_words(std::string_view raw) {
   const std::string text = sanitize_utf8(raw);
   int err = 0;
   PCRE2_SIZE err_off = 0;
@@ -59,35 +62,45 @@ std::map<std::string, int64_t> count_words(std::string_view raw) {
   LOOM_ASSERT(re, "BPE pre-tokenizer regex does not compile (error {})", err);
   pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);  // optional: the interpreter is the fallback
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(re, nullptr);
-  std::map<std::string, int64_t> words;
+  std::unordered_map<std::string_view, int64_t> words;  // views into text
+  const std::string_view tv(text);
   const auto* s = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t pos = 0;
   while (pos < text.size()) {
     const int rc = pcre2_match(re, s, text.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
     if (rc < 0) {
-      ++words[text.substr(pos)];
+      ++words[tv.substr(pos)];
       break;
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-    if (ov[0] > pos) ++words[text.substr(pos, ov[0] - pos)];  // a gap
-    const std::string_view tv(text);
+    if (ov[0] > pos) ++words[tv.substr(pos, ov[0] - pos)];  // a gap
     if (ov[1] == ov[0]) {  // empty match: step one code point to make progress
       size_t len = 1;
       while (ov[0] + len < text.size() && (static_cast<uint8_t>(text[ov[0] + len]) & 0xc0) == 0x80) ++len;
-      ++words[std::string(tv.substr(ov[0], len))];
+      ++words[tv.substr(ov[0], len)];
       pos = ov[0] + len;
       continue;
     }
-    ++words[std::string(tv.substr(ov[0], ov[1] - ov[0]))];
+    ++words[tv.substr(ov[0], ov[1] - ov[0])];
     pos = ov[1];
   }
   pcre2_match_data_free(md);
   pcre2_code_free(re);
-  return words;
+  std::vector<std::pair<std::string, int64_t>> out;
+  out.reserve(words.size());
+  for (const auto& [w, n] : words) out.emplace_back(std::string(w), n);
+  return out;
 }
 
 using Pair = uint64_t;
 Pair make_pair_key(int32_t a, int32_t b) { return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b; }
+
+// Heap entry: the most frequent pair first, ties to the smaller pair key (smaller ids).
+struct Candidate {
+  int64_t n;
+  Pair pair;
+  bool operator<(const Candidate& o) const { return n != o.n ? n < o.n : pair > o.pair; }
+};
 
 struct Word {
   std::vector<int32_t> syms;
@@ -121,27 +134,52 @@ BpeVocab train_bpe(std::string_view text, int64_t vocab_size) {
     word.count = n;
     if (word.syms.size() >= 2) words.push_back(std::move(word));
   }
-  std::unordered_map<Pair, int64_t> counts;
+  struct PairCount {
+    int64_t n = 0;
+    int64_t marked = -2;  // the merge that last listed it in `changed`
+  };
+  std::unordered_map<Pair, PairCount> counts;
   std::unordered_map<Pair, std::vector<int32_t>> where;
+  std::vector<Pair> changed;  // pairs whose count changed during this merge (each once)
+  int64_t merge = -1;         // -1: the initial count
   auto add_pairs = [&](int32_t wi, int64_t sign) {
     const Word& w = words[(size_t)wi];
     for (size_t i = 0; i + 1 < w.syms.size(); ++i) {
       const Pair p = make_pair_key(w.syms[i], w.syms[i + 1]);
-      counts[p] += sign * w.count;
+      PairCount& c = counts[p];
+      c.n += sign * w.count;
       if (sign > 0) where[p].push_back(wi);
+      if (c.marked != merge) {
+        c.marked = merge;
+        changed.push_back(p);
+      }
     }
   };
   for (int32_t i = 0; i < (int32_t)words.size(); ++i) add_pairs(i, 1);
+  std::priority_queue<Candidate> heap;
+  auto push_changed = [&] {
+    for (Pair p : changed) {
+      auto it = counts.find(p);
+      if (it == counts.end()) continue;
+      if (it->second.n <= 0) counts.erase(it);
+      else if (it->second.n >= 2) heap.push({it->second.n, p});
+    }
+    changed.clear();
+  };
+  push_changed();
 
-  for (int64_t merge = 0; (int64_t)v.tokens.size() < vocab_size; ++merge) {
+  for (merge = 0; (int64_t)v.tokens.size() < vocab_size; ++merge) {
+    // The first entry that still holds its pair's count; a pair seen once is not worth a token.
     Pair best = 0;
-    int64_t best_n = 1;  // a pair seen once is not worth a token
-    for (const auto& [p, n] : counts)
-      if (n > best_n || (n == best_n && n > 1 && p < best)) {
-        best = p;
-        best_n = n;
-      }
-    if (best_n < 2) break;
+    bool found = false;
+    while (!heap.empty() && !found) {
+      const Candidate c = heap.top();
+      heap.pop();
+      auto it = counts.find(c.pair);
+      found = it != counts.end() && it->second.n == c.n;
+      best = c.pair;
+    }
+    if (!found) break;
     const int32_t a = (int32_t)(best >> 32), b = (int32_t)(best & 0xffffffffu);
     const std::string merged = bytes_of[(size_t)a] + bytes_of[(size_t)b];
     int32_t id;
@@ -179,7 +217,7 @@ BpeVocab train_bpe(std::string_view text, int64_t vocab_size) {
       add_pairs(wi, 1);
     }
     counts.erase(best);
-    for (auto it = counts.begin(); it != counts.end();) it = it->second <= 0 ? counts.erase(it) : std::next(it);
+    push_changed();
   }
   return v;
 }

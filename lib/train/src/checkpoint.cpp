@@ -2,37 +2,12 @@
 #include "loom/train/checkpoint.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <cstring>
-#include <filesystem>
 
 #include "loom/core/error.h"
 
 namespace loom::train {
-
-namespace {
-constexpr uint32_t kCheckpointVersion = 1;
-}
-
-void write_gguf_atomic(const gguf::Writer& w, const std::string& path) {
-  namespace fs = std::filesystem;
-  const fs::path p(path);
-  const std::string tmp = (p.parent_path() / fmt::format(".{}.{}.tmp", p.filename().string(), ::getpid())).string();
-  std::error_code ec;
-  try {
-    w.write(tmp);  // itself TMP.tmp, then renamed to TMP
-  } catch (...) {
-    fs::remove(tmp + ".tmp", ec);
-    fs::remove(tmp, ec);
-    throw;
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    fail(ErrorKind::io, "{}: cannot rename the written file into place", path);
-  }
-}
 
 void save_checkpoint(const std::string& path, const TrainModel& model, const std::vector<ParamState>& params,
                      const TrainState& s) {
@@ -50,6 +25,8 @@ void save_checkpoint(const std::string& path, const TrainModel& model, const std
   w.set("train.stride", Value::u64((uint64_t)s.stride));
   w.set("train.val_split", Value::floating(gguf::ValueType::F64, s.val_split));
   w.set("train.optimizer", Value::string(s.optimizer));
+  w.set("train.text_hash", Value::u64(s.text_hash));
+  w.set("train.base", Value::string(s.base));
   w.set("train.stats", Value::float_array(gguf::ValueType::F64,
                                           {s.stats.loss_sum, s.stats.loss_sq, (double)s.stats.n_batches,
                                            (double)s.stats.n_correct, (double)s.stats.n_tokens, s.elapsed_s}));
@@ -69,48 +46,8 @@ void save_checkpoint(const std::string& path, const TrainModel& model, const std
       w.add_tensor(prefix + t->name, DType::F32, t->n_dims(), t->ne,
                    [src](uint8_t* dst, size_t n) { src->buffer->get(src, dst, 0, n); });
   }
-  write_gguf_atomic(w, path);
-}
-
-TrainState read_train_state(const gguf::File& f) {
-  LOOM_CHECK(f.find("train.version"), invalid_input, "{}: not a loom-train checkpoint (no train.version)", f.path());
-  const int64_t version = f.get_int("train.version");
-  LOOM_CHECK(version == kCheckpointVersion, invalid_input, "{}: checkpoint version {} (this loom-train reads {})",
-             f.path(), version, kCheckpointVersion);
-  TrainState s;
-  s.step = f.get_int("train.step");
-  s.epoch = f.get_int("train.epoch");
-  s.epoch_pos = f.get_int("train.epoch_pos");
-  s.seed = (uint64_t)f.get_int("train.seed");
-  s.n_ctx = f.get_int("train.n_ctx");
-  s.n_batch = f.get_int("train.n_batch");
-  s.n_ubatch = f.get_int("train.n_ubatch");
-  s.stride = f.get_int("train.stride");
-  s.val_split = f.get_float("train.val_split");
-  s.optimizer = f.get_string("train.optimizer");
-  LOOM_CHECK(s.step >= 0 && s.epoch >= 0 && s.epoch_pos >= 0 && s.n_ctx > 0 && s.n_batch > 0 && s.n_ubatch > 0,
-             invalid_input, "{}: corrupt training state", f.path());
-  const gguf::Value* st = f.find("train.stats");
-  LOOM_CHECK(st && st->type == gguf::ValueType::ARRAY && st->floats.size() == 6, invalid_input,
-             "{}: train.stats must be 6 f64 values", f.path());
-  s.stats.loss_sum = st->floats[0];
-  s.stats.loss_sq = st->floats[1];
-  s.stats.n_batches = (int64_t)st->floats[2];
-  s.stats.n_correct = (int64_t)st->floats[3];
-  s.stats.n_tokens = (int64_t)st->floats[4];
-  s.elapsed_s = st->floats[5];
-  const gguf::Value* names = f.find("train.tensors");
-  const gguf::Value* types = f.find("train.tensor_types");
-  LOOM_CHECK(names && types && names->type == gguf::ValueType::ARRAY && types->type == gguf::ValueType::ARRAY &&
-                 names->strings.size() == types->ints.size(),
-             invalid_input, "{}: train.tensors / train.tensor_types missing or of different lengths", f.path());
-  for (size_t i = 0; i < names->strings.size(); ++i) {
-    const auto type = dtype_from_id(types->ints[i]);
-    LOOM_CHECK(type && dtype_info(*type).is_float, invalid_input, "{}: tensor '{}' has base type id {}", f.path(),
-               names->strings[i], types->ints[i]);
-    s.trainable.emplace_back(names->strings[i], *type);
-  }
-  return s;
+  w.set_checksum_key(kCheckpointChecksumKey);
+  w.write(path);  // AtomicFile: readers see the old checkpoint or the new one
 }
 
 void load_optimizer_state(const gguf::File& f, std::vector<ParamState>& params) {

@@ -1,19 +1,27 @@
-// The loom-train run: flags -> model (base, --init or checkpoint) -> dataset -> training loop
-// with progress lines, validation per epoch, checkpoints (every N steps and on SIGINT/SIGTERM:
-// the step finishes, the checkpoint is written, exit 130/143) -> output model, written to a
-// temporary name and renamed (an interrupted run leaves no output file).
+// The loom-train run: checks of every flag and output path before any work -> model (base,
+// --init or checkpoint) -> dataset -> training loop with progress lines, validation per epoch,
+// checkpoints (every N steps and on SIGINT/SIGTERM: the step finishes, the checkpoint is written,
+// exit 130/143) -> output model through AtomicFile (an interrupted run leaves no output file).
+// Outside the training loop a signal ends the run at once (run_main's handlers: temporaries
+// removed, exit 130/143): vocabulary learning, loading and writing never leave a partial file.
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <sys/stat.h>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "loom/core/error.h"
-#include "loom/model/gguf.h"
+#include "loom/core/files.h"
+#include "loom/core/hash.h"
+#include "loom/gguf/gguf.h"
 #include "loom/model/model_file.h"
 #include "loom/train/bpe.h"
 #include "loom/train/checkpoint.h"
@@ -27,39 +35,30 @@ namespace {
 
 namespace fs = std::filesystem;
 
-volatile std::sig_atomic_t g_signal = 0;
-extern "C" void on_signal(int sig) { g_signal = sig; }
-
-// Installs SIGINT/SIGTERM handlers for the run and restores the previous ones after.
-class SignalGuard {
- public:
-  SignalGuard() {
-    g_signal = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
+// --json: one object per optimizer step on stdout (the mean loss and accuracy of its batches).
+void print_step_json(int64_t step, int64_t epoch, const StepResult& r, float lr, double elapsed_s) {
+  double loss = 0;
+  int64_t correct = 0, tokens = 0;
+  for (const BatchResult& b : r.batches) {
+    loss += b.loss;
+    correct += b.n_correct;
+    tokens += b.n_tokens;
   }
-  ~SignalGuard() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
-
- private:
-  struct sigaction old_int_ {}, old_term_ {};
-};
+  const nlohmann::json j = {{"step", step},
+                            {"epoch", epoch},
+                            {"loss", r.batches.empty() ? 0.0 : loss / (double)r.batches.size()},
+                            {"acc", tokens > 0 ? (double)correct / (double)tokens : 0.0},
+                            {"lr", lr},
+                            {"grad_norm", r.grad_norm},
+                            {"tokens", tokens},
+                            {"elapsed_s", elapsed_s}};
+  fmt::print("{}\n", j.dump());
+  std::fflush(stdout);
+}
 
 std::string read_text(const std::string& path) {
   LOOM_CHECK(!path.empty(), usage, "no training text (-f FILE)");
-  std::error_code ec;
-  LOOM_CHECK(!fs::is_directory(path, ec), io, "-f '{}': is a directory", path);
-  std::ifstream in(path, std::ios::binary);
-  LOOM_CHECK(in.good(), io, "-f '{}': cannot read the file", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  LOOM_CHECK(!in.bad(), io, "-f '{}': read error", path);
-  std::string text = ss.str();
+  std::string text = read_regular_file(path, "-f");
   LOOM_CHECK(!text.empty(), invalid_input, "-f '{}': the text is empty", path);
   return text;
 }
@@ -90,29 +89,30 @@ std::unique_ptr<TrainModel> init_model(const RunOptions& o, const std::string& t
   hp.n_ctx_train = std::max(hp.n_ctx_train, o.n_ctx);
   nm.seed = o.seed;
   nm.name = fmt::format("{}-loom-train", arch_s);
-  nm.output = temp_path(o.output, "init");
-  std::string vocab_file;
-  struct Cleanup {
-    std::vector<std::string> files;
-    ~Cleanup() {
-      std::error_code ec;
-      for (const auto& f : files) fs::remove(f, ec);
-    }
-  } cleanup;
+  // Both scratch files are removed when this returns, or by the signal handler.
+  const ScopedTempPath init_file(temp_path(o.output, "init"));
+  const ScopedTempPath vocab_file(temp_path(o.output, "vocab"));
+  nm.output = init_file.path();
   if (o.vocab_size > 0) {
     const BpeVocab v = train_bpe(text, o.vocab_size);
     gguf::Writer w;
     write_bpe_vocab(w, v);
-    nm.vocab_path = temp_path(o.output, "vocab");
-    cleanup.files.push_back(nm.vocab_path);
+    nm.vocab_path = vocab_file.path();
     w.write(nm.vocab_path);
     if ((int64_t)v.tokens.size() < o.vocab_size)
       fmt::print(stderr, "loom-train: the text has repeated pairs for only {} tokens (--vocab-size {})\n",
                  v.tokens.size(), o.vocab_size);
   }
-  cleanup.files.push_back(nm.output);
   make_random_model(nm);
-  auto m = TrainModel::open(nm.output, mo);  // the file stays mapped after it is removed
+  std::unique_ptr<TrainModel> m;
+  try {
+    m = TrainModel::open(nm.output, mo);  // the file stays mapped after it is removed
+  } catch (const Error& e) {  // name what the user gave, not the temporary file
+    std::string msg = e.what();
+    if (const size_t at = msg.find(nm.output); at != std::string::npos)
+      msg.replace(at, nm.output.size(), "--init " + o.init);
+    throw Error(e.kind(), msg);
+  }
   // Untied token embeddings start at unit scale instead of loom-gguf new's N(0, 0.02): every
   // layer input is RMS-normalized, so only their size relative to the attention and FFN
   // outputs added to the residual stream matters, and at 0.02 those outputs (~0.1) drown the
@@ -131,19 +131,50 @@ void check_same(const char* flag, int64_t given, int64_t saved) {
              saved);
 }
 
+std::optional<DType> parse_out_type(const std::string& name) {
+  if (name.empty()) return std::nullopt;
+  const std::optional<DType> t = dtype_from_name(name);
+  LOOM_CHECK(t && *t != DType::I32, usage, "--out-type '{}': expected f32, f16, bf16, q8_0, q4_0, q4_k or q6_k", name);
+  return t;
+}
+
+// The same file (by device and inode when both exist, else by path).
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  std::error_code ec;
+  return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
+}
+
+// Everything that can be known wrong before the text is read or a step is run.
+void check_paths(const RunOptions& o, const std::string& ck_path) {
+  (void)parse_out_type(o.out_type);
+  check_output_path(o.output, "-o");
+  check_output_path(ck_path, "--checkpoint");
+  for (const auto& [flag, input] : {std::pair{"-m", o.base_model}, std::pair{"-f", o.text_file}}) {
+    if (input.empty()) continue;
+    LOOM_CHECK(!same_file(ck_path, input), usage, "--checkpoint '{}' is the {} file: it would be overwritten", ck_path,
+               flag);
+    LOOM_CHECK(!same_file(o.output, input), usage, "-o '{}' is the {} file: it would be overwritten", o.output, flag);
+  }
+  LOOM_CHECK(!same_file(ck_path, o.output), usage, "--checkpoint and -o are the same file '{}'", o.output);
+}
+
+std::string base_identity(const RunOptions& o) {
+  if (!o.init.empty()) return "init " + o.init;
+  return fmt::format("model {:016x}", gguf::File::open(o.base_model)->identity());
+}
+
 void write_output(const RunOptions& o, const TrainModel& model) {
   gguf::Writer w;
   for (const auto& [key, value] : model.model_metadata()) w.set(key, value);
-  std::optional<DType> out_type;
-  if (!o.out_type.empty()) {
-    out_type = dtype_from_name(o.out_type);
-    LOOM_CHECK(out_type && *out_type != DType::I32, usage, "--out-type '{}': expected f32, f16, bf16, q8_0, q4_0, q4_k or q6_k",
-               o.out_type);
+  const std::optional<DType> out_type = parse_out_type(o.out_type);
+  if (out_type) {
     w.set("general.file_type", gguf::Value::u32(file_type_for(*out_type)));
     if (dtype_info(*out_type).is_quantized) w.set("general.quantization_version", gguf::Value::u32(2));
   }
   model.add_tensors(w, /*checkpoint=*/false, out_type);
-  write_gguf_atomic(w, o.output);
+  w.write(o.output);
 }
 
 // "SIM0 1.25 MiB, CPU 0.31 MiB": weight bytes per device used.
@@ -173,14 +204,10 @@ int run(const RunOptions& o) {
   LOOM_CHECK(o.n_batch >= 1 && o.n_ubatch >= 0, usage, "-b {} / -ub {}: must be positive", o.n_batch, o.n_ubatch);
   LOOM_CHECK(o.checkpoint_every >= 0, usage, "--checkpoint-every {}: must be 0 or more", o.checkpoint_every);
   LOOM_CHECK(o.opt.lr > 0 && std::isfinite(o.opt.lr), usage, "-lr {}: must be positive", o.opt.lr);
-  {
-    const fs::path parent = fs::absolute(fs::path(o.output)).parent_path();
-    std::error_code ec;
-    LOOM_CHECK(fs::is_directory(parent, ec), io, "-o '{}': no such directory '{}'", o.output, parent.string());
-    LOOM_CHECK(!fs::is_directory(o.output, ec), io, "-o '{}': is a directory", o.output);
-  }
+  const std::string ck_path = o.checkpoint.empty() ? o.output + ".ckpt" : o.checkpoint;
+  check_paths(o, ck_path);
   const std::string text = read_text(o.text_file);
-  SignalGuard signals;
+  const uint64_t text_hash = hash_bytes(text.data(), text.size());
 
   // ---- model and state ----
   TrainState state;
@@ -191,6 +218,16 @@ int run(const RunOptions& o) {
     state = read_train_state(*resume_file);
     check_same("-c", o.n_ctx, state.n_ctx);
     check_same("--seed", (int64_t)o.seed, (int64_t)state.seed);
+    LOOM_CHECK(o.val_split == state.val_split, usage, "--val-split {} differs from the checkpoint's {} (resume with the same flags)",
+               o.val_split, state.val_split);
+    LOOM_CHECK(text_hash == state.text_hash, usage,
+               "-f '{}' is not the text the checkpoint was trained on (resume with the same -f)", o.text_file);
+    if (!o.base_model.empty() || !o.init.empty()) {
+      const std::string base = base_identity(o);
+      LOOM_CHECK(base == state.base, usage, "{} is not what the checkpoint was trained from ({}; resume with the same {})",
+                 o.init.empty() ? fmt::format("-m '{}'", o.base_model) : fmt::format("--init {}", o.init), state.base,
+                 o.init.empty() ? "-m" : "--init");
+    }
     TrainModelOptions mo;
     mo.placement = o.placement;
     mo.trainable = state.trainable;
@@ -201,6 +238,8 @@ int run(const RunOptions& o) {
     mo.train_tensors = o.train_tensors;
     model = o.init.empty() ? TrainModel::open(o.base_model, mo) : init_model(o, text, mo);
     state.seed = o.seed;
+    state.text_hash = text_hash;
+    state.base = base_identity(o);
     state.n_ctx = o.n_ctx;
     state.stride = o.stride;
     state.val_split = o.val_split;
@@ -230,6 +269,10 @@ int run(const RunOptions& o) {
   LOOM_CHECK(n_batch % n_ubatch == 0, usage, "-b {} must be a multiple of -ub {}", n_batch, n_ubatch);
   state.n_batch = n_batch;
   state.n_ubatch = n_ubatch;
+  // A position past this text's windows (a checkpoint from a longer text) would index past them.
+  LOOM_CHECK(state.epoch_pos + n_batch <= data.n_train(), invalid_input,
+             "--resume '{}': the checkpoint is at window {} of an epoch, this text has {} training windows", o.resume,
+             state.epoch_pos, data.n_train());
   const int64_t steps_per_epoch = data.n_train() / n_batch;
   const int64_t total_steps = o.steps > 0 ? o.steps : o.epochs * steps_per_epoch;
 
@@ -254,7 +297,6 @@ int run(const RunOptions& o) {
 
   // ---- loop ----
   const bool tty = o.progress >= 0 ? o.progress == 1 : ::isatty(STDERR_FILENO) != 0;
-  const std::string ck_path = o.checkpoint.empty() ? o.output + ".ckpt" : o.checkpoint;
   using clock = std::chrono::steady_clock;
   auto epoch_t0 = clock::now() - std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(state.elapsed_s));
   auto elapsed = [&] { return std::chrono::duration<double>(clock::now() - epoch_t0).count(); };
@@ -263,18 +305,22 @@ int run(const RunOptions& o) {
   // each epoch is one line; on a terminal after every step, otherwise (a log file) after the
   // first step and then at most every 10 s.
   auto last_print = clock::now();
+  EpochStats last_val;
   bool printed = false;
   auto line = [&](bool final) {
     const double t = elapsed();
     const int64_t done = state.epoch_pos, total = steps_per_epoch * n_batch;
     const double eta = done > 0 ? t / (double)done * (double)(total - done) : 0.0;
-    fmt::print(stderr, "{} \r{}", format_progress("train", done, total, state.stats, t, eta), final ? "\n" : "");
+    // in place on a terminal; elsewhere a plain line (no '\r' in logs and pipes)
+    const std::string text = format_progress("train", done, total, state.stats, t, eta);
+    if (tty) fmt::print(stderr, "{} \r{}", text, final ? "\n" : "");
+    else fmt::print(stderr, "{}\n", text);
     std::fflush(stderr);
     last_print = clock::now();
     printed = true;
   };
-  auto validate = [&] {
-    if (data.n_val() == 0) return;
+  auto validate = [&]() -> double {  // the validation loss (NaN without validation windows)
+    if (data.n_val() == 0) return std::nan("");
     const auto t0 = clock::now();
     std::vector<const int32_t*> in, tg;
     for (int64_t i = 0; i < data.n_val(); ++i) {
@@ -282,17 +328,47 @@ int run(const RunOptions& o) {
       tg.push_back(data.val_targets(i));
     }
     EpochStats vs;
-    for (const BatchResult& b : trainer.evaluate(in, tg)) vs.add(b.loss, b.n_correct, b.n_tokens);
-    fmt::print(stderr, "{} \r\n", format_progress("val", data.n_val(), data.n_val(), vs,
-                                                  std::chrono::duration<double>(clock::now() - t0).count(), 0.0));
+    const size_t k = (size_t)n_ubatch;
+    for (size_t first = 0; first < in.size() && !pending_signal(); first += k) {  // a signal ends it early
+      const size_t last = std::min(in.size(), first + k);
+      for (const BatchResult& b : trainer.evaluate({in.begin() + (ptrdiff_t)first, in.begin() + (ptrdiff_t)last},
+                                                   {tg.begin() + (ptrdiff_t)first, tg.begin() + (ptrdiff_t)last}))
+        vs.add(b.loss, b.n_correct, b.n_tokens);
+    }
+    if (pending_signal()) return std::nan("");  // interrupted: no validation loss
+    fmt::print(stderr, "{}{}\n",
+               format_progress("val", data.n_val(), data.n_val(), vs,
+                               std::chrono::duration<double>(clock::now() - t0).count(), 0.0),
+               tty ? " \r" : "");
+    last_val = vs;
+    return vs.loss();
   };
   auto checkpoint = [&](const std::string& path) {
     state.elapsed_s = elapsed();
     save_checkpoint(path, *model, trainer.params(), state);
   };
 
+  std::unique_ptr<FILE, int (*)(FILE*)> csv(nullptr, &std::fclose);
+  if (!o.log_csv.empty()) {
+    csv.reset(std::fopen(o.log_csv.c_str(), o.resume.empty() ? "w" : "a"));
+    LOOM_CHECK(csv, io, "--log-csv: cannot write '{}'", o.log_csv);
+    if (std::ftell(csv.get()) == 0) fmt::print(csv.get(), "step,epoch,loss,accuracy,lr,grad_norm,val_loss\n");
+  }
   double step_seconds = 0;
   int64_t steps_run = 0;
+  // A signal during a step (or validation, or a checkpoint write) is acted on after it: the
+  // checkpoint is written and the run ends 130/143, also after the last step.
+  std::optional<DeferSignals> defer(std::in_place);
+  auto interrupted = [&]() -> int {
+    const int sig = take_pending_signal();
+    if (!sig) return 0;
+    if (printed) fmt::print(stderr, "\n");
+    checkpoint(ck_path);
+    fmt::print(stderr, "loom-train: {} at step {}: checkpoint written to {} (continue with --resume {})\n",
+               sig == SIGINT ? "interrupted" : "terminated", state.step, ck_path, ck_path);
+    return 128 + sig;
+  };
+  auto since = [](clock::time_point t) { return std::chrono::duration<double>(clock::now() - t).count(); };
   while (state.step < total_steps) {
     std::vector<const int32_t*> in, tg;
     for (int64_t i = 0; i < n_batch; ++i) {
@@ -305,17 +381,35 @@ int run(const RunOptions& o) {
     const StepResult r = trainer.step(in, tg, lr, state.step + 1);
     step_seconds += std::chrono::duration<double>(clock::now() - step_t0).count();
     ++steps_run;
-    for (const BatchResult& b : r.batches) state.stats.add(b.loss, b.n_correct, b.n_tokens);
+    for (const BatchResult& b : r.batches) {
+      LOOM_CHECK(std::isfinite(b.loss) || o.allow_nan, invalid_input,
+                 "step {}: the loss is {}: training diverged (lower -lr, or --allow-nan to go on)", state.step + 1,
+                 b.loss);
+      state.stats.add(b.loss, b.n_correct, b.n_tokens);
+    }
     ++state.step;
+    if (o.json) print_step_json(state.step, state.epoch, r, lr, elapsed());
     state.epoch_pos += n_batch;
     const bool epoch_end = state.epoch_pos + n_batch > data.n_train();
     const bool done = state.step >= total_steps;
-    if (!epoch_end && !done &&
-        (tty || !printed || std::chrono::duration<double>(clock::now() - last_print).count() >= 10.0))
-      line(false);
+    if (!epoch_end && !done && (tty || !printed || since(last_print) >= 10.0)) line(false);
+    double val_loss = std::nan("");
     if (epoch_end || done) {
       line(true);
-      validate();
+      val_loss = validate();
+    }
+    if (csv) {
+      double loss = 0;
+      int64_t correct = 0, tokens = 0;
+      for (const BatchResult& b : r.batches) {
+        loss += b.loss * (double)b.n_tokens;
+        correct += b.n_correct;
+        tokens += b.n_tokens;
+      }
+      fmt::print(csv.get(), "{},{},{:.6f},{:.6f},{:.6g},{:.6g},{}\n", state.step, state.epoch,
+                 tokens ? loss / (double)tokens : 0.0, tokens ? (double)correct / (double)tokens : 0.0, lr,
+                 r.grad_norm, std::isnan(val_loss) ? std::string() : fmt::format("{:.6f}", val_loss));
+      std::fflush(csv.get());
     }
     if (epoch_end) {
       ++state.epoch;
@@ -326,16 +420,18 @@ int run(const RunOptions& o) {
       order = data.epoch_order(state.epoch);
     }
     if (!done && o.checkpoint_every > 0 && state.step % o.checkpoint_every == 0) checkpoint(ck_path);
-    if (g_signal && !done) {
-      const int sig = g_signal;
-      if (printed) fmt::print(stderr, "\n");
-      checkpoint(ck_path);
-      fmt::print(stderr, "loom-train: {} at step {}: checkpoint written to {} (continue with --resume {})\n",
-                 sig == SIGINT ? "interrupted" : "terminated", state.step, ck_path, ck_path);
-      return 128 + sig;
-    }
+    if (const int rc = interrupted()) return rc;
   }
+  if (const int rc = interrupted()) return rc;
+  defer.reset();  // from here a signal removes the temporary output and exits at once
   write_output(o, *model);
+  if (o.json) {
+    nlohmann::json j = {{"summary", true},          {"steps", state.step}, {"steps_run", steps_run},
+                        {"train_seconds", step_seconds}, {"output", o.output}};
+    if (last_val.n_batches > 0) j["val_loss"] = last_val.loss(), j["val_acc"] = last_val.acc();
+    fmt::print("{}\n", j.dump());
+    std::fflush(stdout);
+  }
   if (steps_run > 0 && step_seconds > 0) {
     // Model FLOPs per token as PaLM counts them: 6 per weight that multiplies (forward 2,
     // backward 4; the embedding lookup is free) plus attention's 12 * n_layer * n_ctx * n_embd_q.

@@ -22,7 +22,7 @@ std::unique_ptr<TrainModel> TrainModel::open(const std::string& path, const Trai
       fail(ErrorKind::usage, "--train-tensors '{}': not a regular expression ({})", opt.train_tensors, e.what());
     }
   }
-  LOOM_CHECK(opt.placement.split_mode != "tensor", usage, "-sm tensor: training runs on one device per layer (-sm layer)");
+  LOOM_CHECK(opt.placement.split_mode != SplitMode::tensor, usage, "-sm tensor: training runs on one device per layer (-sm layer)");
   std::map<std::string, DType> saved;
   if (opt.trainable)
     for (const auto& [name, type] : *opt.trainable) saved[name] = type;
@@ -42,6 +42,12 @@ std::unique_ptr<TrainModel> TrainModel::open(const std::string& path, const Trai
   std::unique_ptr<TrainModel> m(new TrainModel());
   m->model_ = Model::load(path, lo);
   Model& model = *m->model_;
+  // gemma's post norms and soft-capping, phi3's fused projections and gpt-oss's sinks and
+  // SWIGLU_OAI are not trained yet (sinks and SWIGLU_OAI have no gradient rule)
+  const Arch arch = model.hparams().arch;
+  LOOM_CHECK(arch == Arch::llama || arch == Arch::qwen2 || arch == Arch::qwen3 || arch == Arch::qwen3moe, unsupported,
+             "{}: {} is not supported for training (loom-train trains llama, qwen2, qwen3, qwen3moe)", path,
+             arch_name(arch));
   const gguf::File& f = model.file();
   for (const TensorSpec& spec : arch_tensors(model.hparams())) {
     const gguf::TensorInfo* info = f.find_tensor(spec.name);

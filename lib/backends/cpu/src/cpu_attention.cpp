@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numbers>
 #include <vector>
 
 #include "cpu_rows.h"
@@ -60,6 +61,8 @@ struct RopeAngles {
     bool back = false;
     double base = 0, freq_scale = 0;
     float attn_factor = 0;
+    float ext_factor = 0, beta_fast = 0, beta_slow = 0;  // YaRN
+    int n_ctx_orig = 0;
     bool operator==(const Key&) const = default;
   };
   Key key;
@@ -67,6 +70,7 @@ struct RopeAngles {
   std::vector<double> theta;    // theta of pair i per unit position
   std::vector<int64_t> pos_at;  // per token index: the position its entry holds (or INT64_MIN)
   std::vector<float> cs;        // per token index: cos[half], then sin[half]
+  float mscale = 1;             // cos and sin are multiplied by it (attn_factor, YaRN's magnitude)
 
   static float ff_at(const Tensor* t, int i) {
     return *reinterpret_cast<const float*>(static_cast<const char*>(t->data) + i * t->nb[0]);
@@ -81,9 +85,28 @@ struct RopeAngles {
     ff.clear();
     for (int i = 0; f && i < half; ++i) ff.push_back(ff_at(f, i));
     theta.assign((size_t)half, 0.0);
+    // YaRN: pair i mixes the interpolated angle (freq_scale e) with the extrapolated one (e) by
+    // its ramp; the ramp's ends are the pairs that turn beta_fast / beta_slow times over n_ctx_orig.
+    double lo = 0, hi = 0;
+    mscale = k.attn_factor;
+    if (k.ext_factor != 0.0f) {
+      auto corr = [&](double rotations) {
+        return k.n_dims * std::log(k.n_ctx_orig / (rotations * 2.0 * std::numbers::pi)) / (2.0 * std::log(k.base));
+      };
+      lo = std::max(0.0, std::floor(corr(k.beta_fast)));
+      hi = std::min(k.n_dims - 1.0, std::ceil(corr(k.beta_slow)));
+      mscale *= (float)(1.0 + 0.1 * std::log(1.0 / k.freq_scale));
+    }
     for (int i = 0; i < half; ++i) {
-      theta[(size_t)i] = k.freq_scale * std::pow(k.base, -2.0 * i / k.n_dims);
-      if (f) theta[(size_t)i] /= (double)ff[(size_t)i];
+      double e = std::pow(k.base, -2.0 * i / k.n_dims);
+      if (f) e /= (double)ff[(size_t)i];
+      double mult = k.freq_scale;
+      if (k.ext_factor != 0.0f) {
+        const double y = (i - lo) / std::max(0.001, hi - lo);
+        const double ramp = (1.0 - std::min(1.0, std::max(0.0, y))) * k.ext_factor;
+        mult = k.freq_scale * (1.0 - ramp) + ramp;
+      }
+      theta[(size_t)i] = e * mult;
     }
     pos_at.clear();
     cs.clear();
@@ -99,8 +122,8 @@ struct RopeAngles {
     if (pos_at[(size_t)t] != p) {
       for (size_t i = 0; i < half; ++i) {
         const double a = (double)p * theta[i];
-        e[i] = (float)std::cos(a) * key.attn_factor;
-        e[half + i] = (float)(key.back ? -std::sin(a) : std::sin(a)) * key.attn_factor;
+        e[i] = (float)std::cos(a) * mscale;
+        e[half + i] = (float)(key.back ? -std::sin(a) : std::sin(a)) * mscale;
       }
       pos_at[(size_t)t] = p;
     }
@@ -121,6 +144,10 @@ void rope(const KernelArgs& args, Tensor* dst, bool back) {
   key.base = dst->param_f32(3);
   key.freq_scale = dst->param_f32(4);
   key.attn_factor = dst->param_f32(5);
+  key.ext_factor = dst->param_f32(6);
+  key.beta_fast = dst->param_f32(7);
+  key.beta_slow = dst->param_f32(8);
+  key.n_ctx_orig = dst->param_i32(2);
   const int half = key.n_dims / 2;
   thread_local RopeAngles angles;
   angles.use(key, ff);
@@ -171,10 +198,12 @@ void rope(const KernelArgs& args, Tensor* dst, bool back) {
 // ---- SOFT_MAX / SOFT_MAX_BACK ----------------------------------------------------------------
 
 // a F32 {n_kv, n_q, h, b}, mask F32/F16 {n_kv, >= n_q, m2, m3} or null -> dst like a:
-// softmax over dim 0 of (a * scale + slope_h * mask). A row that is all -inf gives zeros.
+// softmax over dim 0 of (a * scale + slope_h * mask), sinks F32 {h} (or null) in the max and the
+// sum only. A row that is all -inf gives zeros.
 void soft_max(const KernelArgs& args, Tensor* dst) {
   const Tensor* a = dst->src[0];
   const Tensor* mask = dst->src[1];
+  const Tensor* sinks = dst->src[2];
   const float scale = dst->param_f32(0), max_bias = dst->param_f32(1);
   const int64_t n = a->ne[0];
   int64_t r0, r1;
@@ -198,13 +227,15 @@ void soft_max(const KernelArgs& args, Tensor* dst) {
         mx = std::max(mx, y[i]);
       }
     }
+    const float sink = sinks ? static_cast<const float*>(sinks->data)[i2] : kNegInf;
+    mx = std::max(mx, sink);
     if (mx == kNegInf) {  // nothing visible: zeros, not NaN
       std::fill(y, y + n, 0.0f);
       continue;
     }
     // std::exp on every level: the fused topk-moe router (cpu_fused.cpp) reproduces this softmax
     // bit for bit. Flash attention, the large softmax, uses the vectorized exp.
-    double sum = 0;
+    double sum = sinks ? std::exp(sink - mx) : 0.0;
     for (int64_t i = 0; i < n; ++i) {
       y[i] = std::exp(y[i] - mx);
       sum += y[i];
@@ -234,22 +265,29 @@ void soft_max_back(const KernelArgs& args, Tensor* dst) {
 
 // ---- FLASH_ATTN_EXT --------------------------------------------------------------------------
 
-// q F32 {D, n_q, h, nb}, k {D, n_kv, h_kv, nb}, v {Dv, n_kv, h_kv, nb} F32/F16/BF16,
-// mask F32/F16 {n_kv, >= n_q, m2, m3} or null -> dst F32 {Dv, h, n_q, nb}.
+// q F32 {D, n_q, h, nb}, k {D, n_kv, h_kv, nb}, v {Dv, n_kv, h_kv, nb} F32/F16/BF16 or quantized
+// (each K/V row converted to f32 first), mask F32/F16 {n_kv, >= n_q, m2, m3} or null -> dst F32
+// {Dv, h, n_q, nb}.
 // Per query row: s_j = q.k_j * scale (softcap c: c * tanh(s / c)) + slope * mask_j; one pass over
 // j keeps the running max M, the sum S of exp(s_j - M) and acc = sum exp(s_j - M) v_j,
-// rescaling both when M grows; out = acc / S (zeros when every key is masked).
+// rescaling both when M grows; a sink adds exp(sink - M) to S; out = acc / S (zeros when every
+// key is masked and there is no sink).
 void flash_attn_ext(const KernelArgs& args, Tensor* dst) {
   const Tensor* q = dst->src[0];
   const Tensor* k = dst->src[1];
   const Tensor* v = dst->src[2];
   const Tensor* mask = dst->src[3];
+  const Tensor* sinks = dst->src[4];
   const float scale = dst->param_f32(0), max_bias = dst->param_f32(1), softcap = dst->param_f32(2);
   const int64_t D = q->ne[0], n_q = q->ne[1], n_head = q->ne[2], n_kv = k->ne[1], Dv = v->ne[0];
   const int64_t group = n_head / k->ne[2];  // query heads per kv head (GQA)
-  const WeightKernels* kk = weight_kernels(k->type);
-  const WeightKernels* vk = weight_kernels(v->type);
-  float* acc = thread_slice(args, sizeof(float) * (size_t)Dv);
+  // quantized caches: rows converted into kbuf / vbuf and used through the f32 kernels
+  const RowToF32Fn kconv = cache_row_reader(k->type), vconv = cache_row_reader(v->type);
+  const WeightKernels* kk = weight_kernels(kconv ? DType::F32 : k->type);
+  const WeightKernels* vk = weight_kernels(vconv ? DType::F32 : v->type);
+  float* acc = thread_slice(args, sizeof(float) * (size_t)(2 * Dv + D));
+  float* kbuf = acc + Dv;
+  float* vbuf = kbuf + D;
 
   int64_t u0, u1;  // units: (batch, head, query), query fastest so a head's K/V stay in cache
   split_rows(n_q * n_head * q->ne[3], args.ith, args.nth, u0, u1);
@@ -272,7 +310,9 @@ void flash_attn_ext(const KernelArgs& args, Tensor* dst) {
         mv *= slope;
       }
       float s;
-      kk->dot(D, kbase + j * k->nb[1], &qrow, 1, &s);
+      const char* krow = kbase + j * k->nb[1];
+      if (kconv) krow = reinterpret_cast<const char*>(convert_row(kconv, krow, kbuf, D));
+      kk->dot(D, krow, &qrow, 1, &s);
       s *= scale;
       if (softcap != 0.0f) s = softcap * std::tanh(s / softcap);
       s += mv;
@@ -287,8 +327,20 @@ void flash_attn_ext(const KernelArgs& args, Tensor* dst) {
       } else {
         w = std::exp(s - M);
       }
-      vk->axpy(Dv, w, vbase + j * v->nb[1], acc);
+      const char* vrow = vbase + j * v->nb[1];
+      if (vconv) vrow = reinterpret_cast<const char*>(convert_row(vconv, vrow, vbuf, Dv));
+      vk->axpy(Dv, w, vrow, acc);
       S += w;
+    }
+    if (sinks) {  // one more logit in the sum, with no value row
+      const float sink = static_cast<const float*>(sinks->data)[ih];
+      if (sink > M) {
+        const float rescale = S > 0.0f ? std::exp(M - sink) : 0.0f;
+        S *= rescale;
+        scale_f32(Dv, rescale, acc);
+        M = sink;
+      }
+      S += std::exp(sink - M);
     }
     float* out = reinterpret_cast<float*>(row_ptr(dst, ih, iq, ib));
     const float inv = S > 0.0f ? 1.0f / S : 0.0f;
@@ -313,7 +365,9 @@ bool supports_attention(const Tensor* node) {
     }
     case OpKind::SOFT_MAX: {
       const Tensor* m = node->src[1];
-      return f32_unit(a) && (!m || ((m->type == DType::F32 || m->type == DType::F16) && unit_stride(m)));
+      const Tensor* sinks = node->src[2];
+      return f32_unit(a) && (!m || ((m->type == DType::F32 || m->type == DType::F16) && unit_stride(m))) &&
+             (!sinks || f32_unit(sinks));
     }
     case OpKind::SOFT_MAX_BACK:
       return f32_unit(a) && node->src[1] && f32_unit(node->src[1]);
@@ -321,8 +375,9 @@ bool supports_attention(const Tensor* node) {
       const Tensor* k = node->src[1];
       const Tensor* v = node->src[2];
       const Tensor* m = node->src[3];
-      return f32_unit(a) && k && v && is_plain_float(k->type) && is_plain_float(v->type) && unit_stride(k) &&
-             unit_stride(v) && (!m || ((m->type == DType::F32 || m->type == DType::F16) && unit_stride(m)));
+      const Tensor* sinks = node->src[4];
+      return f32_unit(a) && k && v && cache_readable(k) && cache_readable(v) && unit_stride(k) && unit_stride(v) &&
+             (!m || ((m->type == DType::F32 || m->type == DType::F16) && unit_stride(m))) && (!sinks || f32_unit(sinks));
     }
     default:
       return false;
@@ -332,7 +387,7 @@ bool supports_attention(const Tensor* node) {
 size_t work_size_attention(const Tensor* node, int nth) {
   switch (node->op) {
     case OpKind::FLASH_ATTN_EXT:
-      return std::max(slices_bytes(sizeof(float) * (size_t)node->src[2]->ne[0], nth),
+      return std::max(slices_bytes(sizeof(float) * (size_t)(2 * node->src[2]->ne[0] + node->src[0]->ne[0]), nth),
                       flash_tiled_supported(node) ? flash_tiled_work_size(node, nth) : 0);
     default:
       return 0;

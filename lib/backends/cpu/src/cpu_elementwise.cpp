@@ -1,5 +1,6 @@
 // CPU kernels of the element-wise family: binary ADD SUB MUL DIV (b broadcast over a), ADD_ID,
-// unary SCALE CLAMP SILU GELU SIGMOID SOFTPLUS EXP LOG SQR SQRT, and the pairs SWIGLU SILU_BACK.
+// unary SCALE CLAMP SILU GELU TANH SIGMOID SOFTPLUS EXP LOG SQR SQRT, and the pairs SWIGLU
+// SWIGLU_OAI SILU_BACK.
 // Inputs may be F32, F16 or BF16 and strided views; the result is contiguous F32. Each op is a
 // functor run by one of three drivers: a flat loop when everything is contiguous F32, else row
 // by row with inputs converted to f32 scratch. The result may alias src[0] (in place): every
@@ -50,6 +51,9 @@ struct Gelu {  // tanh approximation
     return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + 0.044715f * x * x)));
   }
 };
+struct Tanh {
+  float operator()(float x) const { return std::tanh(x); }
+};
 struct Sigmoid {
   float operator()(float x) const { return 1.0f / (1.0f + std::exp(-x)); }
 };
@@ -71,6 +75,13 @@ struct Sqrt {
 
 struct Swiglu {  // (a, b) -> silu(a) * b
   float operator()(float a, float b) const { return a / (1.0f + std::exp(-a)) * b; }
+};
+struct SwigluOai {  // gpt-oss: the gate clamped above, the up clamped both ways and shifted by one
+  float alpha, limit;
+  float operator()(float a, float b) const {
+    const float x = std::min(a, limit), y = std::min(std::max(b, -limit), limit);
+    return x / (1.0f + std::exp(-alpha * x)) * (y + 1.0f);
+  }
 };
 struct SiluBack {  // (grad, x) -> grad * s * (1 + x (1 - s)), s = sigmoid(x)
   float operator()(float g, float x) const {
@@ -209,6 +220,7 @@ bool supports_elementwise(const Tensor* node) {
       return true;
     }
     case OpKind::SWIGLU:
+    case OpKind::SWIGLU_OAI:
     case OpKind::SILU_BACK: return float_readable(b) && same_shape(*a, *b) && same_shape(*node, *a);
     case OpKind::ADD_ID: {
       const Tensor* ids = node->src[2];
@@ -220,6 +232,7 @@ bool supports_elementwise(const Tensor* node) {
     case OpKind::CLAMP:
     case OpKind::SILU:
     case OpKind::GELU:
+    case OpKind::TANH:
     case OpKind::SIGMOID:
     case OpKind::SOFTPLUS:
     case OpKind::EXP:
@@ -249,6 +262,7 @@ void compute_elementwise(const KernelArgs& args, Tensor* node) {
     case OpKind::CLAMP: return unary(args, node, Clamp{node->param_f32(0), node->param_f32(1)});
     case OpKind::SILU: return silu_fast(args, node) ? void() : unary(args, node, Silu{});
     case OpKind::GELU: return unary(args, node, Gelu{});
+    case OpKind::TANH: return unary(args, node, Tanh{});
     case OpKind::SIGMOID: return unary(args, node, Sigmoid{});
     case OpKind::SOFTPLUS: return unary(args, node, Softplus{});
     case OpKind::EXP: return unary(args, node, Exp{});
@@ -256,6 +270,7 @@ void compute_elementwise(const KernelArgs& args, Tensor* node) {
     case OpKind::SQR: return unary(args, node, Sqr{});
     case OpKind::SQRT: return unary(args, node, Sqrt{});
     case OpKind::SWIGLU: return silu_fast(args, node) ? void() : binary(args, node, Swiglu{});
+    case OpKind::SWIGLU_OAI: return binary(args, node, SwigluOai{node->param_f32(0), node->param_f32(1)});
     case OpKind::SILU_BACK: return binary(args, node, SiluBack{});
     default: return;
   }

@@ -213,3 +213,12 @@ bool repack_weight(Tensor& t, const void* src) {
 }
 
 }  // namespace loom::cpu
+
+namespace loom::cpu {
+
+void HostBufferType::upload_weight(Tensor* t, const void* src, bool may_transform) const {
+  if (may_transform && repack_weight(*t, src)) return;
+  t->buffer->set(t, src, 0, t->nbytes());
+}
+
+}  // namespace loom::cpu

@@ -13,6 +13,7 @@
 #include "cpu_repack.h"
 #include "loom/core/quants.h"
 #include "simd_ref.h"
+#include "simd_ref_q.h"
 
 namespace loom::cpu {
 namespace {
@@ -122,15 +123,6 @@ float dot_q6_k(const BlockQ6_K* w, const BlockQ8KA* x, int64_t nblk) {
   return s;
 }
 
-template <class W, class X, float (*Dot)(const W*, const X*, int64_t)>
-void rows_dot_q(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, float* const* out) {
-  const int64_t nblk = K / (int64_t)(sizeof(X::qs));
-  for (int64_t r = 0; r < nr; ++r) {
-    const auto* w = reinterpret_cast<const W*>(static_cast<const uint8_t*>(a) + r * lda);
-    for (int c = 0; c < nc; ++c) out[c][r] = Dot(w, static_cast<const X*>(b[c]), nblk);
-  }
-}
-
 template <DType T>
 void rows_dot_r8(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, float* const* out) {
   rows_dot_r8_ref(T, K, a, lda, nr, b, nc, out);
@@ -151,6 +143,7 @@ const WeightKernels kKernels[] = {
      rows_dot_q<BlockQ4_K, BlockQ8KA, dot_q4_k>, nullptr, rows_dot_r8<DType::Q4_K>},
     {DType::Q6_K, kQK_K, sizeof(BlockQ6_K), dot_cols<DecQ6_K>, to_f32<DecQ6_K>, nullptr, ActType::q8k,
      rows_dot_q<BlockQ6_K, BlockQ8KA, dot_q6_k>, nullptr, rows_dot_r8<DType::Q6_K>},
+    LOOM_EXTRA_QUANT_KERNELS,
 };
 
 }  // namespace

@@ -32,6 +32,7 @@ Family family_of(OpKind op) {
     case OpKind::CLAMP:
     case OpKind::SILU:
     case OpKind::GELU:
+    case OpKind::TANH:
     case OpKind::SIGMOID:
     case OpKind::SOFTPLUS:
     case OpKind::EXP:
@@ -39,6 +40,7 @@ Family family_of(OpKind op) {
     case OpKind::SQR:
     case OpKind::SQRT:
     case OpKind::SWIGLU:
+    case OpKind::SWIGLU_OAI:
     case OpKind::SILU_BACK: return Family::elementwise;
     case OpKind::RMS_NORM:
     case OpKind::NORM:

@@ -15,6 +15,7 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 #include "simd_ref.h"
+#include "simd_ref_q.h"
 
 namespace loom::cpu {
 namespace {
@@ -215,6 +216,7 @@ const WeightKernels kKernels[] = {
      rows_dot_q4_k_avx2, nullptr, rows_dot_q4_k_r8_avx2},
     {DType::Q6_K, kQK_K, sizeof(BlockQ6_K), dot_cols<DecQ6_K>, to_f32<DecQ6_K>, nullptr, ActType::q8k,
      rows_dot_q6_k_avx2, nullptr, rows_dot_q6_k_r8_avx2},
+    LOOM_EXTRA_QUANT_KERNELS,
 };
 
 }  // namespace

@@ -21,6 +21,7 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 #include "simd_ref.h"
+#include "simd_ref_q.h"
 
 namespace loom::cpu {
 namespace {
@@ -251,6 +252,7 @@ const WeightKernels kKernels[] = {
      rows_dot_q4_k_avx512, nullptr, rows_dot_q4_k_r8_avx512},
     {DType::Q6_K, kQK_K, sizeof(BlockQ6_K), dot_cols<DecQ6_K>, to_f32<DecQ6_K>, nullptr, ActType::q8k,
      rows_dot_q6_k_avx512, nullptr, rows_dot_q6_k_r8_avx512},
+    LOOM_EXTRA_QUANT_KERNELS,
 };
 
 }  // namespace

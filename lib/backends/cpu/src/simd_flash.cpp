@@ -13,8 +13,8 @@
 // and finally out = O / l (zeros for a row that saw no visible key). Tiles every row of the
 // unit masks out entirely (causal prompts) are skipped, a tile's mask is added only where it
 // holds something other than zeros (in a causal prompt, the diagonal's tiles).
-// Decode (at most kMaxDotCols rows per kv head, plain float K and V) streams K and V instead of
-// packing them: S by the row-dot kernels of K's type (the decode GEMV), O += P V by rows_axpy
+// Decode (at most kMaxDotCols rows per kv head) streams K and V instead of packing them (a
+// quantized cache's tile of rows is first converted to f32, in the thread's scratch): S by the row-dot kernels of K's type (the decode GEMV), O += P V by rows_axpy
 // from the V rows, read once, in place. A decode unit runs every kv head over a chunk of the
 // keys, a few keys at a time with the heads inside, so that the cache rows (each holding every
 // kv head of a key) stream past in order, which the hardware prefetcher follows (one head over
@@ -64,6 +64,8 @@ struct Shape {
   int64_t k_groups, v_tiles, dv16;
   size_t head_floats;   // K then V panels of one head (a multiple of 16 floats)
   int64_t chunk_heads;  // kv heads (of all batches) packed per phase
+  int64_t n_kvh;
+  bool k_conv, v_conv;  // decode over a quantized cache: each tile's rows converted to f32 first
 };
 Shape shape_of(const Tensor* dst) {
   const Tensor* q = dst->src[0];
@@ -78,9 +80,12 @@ Shape shape_of(const Tensor* dst) {
   s.group = q->ne[2] / k->ne[2];
   s.qb = std::clamp<int64_t>(kRowsTarget / s.group, 1, s.n_q);  // positions per unit
   s.cols = s.qb * s.group;
-  const WeightKernels* kk = weight_kernels(k->type);
-  const WeightKernels* vk = weight_kernels(v->type);
+  s.n_kvh = k->ne[2];
+  const WeightKernels* kk = weight_kernels(cache_row_reader(k->type) ? DType::F32 : k->type);
+  const WeightKernels* vk = weight_kernels(cache_row_reader(v->type) ? DType::F32 : v->type);
   s.stream = s.cols <= kMaxDotCols && kk->heads_dot && vk->heads_axpy;
+  s.k_conv = s.stream && cache_row_reader(k->type);
+  s.v_conv = s.stream && cache_row_reader(v->type);
   s.R = s.stream ? s.cols * k->ne[2] : s.cols;
   s.kt = s.stream ? kKeyTile : kPromptKeyTile;
   const GemmKernels* gk = gemm_kernels(active_isa());
@@ -98,7 +103,7 @@ Shape shape_of(const Tensor* dst) {
 
 // Per-thread scratch, in bytes from the slice start.
 struct Layout {
-  size_t q, qpack, s, mt, o, m, l, slope, m_new, alpha, seen, mconv, rows, ptrs, total;
+  size_t q, qpack, s, mt, o, m, l, slope, m_new, alpha, seen, mconv, rows, ptrs, kconv, vconv, total;
 };
 Layout layout_of(const Shape& f) {
   Layout L{};
@@ -123,6 +128,8 @@ Layout layout_of(const Shape& f) {
   L.mconv = take(sizeof(float) * (size_t)(f.R * f.kt));
   L.rows = take(sizeof(float) * (size_t)(kPanelRows * std::max(f.D, f.dv16)));  // rows being converted
   L.ptrs = take(sizeof(void*) * 5 * (size_t)f.R);
+  L.kconv = take(f.k_conv ? sizeof(float) * (size_t)(f.kt * f.n_kvh * f.D) : 0);  // a tile's K rows as f32
+  L.vconv = take(f.v_conv ? sizeof(float) * (size_t)(f.kt * f.n_kvh * f.Dv) : 0);
   L.total = align64(off);
   return L;
 }
@@ -140,15 +147,14 @@ size_t decode_state_floats(const Shape& f) { return (size_t)(f.R * (f.Dv + 2)); 
 // Item `it` of packing one kv head into `panels` (Shape::head_floats): items below k_groups
 // are groups of nr keys of K, the rest tiles of kt keys of V. `rows`: kPanelRows x max(D, dv16)
 // floats of scratch.
-void pack_head_item(const GemmKernels& gk, const Shape& f, const WeightKernels* kk, const WeightKernels* vk,
-                    const char* kbase, size_t ldk, const char* vbase, size_t ldv, int64_t it, float* panels,
-                    float* rows) {
+void pack_head_item(const GemmKernels& gk, const Shape& f, RowToF32Fn kread, RowToF32Fn vread, const char* kbase,
+                    size_t ldk, const char* vbase, size_t ldv, int64_t it, float* panels, float* rows) {
   if (it < f.k_groups) {
     const int64_t j0 = it * f.nr;
     const int nk = (int)std::min(f.nr, f.n_kv - j0);
     const float* src[kPanelRows];
     for (int s = 0; s < nk; ++s) {
-      kk->to_f32(kbase + (j0 + s) * ldk, rows + s * f.D, f.D);
+      kread(kbase + (j0 + s) * ldk, rows + s * f.D, f.D);
       src[s] = rows + s * f.D;
     }
     float* dst = panels + it * f.D * f.nr;
@@ -160,17 +166,44 @@ void pack_head_item(const GemmKernels& gk, const Shape& f, const WeightKernels* 
   float* tile = panels + f.k_groups * f.nr * f.D + t * f.dv16 * f.kt;
   std::fill(rows + f.Dv, rows + f.dv16, 0.0f);  // dims past Dv: zeros
   for (int64_t j = 0; j < kt; ++j) {
-    vk->to_f32(vbase + (j0 + j) * ldv, rows, f.Dv);
+    vread(vbase + (j0 + j) * ldv, rows, f.Dv);
     for (int64_t g = 0; g < f.dv16 / kPanelRows; ++g)
       std::memcpy(tile + (g * kt + j) * kPanelRows, rows + g * kPanelRows, sizeof(float) * kPanelRows);
   }
 }
 
+// Rows [j0, j0 + kt) of every kv head of a quantized K or V (row j, head h at base + j * ld + h * ldh)
+// -> dst as f32, key-major with the heads side by side (row stride nh * n floats).
+void convert_tile(RowToF32Fn read, const char* base, size_t ld, size_t ldh, int64_t j0, int64_t kt, int64_t nh,
+                  int64_t n, float* dst) {
+  for (int64_t j = 0; j < kt; ++j)
+    for (int64_t h = 0; h < nh; ++h) read(base + (j0 + j) * ld + h * ldh, dst + (j * nh + h) * n, n);
+}
+
+// The row reader of a K/V type: its conversion when quantized, else the level's plain float one.
+RowToF32Fn row_reader(DType type) {
+  const RowToF32Fn conv = cache_row_reader(type);
+  return conv ? conv : weight_kernels(type)->to_f32;
+}
+
 }  // namespace
+
+RowToF32Fn cache_row_reader(DType type) {
+  if (type == DType::F32 || type == DType::F16 || type == DType::BF16) return nullptr;
+  const WeightKernels* wk = weight_kernels(type);
+  return wk && wk->to_f32 ? wk->to_f32 : dtype_info(type).to_float;
+}
+
+bool cache_readable(const Tensor* t) {
+  const DTypeInfo& info = dtype_info(t->type);
+  if (info.is_float) return true;
+  return info.is_quantized && info.to_float && t->nb[0] == info.type_size && t->ne[0] % info.block_size == 0;
+}
 
 bool flash_tiled_supported(const Tensor* node) {
   const GemmKernels* gk = gemm_kernels(active_isa());
-  return gk && gk->f32_mr >= kPanelRows && node->src[1]->ne[2] > 0 && node->src[0]->ne[2] % node->src[1]->ne[2] == 0;
+  // attention sinks (gpt-oss) take the reference loop
+  return gk && gk->f32_mr >= kPanelRows && !node->src[4] && node->src[1]->ne[2] > 0 && node->src[0]->ne[2] % node->src[1]->ne[2] == 0;
 }
 
 size_t flash_tiled_work_size(const Tensor* node, int nth) {
@@ -194,8 +227,10 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
   const Layout L = layout_of(f);
   const GemmKernels& gk = *gemm_kernels(active_isa());
   const VecMath& vm = vec_math();
-  const WeightKernels* kk = weight_kernels(k->type);
-  const WeightKernels* vk = weight_kernels(v->type);
+  // decode over a quantized cache: each tile converted (kc / vc) and walked by the f32 kernels
+  const WeightKernels* kk = weight_kernels(f.k_conv ? DType::F32 : k->type);
+  const WeightKernels* vk = weight_kernels(f.v_conv ? DType::F32 : v->type);
+  const RowToF32Fn kread = row_reader(k->type), vread = row_reader(v->type);
   char* base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(args.wdata) + 63) / 64 * 64);
   char* slice = base + L.total * args.ith;
   auto* packed = reinterpret_cast<float*>(base + L.total * args.nth);  // shared K/V panels of a chunk of heads
@@ -217,6 +252,8 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
   const char** mrow = reinterpret_cast<const char**>(slice + L.ptrs + 3 * sizeof(void*) * (size_t)f.R);
   const float** mseg = reinterpret_cast<const float**>(slice + L.ptrs + 4 * sizeof(void*) * (size_t)f.R);
   auto* mconv = reinterpret_cast<float*>(slice + L.mconv);
+  auto* kc = reinterpret_cast<float*>(slice + L.kconv);
+  auto* vc = reinterpret_cast<float*>(slice + L.vconv);
   const WeightKernels* f32k = weight_kernels(DType::F32);
   const WeightKernels* mk = mask ? weight_kernels(mask->type) : nullptr;
   const int64_t n_pb = (f.n_q + f.qb - 1) / f.qb;
@@ -369,8 +406,14 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
       // S = (scale q) K^T for this tile, in key order, every kv head of a few keys at a time; the
       // tile's V rows asked for
       const PrefetchRows vrows{vbase + j0 * v->nb[1], v->nb[1], kt, vrow};
-      kk->heads_dot(f.D, kbase + j0 * k->nb[1], k->nb[1], k->nb[2], kt, (int)n_kvh,
-                    reinterpret_cast<const float* const*>(qptr), (int)C, sptr, vrows);
+      if (f.k_conv) {
+        convert_tile(kread, kbase, k->nb[1], k->nb[2], j0, kt, n_kvh, f.D, kc);
+        kk->heads_dot(f.D, kc, sizeof(float) * n_kvh * f.D, sizeof(float) * f.D, kt, (int)n_kvh,
+                      reinterpret_cast<const float* const*>(qptr), (int)C, sptr, vrows);
+      } else {
+        kk->heads_dot(f.D, kbase + j0 * k->nb[1], k->nb[1], k->nb[2], kt, (int)n_kvh,
+                      reinterpret_cast<const float* const*>(qptr), (int)C, sptr, vrows);
+      }
       // softcap, mask, online softmax: S becomes P. First the rows' new maxima and the
       // exponents of their rescale factors e^(m - m'), which then go through exp together
       for (int64_t r = 0; r < R; ++r) {
@@ -399,7 +442,14 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
       // O += P V straight from the V rows, in the same order; the next tile's K rows asked for
       const int64_t jn = j0 + f.kt;
       const PrefetchRows krows{jn < jb ? kbase + jn * k->nb[1] : nullptr, k->nb[1], std::min(kt, jb - jn), krow};
-      vk->heads_axpy(f.Dv, kt, vbase + j0 * v->nb[1], v->nb[1], v->nb[2], (int)n_kvh, S, f.kt, (int)C, O, f.Dv, krows);
+      if (f.v_conv) {
+        convert_tile(vread, vbase, v->nb[1], v->nb[2], j0, kt, n_kvh, f.Dv, vc);
+        vk->heads_axpy(f.Dv, kt, vc, sizeof(float) * n_kvh * f.Dv, sizeof(float) * f.Dv, (int)n_kvh, S, f.kt, (int)C,
+                       O, f.Dv, krows);
+      } else {
+        vk->heads_axpy(f.Dv, kt, vbase + j0 * v->nb[1], v->nb[1], v->nb[2], (int)n_kvh, S, f.kt, (int)C, O, f.Dv,
+                       krows);
+      }
     }
     if (state) {  // a chunk of the keys: O, m and l as they are
       std::copy(O, O + R * f.Dv, state);
@@ -455,7 +505,7 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
     const int64_t nh = std::min(f.chunk_heads, heads - h0);
     for_units(args, nh * head_items, [&](int64_t u) {
       const int64_t hh = h0 + u / head_items, ikv = hh % n_kvh, ib = hh / n_kvh;
-      pack_head_item(gk, f, kk, vk, row_ptr(k, 0, ikv, ib), k->nb[1], row_ptr(v, 0, ikv, ib), v->nb[1], u % head_items,
+      pack_head_item(gk, f, kread, vread, row_ptr(k, 0, ikv, ib), k->nb[1], row_ptr(v, 0, ikv, ib), v->nb[1], u % head_items,
                      packed + (size_t)(u / head_items) * f.head_floats, rows);
     });
     args.barrier();

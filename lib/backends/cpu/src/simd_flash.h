@@ -6,9 +6,21 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cpu_vec_dot.h"
 #include "kernels.h"
 
 namespace loom::cpu {
+
+// K/V of a quantized type (-ctk/-ctv q8_0, q4_0...): its row -> f32 conversion; nullptr for the
+// plain float types, which the kernels read in place.
+RowToF32Fn cache_row_reader(DType type);
+// Whether a K/V operand can be read: a plain float type, or a type with a conversion and whole blocks.
+bool cache_readable(const Tensor* t);
+// n values of the row at src -> dst (through conv); returns dst.
+inline const float* convert_row(RowToF32Fn conv, const char* src, float* dst, int64_t n) {
+  conv(src, dst, n);
+  return dst;
+}
 
 // Whether the tiled kernel computes this FLASH_ATTN_EXT node at the active level.
 bool flash_tiled_supported(const Tensor* node);

@@ -25,7 +25,7 @@ __device__ __forceinline__ const char* at(const TView& t, int64_t i0, int64_t i1
 }
 
 // Element e of a row of a block type (e counted from the row start).
-__device__ float dequant_at(int type, const char* row, int64_t e) {
+__device__ inline float dequant_at(int type, const char* row, int64_t e) {
   switch (type) {
     case kQ8_0: {
       const char* b = row + (e / 32) * 34;
@@ -109,7 +109,7 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 // Sum / max over a block of blockDim.x threads (a multiple of 32, at most 1024); every thread gets it.
-__device__ float block_sum(float v) {
+__device__ inline float block_sum(float v) {
   __shared__ float part[32];
   v = warp_sum(v);
   const int w = threadIdx.x / 32, l = threadIdx.x % 32;
@@ -119,7 +119,7 @@ __device__ float block_sum(float v) {
   v = l < (int)(blockDim.x / 32) ? part[l] : 0.0f;
   return warp_sum(v);
 }
-__device__ float block_max(float v) {
+__device__ inline float block_max(float v) {
   __shared__ float part[32];
   v = warp_max(v);
   const int w = threadIdx.x / 32, l = threadIdx.x % 32;

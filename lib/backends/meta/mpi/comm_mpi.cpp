@@ -14,6 +14,16 @@ namespace loom::meta {
 
 namespace {
 
+// mpi_abort_if_running's work once MPI runs (see set_mpi_abort)
+void abort_if_running(int code) {
+  int init = 0, fin = 0, size = 1;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (!init || fin) return;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
 void check(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return;
   char msg[MPI_MAX_ERROR_STRING];
@@ -36,6 +46,7 @@ class MpiComm final : public Communicator {
         if (!fin) MPI_Finalize();
       });
     }
+    set_mpi_abort(abort_if_running);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
@@ -94,15 +105,6 @@ class MpiComm final : public Communicator {
 }  // namespace
 
 bool mpi_available() { return true; }
-
-void mpi_abort_if_running(int code) {
-  int init = 0, fin = 0, size = 1;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  if (!init || fin) return;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
-}
 
 Communicator& mpi_world() {
   static MpiComm world;

@@ -13,9 +13,18 @@ bool launched_by_mpi() {
   return false;
 }
 
+// Set by the MPI communicator once MPI runs: a program that never asks for MPI (loom-gguf)
+// references no MPI symbol through this, so the linker (--as-needed) leaves libmpi out of it.
+namespace {
+void (*g_mpi_abort)(int) = nullptr;
+}
+void set_mpi_abort(void (*abort)(int)) { g_mpi_abort = abort; }
+void mpi_abort_if_running(int code) {
+  if (g_mpi_abort) g_mpi_abort(code);
+}
+
 #ifndef LOOM_HAVE_MPI
 bool mpi_available() { return false; }
-void mpi_abort_if_running(int) {}
 Communicator& mpi_world() {
   fail(ErrorKind::unsupported,
        "--comm mpi: this build has no MPI (install OpenMPI, e.g. scripts/setup-deps.sh, and rebuild with "

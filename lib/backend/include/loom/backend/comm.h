@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace loom {
@@ -51,6 +52,16 @@ class Communicator {
   size_t bf16_min_ = SIZE_MAX;
   uint64_t n_all_reduce_ = 0;
   size_t bytes_reduced_ = 0;
+};
+
+// A group of ranks of one process (see meta::InProcessGroup), made through registry().collectives().
+class CommGroup {
+ public:
+  virtual ~CommGroup() = default;
+  virtual int size() const = 0;
+  virtual Communicator& rank(int r) = 0;
+  // Wakes every rank blocked in a collective with an error (a member failed).
+  virtual void abort(const std::string& why) = 0;
 };
 
 }  // namespace loom

@@ -18,6 +18,10 @@ namespace loom {
 class Device;
 class BufferType;
 
+// What a buffer holds, as the planner needs it: tensors in a compute buffer are placed anew by
+// every plan; tensors in any other buffer (weights, KV cache, inputs) keep their memory.
+enum class BufferUsage { any, weights, compute };
+
 // A block of device memory. Tensors placed in it get data = base() + offset.
 class Buffer {
  public:
@@ -29,6 +33,8 @@ class Buffer {
   const BufferType& type() const { return type_; }
   void* base() const { return base_; }
   size_t size() const { return size_; }
+  BufferUsage usage() const { return usage_; }
+  void set_usage(BufferUsage usage) { usage_ = usage; }
 
   // Binds t (not a view) to this buffer at offset; checks that it fits. Views follow their source.
   virtual Status init_tensor(Tensor* t, size_t offset);
@@ -41,6 +47,7 @@ class Buffer {
   const BufferType& type_;
   void* base_;
   size_t size_;
+  BufferUsage usage_ = BufferUsage::any;
 };
 
 class BufferType {
@@ -56,6 +63,11 @@ class BufferType {
   // op_alloc_size_may_expand() (checked by the allocator).
   virtual size_t alloc_size(const Tensor* t) const { return t->nbytes(); }
   virtual Device& device() const = 0;
+  // Writes a weight's file bytes src into t (bound to a buffer of this type). may_transform: t
+  // is read only by matrix products (MUL_MAT / MUL_MAT_ID), so a backend may store it in the
+  // layout its kernels read fastest and flag it (the CPU repacks Q8_0 / Q4_0 / K-quant rows in
+  // groups of 8). Default: a plain copy.
+  virtual void upload_weight(Tensor* t, const void* src, bool may_transform) const;
 };
 
 enum class DeviceKind { cpu, sim, gpu, remote, meta };
@@ -101,6 +113,9 @@ class Stream {
   // (optional) may reorder nodes of one split before compute (e.g. to save barriers);
   // must keep every node after its sources.
   virtual void optimize_graph(std::vector<Tensor*>& nodes) { (void)nodes; }
+  // (optional) barriers this stream would record between the nodes of one split in this order;
+  // -1 when its work needs none (inspection: optimize_graph's effect, loom-split-inspect).
+  virtual int count_barriers(const std::vector<Tensor*>& nodes) { return (void)nodes, -1; }
 };
 
 class Device {
@@ -120,6 +135,10 @@ class Device {
   virtual std::unique_ptr<Stream> create_stream() = 0;
   // (optional) prefer running this op here even though its weights live elsewhere
   virtual bool offload_op(const Tensor* node) const { return false; }
+  // (optional) threads for host-side kernels (the CPU's thread pool); ignored elsewhere.
+  virtual void set_n_threads(int n) { (void)n; }
+  // (optional) what --list-devices adds after the caps: driver, limits ("" for nothing)
+  virtual std::string details() const { return {}; }
   // (optional, caps().host_buffer) pinned host memory this device copies from and to without
   // staging; host devices may compute in it (the executor puts the host's compute buffer there).
   virtual const BufferType* host_buffer_type() const { return nullptr; }

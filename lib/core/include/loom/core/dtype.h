@@ -13,11 +13,20 @@ enum class DType : int32_t {
   F32 = 0,
   F16 = 1,
   Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
   Q8_0 = 8,
+  Q2_K = 10,
+  Q3_K = 11,
   Q4_K = 12,
+  Q5_K = 13,
   Q6_K = 14,
+  IQ4_NL = 20,
+  IQ4_XS = 23,
   I32 = 26,
   BF16 = 30,
+  MXFP4 = 39,
 };
 
 // Row conversions between a type and f32; n is a multiple of the block size.
@@ -26,7 +35,7 @@ using FromFloatFn = void (*)(const float* src, void* dst, int64_t n);
 
 struct DTypeInfo {
   DType type;
-  const char* name;       // "f32", "q4_k", ... (GGUF/llama.cpp spelling, lower case)
+  const char* name;       // "f32", "q4_K", "iq4_xs", ... (as llama.cpp's ggml_type_name prints them)
   int64_t block_size;     // elements per block (1 for plain types)
   size_t type_size;       // bytes per block
   bool is_quantized;
@@ -36,13 +45,16 @@ struct DTypeInfo {
 };
 
 // All supported types, in id order.
-inline constexpr DType kAllDTypes[] = {DType::F32,  DType::F16,  DType::Q4_0, DType::Q8_0,
-                                       DType::Q4_K, DType::Q6_K, DType::I32,  DType::BF16};
+inline constexpr DType kAllDTypes[] = {DType::F32,  DType::F16,  DType::Q4_0,   DType::Q4_1,   DType::Q5_0,
+                                       DType::Q5_1, DType::Q8_0, DType::Q2_K,   DType::Q3_K,   DType::Q4_K,
+                                       DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::I32,
+                                       DType::BF16, DType::MXFP4};
 
 const DTypeInfo& dtype_info(DType type);
 inline const char* dtype_name(DType type) { return dtype_info(type).name; }
 // nullopt for ids loom does not know (files with such types are rejected, not crashed on).
 std::optional<DType> dtype_from_id(int64_t id);
+// Case-insensitive: "q4_K", "Q4_K" and "q4_k" are the same type.
 std::optional<DType> dtype_from_name(std::string_view name);
 
 // Bytes of a row of n elements; n must be a multiple of the block size.

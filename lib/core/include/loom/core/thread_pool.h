@@ -15,6 +15,7 @@ namespace loom {
 
 class ThreadPool {
  public:
+  // Throws out_of_memory when a worker thread cannot be started (the started ones are joined).
   explicit ThreadPool(int n_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -37,6 +38,7 @@ class ThreadPool {
 
  private:
   void worker(int ith);
+  void stop_workers();  // joins the started workers
   // Records the CPU thread ith runs on; false when another thread of the pool was last seen on
   // the same CPU (it cannot make progress while we spin, so waiting should yield at once).
   bool note_cpu_and_check_spin(int ith);

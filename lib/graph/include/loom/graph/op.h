@@ -18,7 +18,7 @@ enum class OpKind : uint8_t {
   // element-wise binary (broadcast b over a)
   ADD, SUB, MUL, DIV, ADD_ID,
   // element-wise unary and scalar
-  SCALE, CLAMP, SILU, GELU, SIGMOID, SOFTPLUS, EXP, LOG, SQR, SQRT, SWIGLU, SILU_BACK,
+  SCALE, CLAMP, SILU, GELU, TANH, SIGMOID, SOFTPLUS, EXP, LOG, SQR, SQRT, SWIGLU, SWIGLU_OAI, SILU_BACK,
   // normalization over rows
   RMS_NORM, NORM, RMS_NORM_BACK,
   // reductions and selection

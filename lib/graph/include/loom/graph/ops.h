@@ -60,6 +60,7 @@ Tensor* scale(Context& c, Tensor* a, float s, float bias = 0.0f);  // a * s + bi
 Tensor* clamp(Context& c, Tensor* a, float min, float max);
 Tensor* silu(Context& c, Tensor* a);      // x * sigmoid(x)
 Tensor* gelu(Context& c, Tensor* a);      // tanh approximation: 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))
+Tensor* tanh(Context& c, Tensor* a);
 Tensor* sigmoid(Context& c, Tensor* a);
 Tensor* softplus(Context& c, Tensor* a);  // log(1 + exp(x))
 Tensor* exp(Context& c, Tensor* a);
@@ -67,6 +68,9 @@ Tensor* log(Context& c, Tensor* a);
 Tensor* sqr(Context& c, Tensor* a);
 Tensor* sqrt(Context& c, Tensor* a);
 Tensor* swiglu(Context& c, Tensor* a, Tensor* b);     // silu(a) * b, same shapes
+// gpt-oss's gate (a) and up (b), same shapes: x = min(a, limit), y = clamp(b, -limit, limit),
+// x / (1 + exp(-alpha x)) * (y + 1).
+Tensor* swiglu_oai(Context& c, Tensor* a, Tensor* b, float alpha, float limit);
 Tensor* silu_back(Context& c, Tensor* grad, Tensor* x);  // grad * d silu(x)/dx
 
 // ---- normalization over dim 0 ------------------------------------------------------------
@@ -104,23 +108,33 @@ struct RopeParams {
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;     // positions are multiplied by it (linear scaling)
   float attn_factor = 1.0f;    // multiplies cos and sin
+  float ext_factor = 0.0f;     // YaRN: > 0 mixes interpolated and extrapolated angles per pair
+  float beta_fast = 32.0f;     // YaRN: the ramp's ends, in rotations over n_ctx_orig
+  float beta_slow = 1.0f;
 };
 // a F32 {head_dim, n_head, T}, pos I32 {T}, freq_factors F32 {n_dims / 2} or nullptr:
-// for pair i (dims (2i, 2i+1) normal, (i, i + n_dims/2) neox): theta = pos * freq_scale *
-// freq_base^(-2i/n_dims) / ff[i]; (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos) * attn_factor.
+// for pair i (dims (2i, 2i+1) normal, (i, i + n_dims/2) neox): e = pos * freq_base^(-2i/n_dims) / ff[i],
+// theta = freq_scale * e; (x0, x1) -> (x0 cos - x1 sin, x0 sin + x1 cos) * m with m = attn_factor.
+// YaRN (ext_factor != 0): with the pair's ramp r = 1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1) *
+// ext_factor, theta = freq_scale e (1 - r) + e r, and m *= 1 + 0.1 ln(1 / freq_scale); lo = floor(d(beta_fast)),
+// hi = ceil(d(beta_slow)) clamped to [0, n_dims - 1], d(b) = n_dims ln(n_ctx_orig / (2 pi b)) / (2 ln freq_base).
 Tensor* rope(Context& c, Tensor* a, Tensor* pos, Tensor* freq_factors, const RopeParams& p);
 // The gradient: the same rotation by -theta.
 Tensor* rope_back(Context& c, Tensor* grad, Tensor* pos, Tensor* freq_factors, const RopeParams& p);
 // a F32 {n_kv, n_q, h, b}; mask F32/F16 {n_kv, >= n_q, m2, m3} broadcast over dims 2, 3 or nullptr:
 // softmax over dim 0 of (a * scale + slope_h * mask); slope_h = 1 unless max_bias > 0 (ALiBi).
-Tensor* soft_max(Context& c, Tensor* a, Tensor* mask, float scale, float max_bias = 0.0f);
+// sinks F32 {h} or nullptr: head h's sink joins each row's max and sum as one more logit
+// (exp(sink_h - max) in the denominator) without an output of its own (gpt-oss).
+Tensor* soft_max(Context& c, Tensor* a, Tensor* mask, float scale, float max_bias = 0.0f, Tensor* sinks = nullptr);
 // grad and y (the soft_max output) same shape: scale * y * (grad - sum(grad * y)).
 Tensor* soft_max_back(Context& c, Tensor* grad, Tensor* y, float scale, float max_bias = 0.0f);
-// q F32 {D, n_q, h, b}, k {D, n_kv, h_kv, b} and v {Dv, n_kv, h_kv, b} F32/F16/BF16 (h % h_kv == 0, GQA),
+// q F32 {D, n_q, h, b}, k {D, n_kv, h_kv, b} and v {Dv, n_kv, h_kv, b} F32/F16/BF16 or a quantized
+// cache type in whole blocks (h % h_kv == 0, GQA),
 // mask F16/F32 {n_kv, >= n_q, 1, 1} or nullptr: result F32 {Dv, h, n_q, b} (heads before tokens),
-// softmax(q k^T * scale (+ softcap: c * tanh(s / c)) + slope * mask) v.
+// softmax(q k^T * scale (+ softcap: c * tanh(s / c)) + slope * mask) v; sinks F32 {h} or nullptr as
+// in soft_max.
 Tensor* flash_attn_ext(Context& c, Tensor* q, Tensor* k, Tensor* v, Tensor* mask, float scale, float max_bias = 0.0f,
-                       float softcap = 0.0f);
+                       float softcap = 0.0f, Tensor* sinks = nullptr);
 
 // ---- training ----------------------------------------------------------------------------
 // logits F32 {V, N}, labels F32 {V, N} (probabilities): F32 {1} = mean over rows of

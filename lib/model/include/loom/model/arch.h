@@ -1,6 +1,7 @@
-// Model architectures (llama, qwen2, qwen3, qwen3moe): hyper-parameters, named presets with the
-// real shapes, the tensor list of each architecture (names and shapes as llama.cpp's GGUF
-// files have them, with a role per tensor), and the GGUF keys that carry the hyper-parameters.
+// Model architectures (llama with Llama 3 / Mistral / Mixtral shapes, qwen2, qwen3, qwen3moe,
+// gemma2, gemma3, phi3, gpt-oss): hyper-parameters, named presets with the real shapes, the tensor
+// list of each architecture (names and shapes as llama.cpp's GGUF files have them, with a role
+// per tensor), and the GGUF keys that carry the hyper-parameters.
 #pragma once
 
 #include <cstdint>
@@ -16,14 +17,18 @@ class Writer;
 
 namespace loom {
 
-enum class Arch { llama, qwen2, qwen3, qwen3moe };
+enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, gpt_oss };
 
-const char* arch_name(Arch arch);  // the general.architecture string
+const char* arch_name(Arch arch);  // the general.architecture string ("gpt-oss" for gpt_oss)
 std::optional<Arch> arch_from_name(std::string_view name);
-bool arch_is_moe(Arch arch);
-bool arch_has_qk_norm(Arch arch);   // qwen3, qwen3moe
-bool arch_has_qkv_bias(Arch arch);  // qwen2
-bool arch_rope_neox(Arch arch);     // rotate halves (qwen*) instead of adjacent pairs (llama)
+std::string arch_names();          // "llama, qwen2, ..." for messages
+bool arch_is_moe(Arch arch);        // always routed experts (qwen3moe, gpt-oss); llama may have them too
+bool arch_has_qk_norm(Arch arch);   // qwen3, qwen3moe, gemma3
+bool arch_has_qkv_bias(Arch arch);  // qwen2, gpt-oss
+bool arch_rope_neox(Arch arch);     // rotate halves (all but llama) instead of adjacent pairs (llama)
+bool arch_is_gemma(Arch arch);      // gemma2, gemma3: scaled embeddings, GELU FFN, post norms, tied output
+
+enum class RopeScaling { none, linear, yarn };
 
 struct HParams {
   Arch arch = Arch::llama;
@@ -33,21 +38,47 @@ struct HParams {
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;  // key_length == value_length
   int64_t n_ff = 0;      // dense FFN width (written for qwen3moe too, unused by its tensors)
-  int64_t n_expert = 0;  // qwen3moe only
+  int64_t n_expert = 0;  // routed experts: qwen3moe, gpt-oss, a Mixtral-shaped llama
   int64_t n_expert_used = 0;
-  int64_t n_ff_exp = 0;
+  int64_t n_ff_exp = 0;  // expert width (a llama's experts are n_ff wide, as llama.cpp reads them)
   int64_t n_vocab = 0;
   int64_t n_ctx_train = 0;
   float rms_eps = 1e-5f;
   float rope_theta = 10000.0f;
   bool tied_embeddings = false;  // no output.weight: the output projection reuses token_embd
 
+  // RoPE scaling (rope.scaling.*): linear multiplies positions by rope_freq_scale; yarn mixes
+  // interpolation and extrapolation per pair (ops::rope). n_ctx_orig 0 means n_ctx_train.
+  RopeScaling rope_scaling = RopeScaling::none;
+  float rope_freq_scale = 1.0f;   // 1 / rope.scaling.factor
+  float rope_attn_factor = 1.0f;  // rope.scaling.attn_factor
+  int64_t n_ctx_orig = 0;         // rope.scaling.original_context_length
+  bool rope_freqs = false;        // llama: a rope_freqs.weight of per-pair divisors (Llama 3)
+  bool rope_long_short = false;   // phi3: rope_factors_long / _short, long past n_ctx_orig
+
+  // Sliding-window attention: layer il sees the last n_swa positions when swa_period > 0 and
+  // il % swa_period < swa_period - 1 (gemma2 2, gemma3 6, gpt-oss 2); those layers rotate with
+  // rope_theta_swa / rope_freq_scale_swa.
+  int64_t n_swa = 0;
+  int64_t swa_period = 0;
+  float rope_theta_swa = 10000.0f;
+  float rope_freq_scale_swa = 1.0f;
+  float attn_softcap = 0.0f;   // gemma2: c tanh(s / c) on attention scores (0: off)
+  float final_softcap = 0.0f;  // gemma2: the same on the logits
+
   int64_t n_embd_q() const { return head_dim * n_head; }
   int64_t n_embd_kv() const { return head_dim * n_head_kv; }
+  int64_t n_ctx_orig_or_train() const { return n_ctx_orig > 0 ? n_ctx_orig : n_ctx_train; }
+  bool is_moe() const { return n_expert > 0; }
+  bool is_swa_layer(int64_t il) const { return n_swa > 0 && swa_period > 0 && il % swa_period < swa_period - 1; }
+  bool has_swa() const { return n_swa > 0 && swa_period > 1; }
+  // The attention's score scale: 1/sqrt(head_dim), but gemma's 27B sizes use 1/sqrt(n_embd / n_head).
+  float attn_scale() const;
 };
 
 // Presets: "tiny" and "small" exist for every architecture; the real shapes are tied to theirs
-// ("llama-8b", "llama-70b" for llama; "qwen3-8b" for qwen3; "qwen3-30b-a3b" for qwen3moe).
+// ("llama-8b", "llama-70b" for llama; "qwen3-8b" for qwen3; "qwen3-30b-a3b" for qwen3moe;
+// "gemma3-27b"; "gpt-oss-20b").
 // Throws usage naming the preset and listing the valid ones.
 HParams preset_hparams(Arch arch, std::string_view name);
 std::vector<std::string> preset_names(Arch arch);
@@ -57,15 +88,22 @@ void validate_hparams(const HParams& hp);
 
 enum class TensorRole {
   token_embd, output_norm, output,
+  rope_freqs, rope_factors_long, rope_factors_short,  // global RoPE divisors (llama 3, phi3)
   attn_norm, attn_q, attn_k, attn_v, attn_output,
-  attn_q_bias, attn_k_bias, attn_v_bias,
+  attn_qkv,                                           // phi3: q, k and v rows in one matrix
+  attn_q_bias, attn_k_bias, attn_v_bias, attn_output_bias,
   attn_q_norm, attn_k_norm,
-  ffn_norm, ffn_gate, ffn_up, ffn_down,
+  attn_sinks,                                         // gpt-oss: one logit per head
+  attn_post_norm,                                     // gemma: on the attention's output
+  ffn_norm, ffn_gate, ffn_up, ffn_down,               // phi3's ffn_up holds gate and up rows
+  ffn_post_norm,                                      // gemma: on the FFN's output
   ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps,
+  ffn_gate_inp_bias, ffn_gate_exps_bias, ffn_up_exps_bias, ffn_down_exps_bias,  // gpt-oss
 };
 const char* tensor_role_name(TensorRole role);  // "attn_q", ...
-// Norms and biases (1-D, kept in F32); everything else is a weight matrix.
+// Norms, biases, sinks and RoPE factors (kept in F32); everything else is a weight matrix.
 bool tensor_role_is_vector(TensorRole role);
+bool tensor_role_is_norm(TensorRole role);
 
 struct TensorSpec {
   std::string name;  // "blk.3.attn_q.weight"
@@ -81,11 +119,14 @@ struct TensorSpec {
 std::vector<TensorSpec> arch_tensors(const HParams& hp);
 int64_t count_params(const HParams& hp);
 
-// `general.architecture` and the `<arch>.*` keys (u32 counts, f32 eps/theta).
+// `general.architecture` and the `<arch>.*` keys (u32 counts, f32 eps/theta, the RoPE scaling,
+// sliding-window and soft-capping keys of the architectures that have them).
 void write_hparams(gguf::Writer& w, const HParams& hp);
 // The reverse, with llama.cpp's defaults (head_count_kv = head_count, key_length =
-// n_embd/n_head, rope.freq_base 10000, vocab from the token list or token_embd) and validation;
-// an unknown architecture is invalid_input naming it.
+// n_embd/n_head, rope.freq_base 10000, vocab from the token list or token_embd, each
+// architecture's sliding-window and soft-capping defaults) and validation; an unknown
+// architecture is invalid_input naming it. Which optional tensors exist (rope_freqs, a tied
+// output) is read from the file's tensor list.
 HParams read_hparams(const gguf::File& file);
 
 }  // namespace loom

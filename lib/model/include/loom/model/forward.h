@@ -20,6 +20,7 @@ struct ForwardInputs {
   Tensor* positions = nullptr;  // I32 {T}
   Tensor* kv_slots = nullptr;   // I32 {T}: cache rows written by this batch (windows: none)
   Tensor* mask = nullptr;       // F32 {n_kv, T} (windows: {n_kv, n_kv}, shared by every window)
+  Tensor* mask_swa = nullptr;   // the sliding-window layers' mask, same shape (null without them)
   Tensor* out_rows = nullptr;   // I32 {n_out}: rows whose logits are computed (nullptr: all)
   Tensor* logits = nullptr;     // F32 {n_vocab, n_out}: the output (tensor parallel: this member's rows; may be null)
   Tensor* last = nullptr;       // the graph's final node (logits, or the final norm when a member has no rows)
@@ -50,11 +51,19 @@ struct ForwardModel {
   Tensor* tok_embd = nullptr;
   Tensor* output_norm = nullptr;
   Tensor* output = nullptr;  // null: no logits here (a member without vocabulary rows)
+  Tensor* rope_freqs = nullptr;  // RoPE divisors on this member's device (Llama 3), or null
+  Tensor* rope_long = nullptr;   // phi3
+  Tensor* rope_short = nullptr;
   const std::vector<LayerWeights>* layers = nullptr;
   bool tensor_parallel = false;  // attention and FFN outputs are partial sums: add AllReduce nodes
 };
 ForwardModel forward_model(const Model& model);
 ForwardModel forward_model(const Model& model, const TpShard& shard);
+
+// Writes in.mask (and in.mask_swa) of a step through the cache: row i (position n_past + i) sees
+// cache rows j <= n_past + i, the sliding-window mask only those with n_past + i - j < n_swa
+// (llama.cpp's rule).
+void fill_masks(const ForwardInputs& in, const HParams& hp, int64_t n_past, int64_t n_tokens, int64_t n_kv);
 
 // Builds the graph in ctx for one ubatch; inputs are created (flagged kFlagInput), not filled.
 // shape.n_seq > 0: windows without a cache (kv is not read; give an empty one).

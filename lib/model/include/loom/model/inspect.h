@@ -8,7 +8,8 @@
 
 namespace loom {
 
-enum class InspectFormat { text, json, dot };
+// dot: one box per layer and split (readable for big models); dot_detail: every node.
+enum class InspectFormat { text, json, dot, dot_detail };
 
 // Plans (never allocates) the step; the session params must allow plan-only use.
 std::string inspect_splits(Model& model, const SessionParams& params, bool decode, InspectFormat format);

@@ -1,6 +1,6 @@
 // Pieces of a transformer layer's graph that the inference forward (lib/model/src/forward.cpp)
 // and the training forward (lib/train) build the same way: RMS norm times weight, the RoPE
-// parameters of an architecture, the q/k/v projections up to RoPE, and the dense SwiGLU FFN.
+// parameters of an architecture, the q/k/v projections up to RoPE, the dense FFN, soft-capping.
 #pragma once
 
 #include <cstdint>
@@ -13,20 +13,27 @@ namespace loom {
 // rms_norm(x) * w
 Tensor* norm_mul(Context& c, Tensor* x, Tensor* w, float eps);
 
-// RoPE over the whole head, in the architecture's mode (neox or normal).
-ops::RopeParams rope_params(const HParams& hp);
+// RoPE over the whole head, in the architecture's mode (neox or normal), with its scaling; a
+// sliding-window layer rotates with the local base and scale.
+ops::RopeParams rope_params(const HParams& hp, bool swa_layer = false);
 
 struct QkvHeads {
   Tensor* q;  // {head_dim, n_head, T}, normed (qwen3) and roped
   Tensor* k;  // {head_dim, n_head_kv, T}, normed (qwen3) and roped
   Tensor* v;  // {head_dim * n_head_kv, T}
 };
-// The attention inputs of layer l from its normed input cur {n_embd, T}: projections, biases
-// (qwen2), per-head q/k norms (qwen3), RoPE at positions.
+// The attention inputs of layer l from its normed input cur {n_embd, T}: projections (phi3's
+// fused q|k|v), biases (qwen2, gpt-oss), per-head q/k norms (qwen3, gemma3), RoPE at positions
+// with the per-pair divisors rope_factors (Llama 3, phi3) or none.
 QkvHeads project_qkv(Context& c, const HParams& hp, const LayerWeights& l, Tensor* cur, int64_t n_head,
-                     int64_t n_head_kv, Tensor* positions, const ops::RopeParams& rope_p);
+                     int64_t n_head_kv, Tensor* positions, const ops::RopeParams& rope_p,
+                     Tensor* rope_factors = nullptr);
 
-// down(silu(gate x) * up x)
-Tensor* dense_ffn(Context& c, const LayerWeights& l, Tensor* x);
+// down(silu(gate x) * up x); gemma: down(gelu(gate x) * up x); phi3 (no ffn_gate): gate and up
+// are the two halves of ffn_up's rows.
+Tensor* dense_ffn(Context& c, const LayerWeights& l, Tensor* x, bool gelu_gate = false);
+
+// gemma2's soft-capping: cap * tanh(x / cap) (x itself when cap is 0).
+Tensor* logit_softcap(Context& c, Tensor* x, float cap);
 
 }  // namespace loom

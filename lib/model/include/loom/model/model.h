@@ -11,9 +11,9 @@
 
 #include "loom/graph/context.h"
 #include "loom/model/arch.h"
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 #include "loom/model/placement.h"
-#include "loom/model/tokenizer.h"
+#include "loom/tokenizer/tokenizer.h"
 #include "loom/model/tp_shard.h"
 
 namespace loom {
@@ -23,50 +23,78 @@ struct LayerWeights {
   Tensor* wq = nullptr;
   Tensor* wk = nullptr;
   Tensor* wv = nullptr;
+  Tensor* wqkv = nullptr;  // phi3: q, k, v rows in one matrix (wq/wk/wv null)
   Tensor* wo = nullptr;
-  Tensor* bq = nullptr;  // qwen2
+  Tensor* bq = nullptr;  // qwen2, gpt-oss
   Tensor* bk = nullptr;
   Tensor* bv = nullptr;
-  Tensor* q_norm = nullptr;  // qwen3, qwen3moe
+  Tensor* bo = nullptr;      // gpt-oss
+  Tensor* q_norm = nullptr;  // qwen3, qwen3moe, gemma3
   Tensor* k_norm = nullptr;
+  Tensor* sinks = nullptr;           // gpt-oss
+  Tensor* attn_post_norm = nullptr;  // gemma
   Tensor* ffn_norm = nullptr;
-  Tensor* ffn_gate = nullptr;  // dense
+  Tensor* ffn_gate = nullptr;  // dense (phi3: null, gate rows inside ffn_up)
   Tensor* ffn_up = nullptr;
   Tensor* ffn_down = nullptr;
-  Tensor* ffn_gate_inp = nullptr;  // qwen3moe router and experts
+  Tensor* ffn_post_norm = nullptr;  // gemma
+  Tensor* ffn_gate_inp = nullptr;   // router and experts
   Tensor* ffn_gate_exps = nullptr;
   Tensor* ffn_up_exps = nullptr;
   Tensor* ffn_down_exps = nullptr;
+  Tensor* ffn_gate_inp_b = nullptr;  // gpt-oss biases
+  Tensor* ffn_gate_exps_b = nullptr;
+  Tensor* ffn_up_exps_b = nullptr;
+  Tensor* ffn_down_exps_b = nullptr;
 };
 
+// Where a per-layer role's tensor lives in l (nullptr for the global roles).
+inline Tensor** layer_role_slot(LayerWeights& l, TensorRole role) {
+  switch (role) {
+    case TensorRole::attn_norm: return &l.attn_norm;
+    case TensorRole::attn_q: return &l.wq;
+    case TensorRole::attn_k: return &l.wk;
+    case TensorRole::attn_v: return &l.wv;
+    case TensorRole::attn_qkv: return &l.wqkv;
+    case TensorRole::attn_output: return &l.wo;
+    case TensorRole::attn_q_bias: return &l.bq;
+    case TensorRole::attn_k_bias: return &l.bk;
+    case TensorRole::attn_v_bias: return &l.bv;
+    case TensorRole::attn_output_bias: return &l.bo;
+    case TensorRole::attn_q_norm: return &l.q_norm;
+    case TensorRole::attn_k_norm: return &l.k_norm;
+    case TensorRole::attn_sinks: return &l.sinks;
+    case TensorRole::attn_post_norm: return &l.attn_post_norm;
+    case TensorRole::ffn_norm: return &l.ffn_norm;
+    case TensorRole::ffn_gate: return &l.ffn_gate;
+    case TensorRole::ffn_up: return &l.ffn_up;
+    case TensorRole::ffn_down: return &l.ffn_down;
+    case TensorRole::ffn_post_norm: return &l.ffn_post_norm;
+    case TensorRole::ffn_gate_inp: return &l.ffn_gate_inp;
+    case TensorRole::ffn_gate_exps: return &l.ffn_gate_exps;
+    case TensorRole::ffn_up_exps: return &l.ffn_up_exps;
+    case TensorRole::ffn_down_exps: return &l.ffn_down_exps;
+    case TensorRole::ffn_gate_inp_bias: return &l.ffn_gate_inp_b;
+    case TensorRole::ffn_gate_exps_bias: return &l.ffn_gate_exps_b;
+    case TensorRole::ffn_up_exps_bias: return &l.ffn_up_exps_b;
+    case TensorRole::ffn_down_exps_bias: return &l.ffn_down_exps_b;
+    default: return nullptr;
+  }
+}
+
 // Where the tensor of a role lives: in `l` for per-layer roles, else in `m` (the Model or any
-// struct with tok_embd / output_norm / output members).
+// struct with tok_embd / output_norm / output / rope_freqs / rope_long / rope_short members).
 template <class Weights>
 Tensor** role_slot(Weights& m, LayerWeights* l, TensorRole role) {
   switch (role) {
     case TensorRole::token_embd: return &m.tok_embd;
     case TensorRole::output_norm: return &m.output_norm;
     case TensorRole::output: return &m.output;
-    case TensorRole::attn_norm: return &l->attn_norm;
-    case TensorRole::attn_q: return &l->wq;
-    case TensorRole::attn_k: return &l->wk;
-    case TensorRole::attn_v: return &l->wv;
-    case TensorRole::attn_output: return &l->wo;
-    case TensorRole::attn_q_bias: return &l->bq;
-    case TensorRole::attn_k_bias: return &l->bk;
-    case TensorRole::attn_v_bias: return &l->bv;
-    case TensorRole::attn_q_norm: return &l->q_norm;
-    case TensorRole::attn_k_norm: return &l->k_norm;
-    case TensorRole::ffn_norm: return &l->ffn_norm;
-    case TensorRole::ffn_gate: return &l->ffn_gate;
-    case TensorRole::ffn_up: return &l->ffn_up;
-    case TensorRole::ffn_down: return &l->ffn_down;
-    case TensorRole::ffn_gate_inp: return &l->ffn_gate_inp;
-    case TensorRole::ffn_gate_exps: return &l->ffn_gate_exps;
-    case TensorRole::ffn_up_exps: return &l->ffn_up_exps;
-    case TensorRole::ffn_down_exps: return &l->ffn_down_exps;
+    case TensorRole::rope_freqs: return &m.rope_freqs;
+    case TensorRole::rope_factors_long: return &m.rope_long;
+    case TensorRole::rope_factors_short: return &m.rope_short;
+    default: return layer_role_slot(*l, role);
   }
-  return nullptr;
 }
 
 // One member's weights. Tensors absent (nullptr) when the member's range is empty.
@@ -79,6 +107,9 @@ struct TpShard {
   std::vector<LayerWeights> layers;
   Tensor* output_norm = nullptr;
   Tensor* output = nullptr;  // vocabulary rows of this member
+  Tensor* rope_freqs = nullptr;  // mirrored RoPE divisors (null when the model has none)
+  Tensor* rope_long = nullptr;
+  Tensor* rope_short = nullptr;
   Context ctx;               // owns the tensors above
   size_t bytes = 0;          // on device (planned or allocated)
   std::vector<std::unique_ptr<Buffer>> buffers;
@@ -113,6 +144,9 @@ class Model {
   Tensor* tok_embd = nullptr;
   Tensor* output_norm = nullptr;
   Tensor* output = nullptr;  // token_embd when tied
+  Tensor* rope_freqs = nullptr;  // llama 3: per-pair RoPE divisors (null when absent)
+  Tensor* rope_long = nullptr;   // phi3: divisors past n_ctx_orig, and within it
+  Tensor* rope_short = nullptr;
   std::vector<LayerWeights> layers;
 
   size_t n_params() const { return n_params_; }

@@ -24,7 +24,7 @@ struct NewModelOptions {
   bool header_only = false;  // metadata + tensor infos; data section a sparse hole
   uint64_t seed = 42;
   std::string name;          // general.name (empty: "<arch>")
-  std::string output;        // the file to write (PATH.tmp, then renamed)
+  std::string output;        // the file to write (through AtomicFile)
 };
 
 struct NewModelResult {

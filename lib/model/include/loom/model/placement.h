@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -13,11 +14,18 @@
 namespace loom {
 
 struct Tensor;
+class Communicator;
+
+// -sm: one device (none), whole layers across devices (layer), every layer split across
+// tensor-parallel members (tensor).
+enum class SplitMode { none, layer, tensor };
+// "none", "layer", "tensor"; throws usage naming -sm.
+SplitMode parse_split_mode(std::string_view name);
 
 struct PlacementParams {
   std::vector<Device*> devices;    // selected devices, the CPU last (empty: CPU only)
   int64_t n_gpu_layers = -1;       // -1: all (layers + output); otherwise the last N layers
-  std::string split_mode = "layer";  // none | layer | tensor
+  SplitMode split_mode = SplitMode::layer;
   std::vector<float> tensor_split;   // proportions per non-CPU device (empty: by free memory)
   int main_gpu = 0;                  // split mode none: the one device used
   std::vector<std::string> overrides;  // "REGEX=DEVICE[,REGEX=DEVICE...]" (-ot)
@@ -48,6 +56,12 @@ struct WeightPlacement {
 // Throws usage for bad proportions, unknown device names or regexes.
 WeightPlacement place_weights(const HParams& hp, const std::vector<std::string>& tensor_names,
                               const PlacementParams& p);
+
+// -sm tensor: the members are the devices named in `named` (-dev, in its order; the host only
+// when named), or every selected device but the host (the host alone when there is none).
+// Moves the host last in p.devices and sets p.tp_members; with world (--comm mpi) this process
+// is member world->rank() of world->size() and holds only tp_members[0].
+void set_tensor_parallel_members(PlacementParams& p, std::string_view named, const Communicator* world);
 
 // "3,1" -> {3, 1}; throws usage naming the flag.
 std::vector<float> parse_tensor_split(const std::string& s);

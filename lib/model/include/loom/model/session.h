@@ -4,8 +4,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "loom/model/model.h"
@@ -25,11 +27,16 @@ struct SessionParams {
   int n_copies = 1;         // pipeline parallelism: input copies per split (a ring)
   bool plan_only = false;   // size everything, allocate nothing (also implied by a model without data)
   // split mode tensor across processes: this process's member talks to the others through it
-  // (not owned; e.g. meta::mpi_world()). Null: all members in this process (in-process group).
+  // (not owned; e.g. registry().collectives().mpi_world()). Null: all members in this process (in-process group).
   Communicator* comm = nullptr;
   // split mode tensor: AllReduce tensors of at least this many elements travel as BF16 (0: all)
   size_t reduce_bf16_min = SIZE_MAX;
 };
+
+// KV cache types (-ctk/-ctv), as llama.cpp offers them: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,
+// q5_1 (those this build's core has). A quantized V cache needs flash attention.
+std::optional<DType> kv_cache_type(std::string_view name);
+std::string kv_cache_type_names();  // "f32, f16, ..." for messages
 
 // Bytes a run needs, per device, from planning (not guessing).
 struct MemoryBreakdown {
@@ -76,6 +83,9 @@ class Session {
   // Throws invalid_input when the state belongs to another model shape or cache type, or does not fit.
   void load_state(std::span<const uint8_t> state);
 
+  // Steps (ubatches) that ran the previous step's graph and plan again (same shape) instead of
+  // building and planning a new one; every split mode (tensor parallelism included).
+  uint64_t n_graphs_reused() const;
   // Tensor parallelism: AllReduce operations this process's first member has run so far.
   uint64_t n_all_reduce() const;
   size_t all_reduce_bytes() const;  // what those sent (BF16: 2 bytes an element)

@@ -17,6 +17,12 @@ std::string describe(const ExecutionPlan& plan);
 nlohmann::json to_json(const ExecutionPlan& plan);
 // Graphviz text: one cluster per split, edges between nodes, copies as dashed edges.
 std::string to_dot(const ExecutionPlan& plan);
+// Per split whose device's stream records barriers (Vulkan): [{split, device, nodes,
+// barriers_before, barriers_after}] around that device's optimize_graph.
+nlohmann::json split_barriers(const ExecutionPlan& plan);
+// Graphviz, one cluster per split and one box per layer inside it (node count, top ops): an 8B
+// model's step on one page. to_dot draws every node.
+std::string to_dot_grouped(const ExecutionPlan& plan);
 // "16.0 KiB", "512 B", "1.5 GiB".
 std::string format_bytes(size_t bytes);
 

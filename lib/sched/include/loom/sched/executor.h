@@ -66,7 +66,4 @@ class Executor {
   int n_reallocs_ = 0;
 };
 
-// True if b is a compute buffer of a live Executor (tensors bound there are not "pinned").
-bool is_compute_buffer(const Buffer* b);
-
 }  // namespace loom::sched

@@ -3,17 +3,22 @@
 #pragma once
 
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "loom/model/model.h"
 #include "loom/model/session.h"
-#include "loom/sched/devices.h"
+#include "loom/backend/registry.h"
 
 namespace CLI {
 class App;
 }
 
 namespace loom::tools {
+
+// --comm: how tensor-parallel members meet (auto: in this process, as inproc).
+enum class CommKind { auto_select, inproc, mpi, nccl };
 
 struct CommonOptions {
   std::string model;
@@ -22,13 +27,14 @@ struct CommonOptions {
   int64_t n_ubatch = 512;
   int n_threads = 0;
   std::string n_gpu_layers = "-1";
-  std::string split_mode = "layer";
+  SplitMode split_mode = SplitMode::layer;
   std::string tensor_split;
   int main_gpu = 0;
   std::string devices;
   std::vector<std::string> overrides;
   bool cpu_moe = false;
-  bool mmap = false;  // CPU weights used in place in the file mapping (--mmap)
+  bool mmap = false;
+  bool mlock = false;  // mlockall after loading (--mlock)  // CPU weights used in place in the file mapping (--mmap)
   bool repack = true;  // CPU Q8_0/Q4_0/Q4_K/Q6_K matrices in the kernels' layout (--no-repack, -nr: as in the file)
   std::string flash_attn = "auto";
   std::string cache_type_k = "f16";
@@ -36,11 +42,9 @@ struct CommonOptions {
   bool list_devices = false;
   int n_copies = 1;
   std::string sim_devices;
-  std::string comm = "auto";  // -sm tensor: auto | inproc | mpi | nccl (docs/TENSOR-PARALLEL.md)
+  CommKind comm = CommKind::auto_select;  // -sm tensor collectives (docs/TENSOR-PARALLEL.md)
   int64_t reduce_bf16 = -1;   // -sm tensor: AllReduce tensors of at least N elements as BF16 (-1: never)
   bool json = false;
-  bool verbose = false;
-  std::string log_file;
 };
 
 // Registers the shared flags. model_required: -m must be given (unless --list-devices).
@@ -51,17 +55,32 @@ SessionParams session_params(const CommonOptions& o);
 // Prints `NAME  KIND  TOTAL MiB  FREE MiB` per device.
 void print_devices(const CommonOptions& o);
 
+// --comm mpi with more than one rank: compares the model's identity (metadata and size), the
+// shared flags and `extra` (the tool's own parameters, in the same order on every rank) with
+// rank 0's, before any collective. Returns 0 when they agree; otherwise rank 0 prints one line
+// naming what differs and every rank gets 2 (the exit code) — no rank hangs.
+int check_ranks_agree(const char* tool_name, const CommonOptions& o,
+                      const std::vector<std::pair<std::string, std::string>>& extra);
+// "N bytes, checksum X": a prompt or text compared across ranks without sending it.
+std::string text_fingerprint(std::string_view text);
+
 // The devices of a run: --sim-devices / LOOM_SIM_DEVICES, then -dev selection (CPU last).
 struct RunDevices {
-  sched::DeviceSet set;
+  DeviceSet set;
   std::vector<Device*> selected;
 };
 RunDevices make_run_devices(const CommonOptions& o);
 // -ngl/-sm/-ts/-mg/-ot/-cmoe for Model::load.
 PlacementParams placement_params(const CommonOptions& o, const RunDevices& devices);
+// A whole text file (-f); Error(io) naming it when it cannot be read (a folder included).
+std::string read_text_file(const std::string& path);
 // --comm mpi: false on every rank but 0 (they compute, rank 0 prints).
 bool is_output_rank(const CommonOptions& o);
-// Model::load with the placement of these options.
+// Model::load with the placement of these options, then the load log (and --mlock).
 std::unique_ptr<Model> load_model(const CommonOptions& o, const RunDevices& devices, bool need_data = true);
+// The load log at info level (-lv 3, -v, --log-file): file, arch, shape, tensor types, weight
+// bytes per device; and for a session its context settings and KV/compute bytes per device.
+void log_model(const Model& model, const std::string& path);
+void log_session(const Session& session);
 
 }  // namespace loom::tools

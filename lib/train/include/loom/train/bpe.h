@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "loom/model/tokenizer.h"
+#include "loom/tokenizer/tokenizer.h"
 
 namespace loom::gguf {
 class Writer;

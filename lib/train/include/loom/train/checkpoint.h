@@ -1,8 +1,8 @@
 // Checkpoints: one GGUF file holding the model (its metadata and tokenizer, trained tensors in
 // F32 so a resume is bit-exact, frozen tensors as they were), the optimizer state (tensors
 // opt.m.NAME / opt.v.NAME) and the training state (train.* keys: step, data position, seed,
-// epoch statistics, the batch geometry). Written to PATH.tmp and renamed: a reader sees the
-// old checkpoint or the new one, never a partial file.
+// epoch statistics, the batch geometry). Written through AtomicFile: a reader sees the old
+// checkpoint or the new one, never a partial file.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 #include "loom/train/optimizer.h"
 #include "loom/train/progress.h"
 #include "loom/train/train_model.h"
@@ -28,16 +28,24 @@ struct TrainState {
   EpochStats stats;       // of the current epoch so far
   double elapsed_s = 0;   // training time of the current epoch so far
   std::vector<std::pair<std::string, DType>> trainable;  // trained tensors and their base types
+  // What the run was started from, so a resume with other inputs is refused: the text's
+  // checksum and the base ("model HEX" for -m, "init ARCH:PRESET" for --init).
+  uint64_t text_hash = 0;
+  std::string base;
 };
-
-// Writes w to path through a temporary name unique to this process (in path's directory),
-// renamed into place: readers see the old file or the new one, never a partial one, and two
-// processes writing the same path never trip over each other's temporary file.
-void write_gguf_atomic(const gguf::Writer& w, const std::string& path);
 
 void save_checkpoint(const std::string& path, const TrainModel& model, const std::vector<ParamState>& params,
                      const TrainState& state);
-// Reads the train.* keys; throws invalid_input when the file is not a loom-train checkpoint.
+// 2: train.checksum over the whole file, train.text_hash and train.base.
+inline constexpr uint32_t kCheckpointVersion = 2;
+inline constexpr const char* kCheckpointChecksumKey = "train.checksum";
+
+// invalid_input (exit 3) when the checksum is missing or does not match the file's bytes.
+void verify_checkpoint_checksum(const gguf::File& file);
+// The train.* keys without the checksum check (the fuzzer reaches past it with this).
+TrainState parse_train_state(const gguf::File& file);
+// Reads the train.* keys; throws invalid_input when the file is not a loom-train checkpoint or
+// its checksum (train.checksum, over every byte of the file) does not match: a corrupt file.
 TrainState read_train_state(const gguf::File& file);
 // Copies opt.m / opt.v of every parameter from the checkpoint into params (AdamW).
 void load_optimizer_state(const gguf::File& file, std::vector<ParamState>& params);

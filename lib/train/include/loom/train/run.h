@@ -36,7 +36,12 @@ struct RunOptions {
   // Devices and layer placement (-dev, -ngl, ...; devices empty: the CPU alone). Weights, their
   // gradients and optimizer state live on the device of their layer; the threads are the devices'.
   PlacementParams placement;
+  bool json = false;        // one JSON object per step on stdout, then a summary object
   int progress = -1;       // -1: in place on a terminal, one line per epoch otherwise; 0/1 force
+  bool allow_nan = false;  // --allow-nan: keep training when the loss is NaN/Inf (default: exit 3)
+  // --log-csv: one row per step `step,epoch,loss,accuracy,lr,grad_norm,val_loss` (val_loss on the
+  // steps that end an epoch), flushed as it goes; appended to on --resume
+  std::string log_csv;
 };
 
 // Returns the exit code: 0 done, 130/143 interrupted by SIGINT/SIGTERM (checkpoint written).

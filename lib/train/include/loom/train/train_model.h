@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "loom/model/gguf.h"
+#include "loom/gguf/gguf.h"
 #include "loom/model/model.h"
-#include "loom/model/tokenizer.h"
+#include "loom/tokenizer/tokenizer.h"
 
 namespace loom::train {
 

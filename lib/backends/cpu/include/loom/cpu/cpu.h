@@ -20,6 +20,8 @@ class HostBufferType final : public BufferType {
   bool is_host() const override { return true; }
   Status alloc(size_t size, std::unique_ptr<Buffer>& out) const override;
   Device& device() const override { return device_; }
+  // Repacks matrices when allowed (repack_weight below), else copies.
+  void upload_weight(Tensor* t, const void* src, bool may_transform) const override;
 
  private:
   Device& device_;
@@ -38,7 +40,7 @@ class CpuDevice final : public Device {
   std::unique_ptr<Stream> create_stream() override;
 
   int n_threads() const { return n_threads_; }
-  void set_n_threads(int n);
+  void set_n_threads(int n) override;
   ThreadPool& pool();
 
  private:

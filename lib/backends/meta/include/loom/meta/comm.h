@@ -13,17 +13,16 @@ namespace loom::meta {
 // the host: a rank computes while holding the group's turn and hands it over while it waits in
 // a collective, so CPU and simulated members never run kernels at the same time on the
 // shared thread pool.
-class InProcessGroup {
+class InProcessGroup final : public CommGroup {
  public:
   explicit InProcessGroup(int n);
-  ~InProcessGroup();
+  ~InProcessGroup() override;
   InProcessGroup(const InProcessGroup&) = delete;
   InProcessGroup& operator=(const InProcessGroup&) = delete;
 
-  int size() const;
-  Communicator& rank(int r);
-  // Wakes every rank blocked in a collective with an error (a member failed).
-  void abort(const std::string& why);
+  int size() const override;
+  Communicator& rank(int r) override;
+  void abort(const std::string& why) override;
 
   struct State;
 
@@ -42,6 +41,8 @@ Communicator& mpi_world();
 // A failing rank ends every rank (MPI_Abort with code) instead of leaving them blocked in a
 // collective; a no-op without MPI or with one rank.
 void mpi_abort_if_running(int code);
+// The MPI communicator's abort, installed when it starts MPI (through which the above works).
+void set_mpi_abort(void (*abort)(int));
 // True when this process was started by mpirun/mpiexec (OpenMPI/PMIx environment).
 bool launched_by_mpi();
 

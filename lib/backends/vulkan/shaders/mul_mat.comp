@@ -1,0 +1,60 @@
+#version 450
+// MUL_MAT and MUL_MAT_ID: one invocation per output element (row m of a, column n of b), the
+// K loop over a's blocks dequantized with TYPE_*'s DEQUANT; b is F32, F16 or BF16 (b_type).
+#include "common.glsl"
+
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer A { uint a[]; };
+layout(std430, binding = 1) readonly buffer B { uint b[]; };
+layout(std430, binding = 2) readonly buffer Ids { uint ids[]; };
+layout(std430, binding = 3) writeonly buffer D { uint d[]; };
+
+layout(push_constant) uniform PC {
+  uint a_off, b_off, d_off, ids_off;
+  uint K, M, N, ne02, ne03, ne12, ne13;
+  uint a_nb0, a_nb1, a_nb2, a_nb3;
+  uint b_nb0, b_nb1, b_nb2, b_nb3;
+  uint d_nb1, d_nb2, d_nb3;
+  uint ids_nb1, b_type, is_id, bn;
+} p;
+
+#if defined(TYPE_Q4_K)
+DEFINE_Q4_K(a)
+#elif defined(TYPE_Q6_K)
+DEFINE_Q6_K(a)
+#endif
+
+float load_b(uint byte) {
+  if (p.b_type == 0u) return F32(b, byte);
+  if (p.b_type == 1u) return F16(b, byte);
+  return BF16(b, byte);
+}
+
+void main() {
+  const uint m = gl_GlobalInvocationID.x;
+  const uint n = gl_WorkGroupID.y;
+  const uint z = gl_WorkGroupID.z;
+  if (m >= p.M) return;
+  uint a_base, b_base, d_base;
+  if (p.is_id != 0u) {
+    // n: the expert slot (0..n_used), z: the token
+    const uint e = uint(I32(ids, p.ids_off + n * 4u + z * p.ids_nb1));
+    a_base = p.a_off + e * p.a_nb2;
+    b_base = p.b_off + (n % p.bn) * p.b_nb1 + z * p.b_nb2;
+    d_base = p.d_off + m * 4u + n * p.d_nb1 + z * p.d_nb2;
+  } else {
+    const uint i2 = z % p.ne12, i3 = z / p.ne12;
+    a_base = p.a_off + (i2 / (p.ne12 / p.ne02)) * p.a_nb2 + (i3 / (p.ne13 / p.ne03)) * p.a_nb3;
+    b_base = p.b_off + n * p.b_nb1 + i2 * p.b_nb2 + i3 * p.b_nb3;
+    d_base = p.d_off + m * 4u + n * p.d_nb1 + i2 * p.d_nb2 + i3 * p.d_nb3;
+  }
+  a_base += m * p.a_nb1;
+  float acc = 0.0;
+  const uint nblocks = p.K / BLOCK_SIZE;
+  for (uint blk = 0u; blk < nblocks; ++blk) {
+    const uint ab = a_base + blk * (BLOCK_SIZE == 1u ? p.a_nb0 : BLOCK_BYTES);
+    const uint k0 = blk * BLOCK_SIZE;
+    for (uint i = 0u; i < BLOCK_SIZE; ++i) acc += DEQUANT(a, ab, i) * load_b(b_base + (k0 + i) * p.b_nb0);
+  }
+  STORE_F32(d, d_base, acc);
+}

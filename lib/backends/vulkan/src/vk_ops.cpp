@@ -1,0 +1,419 @@
+// The Vulkan op table: supports_op per op and type, and each op as one dispatch of its shader
+// with push constants laid out exactly as the shader's PC block (shaders/*.comp).
+#include "vk_ops.h"
+
+#include <fmt/format.h>
+
+#include <bit>
+
+#include "loom/graph/ops.h"
+
+namespace loom::vulkan {
+
+namespace {
+
+bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+uint32_t float_code(DType t) { return t == DType::F32 ? 0u : t == DType::F16 ? 1u : t == DType::BF16 ? 2u : 3u; }
+bool rows_contiguous(const Tensor* t) { return t->nb[0] == dtype_info(t->type).type_size; }
+
+Shader typed(Shader base, DType t) {
+  int i = 0;
+  switch (t) {
+    case DType::F32: i = 0; break;
+    case DType::F16: i = 1; break;
+    case DType::BF16: i = 2; break;
+    case DType::Q8_0: i = 3; break;
+    case DType::Q4_0: i = 4; break;
+    case DType::Q4_K: i = 5; break;
+    case DType::Q6_K: i = 6; break;
+    default: LOOM_ASSERT(false, "no shader for {}", dtype_name(t));
+  }
+  return (Shader)((int)base + i);
+}
+bool has_typed_shader(DType t) {
+  switch (t) {
+    case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0: case DType::Q4_K: case DType::Q6_K:
+      return true;
+    default:
+      return false;  // the other quant types run on the CPU (the planner places them there)
+  }
+}
+
+// Fits one binding (the device's maxStorageBufferRange, less the offset alignment).
+bool fits(const VulkanDevice& dev, const Tensor* t) {
+  return !t || t->nbytes() + dev.limits().minStorageBufferOffsetAlignment <= dev.limits().maxStorageBufferRange;
+}
+
+struct Push {
+  Dispatch& d;
+  size_t n = 0;
+  Push& u(uint64_t v) {
+    LOOM_ASSERT(n < d.push.size() && v <= UINT32_MAX, "push constant {} = {}", n, v);
+    d.push[n++] = (uint32_t)v;
+    return *this;
+  }
+  Push& f(float v) { return u(std::bit_cast<uint32_t>(v)); }
+  Push& nb(const Tensor* t, int from = 0) {
+    for (int i = from; i < 4; ++i) u(t->nb[i]);
+    return *this;
+  }
+  Push& ne(const Tensor* t) {
+    for (int i = 0; i < 4; ++i) u((uint64_t)t->ne[i]);
+    return *this;
+  }
+};
+
+uint32_t bind(VulkanDevice& dev, Dispatch& d, int slot, const Tensor* t) {
+  TensorLoc loc;
+  LOOM_CHECK(dev.locate(t, loc), internal, "{}: tensor '{}' ({}) is not in memory the device can bind", dev.name(),
+             t->name, describe(*t));
+  uint32_t rel = 0;
+  d.bindings[(size_t)slot] = dev.bind(*loc.alloc, loc.offset, t->nbytes(), rel);
+  return rel;
+}
+
+// A 1-D grid of `n` invocations in workgroups of `wg`, folded into y past 65535 groups.
+void grid_1d(Dispatch& d, uint64_t n, uint32_t wg) {
+  const uint64_t groups = std::max<uint64_t>(1, (n + wg - 1) / wg);
+  d.groups[0] = (uint32_t)std::min<uint64_t>(groups, 65535);
+  d.groups[1] = (uint32_t)((groups + d.groups[0] - 1) / d.groups[0]);
+}
+void grid_rows(Dispatch& d, uint64_t rows) { grid_1d(d, rows, 1); }
+
+int ew_code(OpKind op) {
+  switch (op) {
+    case OpKind::ADD: return 0;
+    case OpKind::SUB: return 1;
+    case OpKind::MUL: return 2;
+    case OpKind::DIV: return 3;
+    case OpKind::SWIGLU: return 4;
+    case OpKind::SCALE: return 5;
+    case OpKind::CLAMP: return 6;
+    case OpKind::SILU: return 7;
+    case OpKind::GELU: return 8;
+    case OpKind::SIGMOID: return 9;
+    case OpKind::SOFTPLUS: return 10;
+    case OpKind::EXP: return 11;
+    case OpKind::LOG: return 12;
+    case OpKind::SQR: return 13;
+    case OpKind::SQRT: return 14;
+    default: return -1;
+  }
+}
+
+void enc_elementwise(VulkanDevice& dev, const Tensor* n, Dispatch& d) {
+  const int code = ew_code(n->op);
+  const Tensor* a = n->src[0];
+  const Tensor* b = code < 5 ? n->src[1] : nullptr;
+  Push p{d};
+  p.u(bind(dev, d, 0, a)).u(b ? bind(dev, d, 1, b) : 0).u(bind(dev, d, 2, n)).u((uint64_t)code);
+  p.ne(n).nb(a);
+  if (b) p.ne(b).nb(b); else p.u(1).u(1).u(1).u(1).u(0).u(0).u(0).u(0);
+  p.nb(n).u(float_code(a->type) | (b ? float_code(b->type) << 4 : 0));
+  p.f(code >= 5 ? n->param_f32(0) : 0.0f).f(code >= 5 ? n->param_f32(1) : 0.0f);
+  d.pipeline = dev.pipeline(Shader::elementwise);
+  grid_1d(d, (uint64_t)n->nelements(), 256);
+}
+
+void enc_copy(VulkanDevice& dev, const Tensor* n, Dispatch& d) {
+  const Tensor* s = n->src[0];
+  Push p{d};
+  p.u(bind(dev, d, 0, s)).u(bind(dev, d, 1, n)).u(float_code(s->type) | float_code(n->type) << 4).u(0);
+  p.ne(s).nb(s).ne(n).nb(n);
+  d.pipeline = dev.pipeline(Shader::copy);
+  grid_1d(d, (uint64_t)s->nelements(), 256);
+}
+
+void enc_get_rows(VulkanDevice& dev, const Tensor* n, Dispatch& d) {
+  const Tensor* a = n->src[0];
+  const Tensor* ids = n->src[1];
+  Push p{d};
+  p.u(bind(dev, d, 0, a)).u(bind(dev, d, 1, ids)).u(bind(dev, d, 2, n)).u(0);
+  p.ne(n).nb(a).u(ids->nb[0]).u(ids->nb[1]).u(ids->nb[2]).u(0).nb(n);
+  d.pipeline = dev.pipeline(typed(Shader::get_rows_f32, a->type));
+  grid_1d(d, (uint64_t)n->nelements(), 256);
+}
+
+void enc_set_rows(VulkanDevice& dev, const Tensor* n, Dispatch& d) {
+  const Tensor* src = n->src[1];
+  const Tensor* ids = n->src[2];
+  Push p{d};
+  p.u(bind(dev, d, 0, src)).u(bind(dev, d, 1, ids)).u(bind(dev, d, 2, n)).u(float_code(n->type));
+  p.ne(src).nb(src).u((uint64_t)ids->ne[1]).u((uint64_t)ids->ne[2]).u(ids->nb[0]).u(ids->nb[1]);
+  p.u(ids->nb[2]).u(n->nb[0]).u(n->nb[1]).u(n->nb[2]).u(n->nb[3]);
+  d.pipeline = dev.pipeline(Shader::set_rows);
+  grid_1d(d, (uint64_t)src->nelements(), 256);
+}
+
+// RMS_NORM / NORM / SUM_ROWS / MEAN, and RMS_NORM+MUL when w is given.
+void enc_norm(VulkanDevice& dev, const Tensor* x, const Tensor* w, const Tensor* out, uint32_t mode, float eps,
+              Dispatch& d) {
+  Push p{d};
+  p.u(bind(dev, d, 0, x)).u(w ? bind(dev, d, 1, w) : 0).u(bind(dev, d, 2, out)).u(mode);
+  p.ne(x).u(w ? 1 : 0).u(0).u(0).u(0).nb(x);
+  if (w) p.ne(w).nb(w); else p.u(1).u(1).u(1).u(1).u(0).u(0).u(0).u(0);
+  p.nb(out, 1).f(eps);
+  d.pipeline = dev.pipeline(Shader::norm);
+  grid_rows(d, (uint64_t)x->nrows());
+}
+
+void enc_soft_max(VulkanDevice& dev, const Tensor* n, Dispatch& d) {
+  const Tensor* a = n->src[0];
+  const Tensor* m = n->src[1];
+  Push p{d};
+  p.u(bind(dev, d, 0, a)).u(m ? bind(dev, d, 1, m) : 0).u(bind(dev, d, 2, n)).u(m ? float_code(m->type) : 2);
+  p.ne(a).nb(a);
+  p.u(m ? (uint64_t)m->ne[2] : 1).u(m ? (uint64_t)m->ne[3] : 1).u(m ? m->nb[1] : 0).u(m ? m->nb[2] : 0);
+  p.u(m ? m->nb[3] : 0).nb(n, 1).f(n->param_f32(0)).f(n->param_f32(1));
+  d.pipeline = dev.pipeline(Shader::soft_max);
+  grid_rows(d, (uint64_t)a->nrows());
+}
+
+void enc_rope(VulkanDevice& dev, const Tensor* n, Dispatch& d) {
+  const Tensor* a = n->src[0];
+  const Tensor* pos = n->src[1];
+  const Tensor* ff = n->src[2];
+  Push p{d};
+  p.u(bind(dev, d, 0, a)).u(bind(dev, d, 1, pos)).u(ff ? bind(dev, d, 2, ff) : 0).u(bind(dev, d, 3, n));
+  p.ne(a).nb(a).nb(n, 1).u((uint64_t)n->param_i32(0));
+  p.u(n->param_i32(1) == ops::kRopeNeox ? 1 : 0).u(ff ? 1 : 0).u(ff ? ff->nb[0] : 0).u(0);
+  p.f(n->param_f32(3)).f(n->param_f32(4)).f(n->param_f32(5)).f(n->op == OpKind::ROPE_BACK ? -1.0f : 1.0f);
+  d.pipeline = dev.pipeline(Shader::rope);
+  grid_1d(d, (uint64_t)(a->ne[0] / 2) * (uint64_t)a->nrows(), 128);
+}
+
+void enc_mul_mat(VulkanDevice& dev, const Tensor* n, Dispatch& d) {
+  const bool is_id = n->op == OpKind::MUL_MAT_ID;
+  const Tensor* a = n->src[0];
+  const Tensor* b = n->src[1];
+  const Tensor* ids = is_id ? n->src[2] : nullptr;
+  Push p{d};
+  p.u(bind(dev, d, 0, a)).u(bind(dev, d, 1, b)).u(bind(dev, d, 3, n)).u(ids ? bind(dev, d, 2, ids) : 0);
+  p.u((uint64_t)a->ne[0]).u((uint64_t)a->ne[1]).u((uint64_t)n->ne[1]);
+  p.u((uint64_t)a->ne[2]).u((uint64_t)a->ne[3]).u((uint64_t)b->ne[2]).u((uint64_t)b->ne[3]);
+  p.nb(a).nb(b).nb(n, 1).u(ids ? ids->nb[1] : 0).u(float_code(b->type)).u(is_id ? 1 : 0).u((uint64_t)b->ne[1]);
+  d.pipeline = dev.pipeline(typed(Shader::mul_mat_f32, a->type));
+  d.groups[0] = (uint32_t)((a->ne[1] + 63) / 64);
+  d.groups[1] = (uint32_t)n->ne[1];
+  d.groups[2] = (uint32_t)(n->ne[2] * n->ne[3]);
+}
+
+void enc_flash_attn(VulkanDevice& dev, const Tensor* n, Dispatch& d) {
+  const Tensor* q = n->src[0];
+  const Tensor* k = n->src[1];
+  const Tensor* v = n->src[2];
+  const Tensor* m = n->src[3];
+  Push p{d};
+  p.u(bind(dev, d, 0, q)).u(bind(dev, d, 1, k)).u(bind(dev, d, 2, v)).u(m ? bind(dev, d, 3, m) : 0);
+  p.u(bind(dev, d, 4, n)).u((uint64_t)q->ne[0]).u((uint64_t)v->ne[0]).u((uint64_t)q->ne[1]);
+  p.u((uint64_t)k->ne[1]).u((uint64_t)q->ne[2]).u((uint64_t)k->ne[2]);
+  p.u(float_code(k->type) | float_code(v->type) << 4 | (m ? float_code(m->type) : 2u) << 8);
+  p.u(q->nb[1]).u(q->nb[2]).u(q->nb[3]).u(k->nb[1]).u(k->nb[2]).u(k->nb[3]).u(v->nb[1]).u(v->nb[2]).u(v->nb[3]);
+  p.u(m ? m->nb[1] : 0).nb(n, 1).f(n->param_f32(0)).f(n->param_f32(1)).f(n->param_f32(2));
+  d.pipeline = dev.pipeline(Shader::flash_attn);
+  d.groups[0] = (uint32_t)q->ne[1];
+  d.groups[1] = (uint32_t)q->ne[2];
+  d.groups[2] = (uint32_t)q->ne[3];
+}
+
+void enc_argsort(VulkanDevice& dev, const Tensor* n, Dispatch& d) {
+  const Tensor* a = n->src[0];
+  const bool topk = n->op == OpKind::TOP_K;
+  Push p{d};
+  p.u(bind(dev, d, 0, a)).u(bind(dev, d, 1, n)).u((uint64_t)a->ne[0]).u((uint64_t)n->ne[0]);
+  p.u((uint64_t)a->ne[1]).u((uint64_t)a->ne[2]).u(topk || n->param_i32(0) == 1 ? 1 : 0).u((uint64_t)a->nrows());
+  p.nb(a).nb(n, 1);
+  d.pipeline = dev.pipeline(Shader::argsort);
+  grid_rows(d, (uint64_t)a->nrows());
+}
+
+void enc_topk_moe(VulkanDevice& dev, const FusedGroup& g, Dispatch& d) {
+  const Tensor* logits = g.inputs[0];
+  const Tensor* bias = g.inputs[1];
+  Push p{d};
+  p.u(bind(dev, d, 0, logits)).u(bias ? bind(dev, d, 1, bias) : 0).u(bind(dev, d, 2, g.outputs[0]));
+  p.u(bind(dev, d, 3, g.outputs[1])).u((uint64_t)g.n_expert).u((uint64_t)g.k).u(logits->nb[1]);
+  p.u((g.gating == MoeGating::sigmoid ? 1u : 0u) | (bias ? 2u : 0u) | (g.normalize ? 4u : 0u) | (g.has_scale ? 8u : 0u));
+  p.f(g.gate_scale).f(g.scale).f(g.scale_bias).f(0.0f);
+  d.pipeline = dev.pipeline(Shader::topk_moe);
+  d.groups[0] = (uint32_t)g.n_tokens;
+}
+
+bool is_compute(const Tensor* n) { return n->op != OpKind::NONE && !op_info(n->op).is_view; }
+
+}  // namespace
+
+bool op_supported(const VulkanDevice& dev, const Tensor* n) {
+  for (int i = 0; i < kMaxSrc; ++i)
+    if (!fits(dev, n->src[i])) return false;
+  if (!fits(dev, n)) return false;
+  const Tensor* a = n->src[0];
+  const Tensor* b = n->src[1];
+  switch (n->op) {
+    case OpKind::ADD:
+    case OpKind::SUB:
+    case OpKind::MUL:
+    case OpKind::DIV:
+    case OpKind::SWIGLU:
+      return n->type == DType::F32 && is_float(a->type) && is_float(b->type);
+    case OpKind::SCALE:
+    case OpKind::CLAMP:
+    case OpKind::SILU:
+    case OpKind::GELU:
+    case OpKind::SIGMOID:
+    case OpKind::SOFTPLUS:
+    case OpKind::EXP:
+    case OpKind::LOG:
+    case OpKind::SQR:
+    case OpKind::SQRT:
+      return n->type == DType::F32 && is_float(a->type);
+    case OpKind::CPY:
+    case OpKind::DUP:
+    case OpKind::CONT:
+      return (is_float(a->type) && is_float(n->type)) || (a->type == DType::I32 && n->type == DType::I32);
+    case OpKind::GET_ROWS:
+      return has_typed_shader(a->type) && (dtype_info(a->type).block_size == 1 || rows_contiguous(a)) &&
+             n->type == DType::F32;
+    case OpKind::SET_ROWS:
+      return is_float(n->type) && n->src[1]->type == DType::F32;
+    case OpKind::RMS_NORM:
+    case OpKind::NORM:
+    case OpKind::SUM_ROWS:
+    case OpKind::MEAN:
+      return a->type == DType::F32 && n->type == DType::F32 && n->nb[0] == 4;
+    case OpKind::SOFT_MAX:
+      return a->type == DType::F32 && n->nb[0] == 4 && !n->src[2] &&  // no attention sinks yet
+             (!b || (is_float(b->type) && b->type != DType::BF16 && rows_contiguous(b)));
+    case OpKind::ROPE:
+    case OpKind::ROPE_BACK: {
+      const int mode = n->param_i32(1);
+      return a->type == DType::F32 && n->nb[0] == 4 && (mode == ops::kRopeNormal || mode == ops::kRopeNeox) &&
+             n->param_f32(6) == 0.0f &&  // no YaRN ramp yet
+             a->ne[0] % 2 == 0 && n->param_i32(0) % 2 == 0 && n->param_i32(0) <= a->ne[0] &&
+             (!n->src[2] || n->src[2]->type == DType::F32);
+    }
+    case OpKind::MUL_MAT:
+    case OpKind::MUL_MAT_ID:
+      return has_typed_shader(a->type) && is_float(b->type) && n->nb[0] == 4 &&
+             (dtype_info(a->type).block_size == 1 || rows_contiguous(a)) && a->ne[1] <= 65535 * 64 &&
+             n->ne[1] <= 65535 && n->ne[2] * n->ne[3] <= 65535;
+    case OpKind::FLASH_ATTN_EXT: {
+      const Tensor* k = n->src[1];
+      const Tensor* v = n->src[2];
+      const Tensor* m = n->src[3];
+      return a->type == DType::F32 && rows_contiguous(a) && is_float(k->type) && is_float(v->type) &&
+             rows_contiguous(k) && rows_contiguous(v) && a->ne[0] <= 256 && v->ne[0] <= 256 && n->nb[0] == 4 &&
+             (!m || ((m->type == DType::F32 || m->type == DType::F16) && rows_contiguous(m))) && !n->src[4] &&
+             a->ne[1] <= 65535 && a->ne[2] <= 65535 && a->ne[3] <= 65535;
+    }
+    case OpKind::ARGSORT:
+    case OpKind::TOP_K:
+      return a->type == DType::F32 && a->ne[0] <= 4096 && n->is_contiguous();
+    default: return false;
+  }
+}
+
+bool fusion_supported(const VulkanDevice& dev, const FusedGroup& g) {
+  if (g.kind == FusionKind::rms_norm_mul) {
+    const Tensor* x = g.inputs[0];
+    const Tensor* w = g.inputs[1];
+    return x->type == DType::F32 && w->type == DType::F32 && g.outputs[0]->type == DType::F32 &&
+           g.outputs[0]->nb[0] == 4 && fits(dev, x) && fits(dev, w) && fits(dev, g.outputs[0]);
+  }
+  const Tensor* logits = g.inputs[0];
+  const Tensor* bias = g.inputs[1];
+  const Range lr = range_of(logits);
+  return logits->type == DType::F32 && rows_contiguous(logits) && g.n_expert <= 2048 && g.k <= 256 &&
+         g.outputs[0]->type == DType::F32 && g.outputs[0]->is_contiguous() && g.outputs[1]->is_contiguous() &&
+         (!bias || (bias->type == DType::F32 && bias->is_contiguous() && bias->nelements() == g.n_expert)) &&
+         !overlaps(range_of(g.outputs[0]), lr) && !overlaps(range_of(g.outputs[1]), lr);
+}
+
+Range range_of(const Tensor* t) {
+  if (!t->data) {  // no memory yet (plan-only): the root tensor stands for its bytes
+    const Tensor* root = t->view_src ? t->view_src : t;
+    return {(uintptr_t)root, (uintptr_t)root + 1};
+  }
+  const uintptr_t b = (uintptr_t)t->data;
+  return {b, b + std::max<size_t>(t->nbytes(), 1)};
+}
+
+bool conflicts(const Unit& a, const Unit& b) {
+  for (const Range& w : a.writes) {
+    for (const Range& r : b.reads)
+      if (overlaps(w, r)) return true;
+    for (const Range& r : b.writes)
+      if (overlaps(w, r)) return true;
+  }
+  for (const Range& w : b.writes)
+    for (const Range& r : a.reads)
+      if (overlaps(w, r)) return true;
+  return false;
+}
+
+std::vector<Unit> make_units(const VulkanDevice* dev, std::span<Tensor* const> nodes,
+                             const std::vector<FusedGroup>& groups) {
+  std::vector<Unit> units;
+  size_t gi = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    while (gi < groups.size() && groups[gi].first < i) ++gi;
+    const bool fused = gi < groups.size() && groups[gi].first == i && (!dev || fusion_supported(*dev, groups[gi]));
+    const Tensor* n = nodes[i];
+    if (!fused && !is_compute(n)) continue;
+    Unit u;
+    u.first = i;
+    u.last = fused ? groups[gi].last : i;
+    if (fused) u.group = &groups[gi];
+    else u.node = n;
+    // every node of a group's span (views inside travel with it; a device may run it unfused)
+    for (size_t j = u.first; j <= u.last; ++j) {
+      for (const Tensor* s : nodes[j]->src)
+        if (s) u.reads.push_back(range_of(s));
+      u.writes.push_back(range_of(nodes[j]));
+    }
+    const size_t last = u.last;
+    units.push_back(std::move(u));
+    i = last;
+  }
+  return units;
+}
+
+void encode(VulkanDevice& dev, const Unit& u, std::vector<Dispatch>& out) {
+  Dispatch d;
+  if (u.group) {
+    const FusedGroup& g = *u.group;
+    if (g.kind == FusionKind::rms_norm_mul)
+      enc_norm(dev, g.inputs[0], g.inputs[1], g.outputs[0], 0, g.eps, d);
+    else
+      enc_topk_moe(dev, g, d);
+    out.push_back(d);
+    return;
+  }
+  const Tensor* n = u.node;
+  LOOM_CHECK(op_supported(dev, n), unsupported, "{}: no kernel for {} '{}' ({})", dev.name(), op_name(n->op), n->name,
+             describe(*n));
+  if (n->nelements() == 0) return;
+  switch (n->op) {
+    case OpKind::CPY:
+    case OpKind::DUP:
+    case OpKind::CONT: enc_copy(dev, n, d); break;
+    case OpKind::GET_ROWS: enc_get_rows(dev, n, d); break;
+    case OpKind::SET_ROWS: enc_set_rows(dev, n, d); break;
+    case OpKind::RMS_NORM: enc_norm(dev, n->src[0], nullptr, n, 0, n->param_f32(0), d); break;
+    case OpKind::NORM: enc_norm(dev, n->src[0], nullptr, n, 1, n->param_f32(0), d); break;
+    case OpKind::SUM_ROWS: enc_norm(dev, n->src[0], nullptr, n, 2, 0.0f, d); break;
+    case OpKind::MEAN: enc_norm(dev, n->src[0], nullptr, n, 3, 0.0f, d); break;
+    case OpKind::SOFT_MAX: enc_soft_max(dev, n, d); break;
+    case OpKind::ROPE:
+    case OpKind::ROPE_BACK: enc_rope(dev, n, d); break;
+    case OpKind::MUL_MAT:
+    case OpKind::MUL_MAT_ID: enc_mul_mat(dev, n, d); break;
+    case OpKind::FLASH_ATTN_EXT: enc_flash_attn(dev, n, d); break;
+    case OpKind::ARGSORT:
+    case OpKind::TOP_K: enc_argsort(dev, n, d); break;
+    default: enc_elementwise(dev, n, d); break;
+  }
+  out.push_back(d);
+}
+
+}  // namespace loom::vulkan

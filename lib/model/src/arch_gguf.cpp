@@ -1,0 +1,207 @@
+// The GGUF keys of the hyper-parameters: written as llama.cpp's converters write them, read
+// back with llama.cpp's defaults (per architecture: sliding windows, soft-capping, RoPE bases).
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "loom/core/error.h"
+#include "loom/model/arch.h"
+#include "loom/gguf/gguf.h"
+
+namespace loom {
+
+namespace {
+
+const char* rope_scaling_name(RopeScaling s) {
+  switch (s) {
+    case RopeScaling::none: return "none";
+    case RopeScaling::linear: return "linear";
+    case RopeScaling::yarn: return "yarn";
+  }
+  return "?";
+}
+
+}  // namespace
+
+void write_hparams(gguf::Writer& w, const HParams& hp) {
+  using gguf::Value;
+  validate_hparams(hp);
+  const std::string a = arch_name(hp.arch);
+  auto u32 = [&](const char* key, int64_t v) { w.set(a + "." + key, Value::u32((uint32_t)v)); };
+  auto f32 = [&](const char* key, float v) { w.set(a + "." + key, Value::f32(v)); };
+  w.set("general.architecture", Value::string(a));
+  u32("vocab_size", hp.n_vocab);
+  u32("context_length", hp.n_ctx_train);
+  u32("embedding_length", hp.n_embd);
+  u32("block_count", hp.n_layer);
+  // a llama's experts are feed_forward_length wide
+  u32("feed_forward_length", hp.arch == Arch::llama && hp.is_moe() ? hp.n_ff_exp : hp.n_ff);
+  u32("attention.head_count", hp.n_head);
+  u32("attention.head_count_kv", hp.n_head_kv);
+  u32("attention.key_length", hp.head_dim);
+  u32("attention.value_length", hp.head_dim);
+  u32("rope.dimension_count", hp.head_dim);
+  f32("rope.freq_base", hp.rope_theta);
+  f32("attention.layer_norm_rms_epsilon", hp.rms_eps);
+  if (hp.is_moe()) {
+    u32("expert_count", hp.n_expert);
+    u32("expert_used_count", hp.n_expert_used);
+    if (hp.arch != Arch::llama) u32("expert_feed_forward_length", hp.n_ff_exp);
+  }
+  if (hp.rope_scaling != RopeScaling::none) {
+    w.set(a + ".rope.scaling.type", Value::string(rope_scaling_name(hp.rope_scaling)));
+    f32("rope.scaling.factor", 1.0f / hp.rope_freq_scale);
+  }
+  if (hp.n_ctx_orig > 0) u32("rope.scaling.original_context_length", hp.n_ctx_orig);
+  if (hp.rope_attn_factor != 1.0f) f32("rope.scaling.attn_factor", hp.rope_attn_factor);
+  if (hp.n_swa > 0) u32("attention.sliding_window", hp.n_swa);
+  if (hp.arch == Arch::gpt_oss && hp.rope_theta_swa != hp.rope_theta) f32("rope.freq_base_swa", hp.rope_theta_swa);
+  if (hp.arch == Arch::gemma2) {
+    f32("attn_logit_softcapping", hp.attn_softcap);
+    f32("final_logit_softcapping", hp.final_softcap);
+  }
+}
+
+namespace {
+
+// An integer key that may also be a per-layer array (llama.cpp accepts both); arrays must be
+// uniform since loom's layers all have the same shape.
+std::optional<int64_t> find_layer_int(const gguf::File& f, const std::string& key) {
+  const gguf::Value* v = f.find(key);
+  if (!v) return std::nullopt;
+  if (v->type == gguf::ValueType::ARRAY && gguf::is_integer_type(v->array_type)) {
+    LOOM_CHECK(!v->ints.empty(), invalid_input, "{}: '{}' is an empty array", f.path(), key);
+    for (int64_t x : v->ints)
+      LOOM_CHECK(x == v->ints[0], unsupported, "{}: '{}' differs between layers, which loom does not support",
+                 f.path(), key);
+    return v->ints[0];
+  }
+  return f.find_int(key);
+}
+
+// rope.scaling.*, the sliding window and soft-capping, with each architecture's defaults as
+// llama.cpp's loader sets them.
+void read_arch_features(const gguf::File& f, const std::string& a, HParams& hp) {
+  const std::string scaling = f.find_string(a + "rope.scaling.type").value_or("linear");
+  const double factor = f.find_float(a + "rope.scaling.factor").value_or(
+      f.find_float(a + "rope.scale_linear").value_or(0.0));
+  if (scaling == "none") {
+    hp.rope_scaling = RopeScaling::none;
+  } else if (scaling == "linear") {
+    hp.rope_scaling = factor != 0.0 ? RopeScaling::linear : RopeScaling::none;
+  } else if (scaling == "yarn") {
+    hp.rope_scaling = RopeScaling::yarn;
+  } else {
+    fail(ErrorKind::unsupported, "{}: RoPE scaling type '{}' is not supported (none, linear, yarn)", f.path(),
+         scaling);
+  }
+  LOOM_CHECK(std::isfinite(factor) && factor >= 0, invalid_input, "{}: {}rope.scaling.factor = {} is not usable",
+             f.path(), a, factor);
+  hp.rope_freq_scale = hp.rope_scaling != RopeScaling::none && factor != 0.0 ? (float)(1.0 / factor) : 1.0f;
+  hp.n_ctx_orig = f.find_int(a + "rope.scaling.original_context_length").value_or(0);
+  hp.rope_attn_factor = (float)f.find_float(a + "rope.scaling.attn_factor").value_or(1.0);
+  hp.rope_theta_swa = hp.rope_theta;
+  hp.rope_freq_scale_swa = hp.rope_freq_scale;
+  const std::optional<int64_t> swa = find_layer_int(f, a + "attention.sliding_window");
+  switch (hp.arch) {
+    case Arch::gemma2:
+      hp.n_swa = swa.value_or(4096);
+      hp.swa_period = 2;
+      hp.attn_softcap = (float)f.find_float(a + "attn_logit_softcapping").value_or(50.0);
+      hp.final_softcap = (float)f.find_float(a + "final_logit_softcapping").value_or(30.0);
+      break;
+    case Arch::gemma3:
+      LOOM_CHECK(swa.has_value(), invalid_input, "{}: missing {}attention.sliding_window", f.path(), a);
+      hp.n_swa = *swa;
+      hp.swa_period = 6;
+      hp.rope_theta_swa = 10000.0f;  // fixed by llama.cpp; the global layers alone are scaled
+      hp.rope_freq_scale_swa = 1.0f;
+      break;
+    case Arch::gpt_oss:
+      LOOM_CHECK(swa.has_value(), invalid_input, "{}: missing {}attention.sliding_window", f.path(), a);
+      hp.n_swa = *swa;
+      hp.swa_period = find_layer_int(f, a + "attention.sliding_window_pattern").value_or(2);
+      hp.rope_theta_swa = (float)f.find_float(a + "rope.freq_base_swa").value_or(hp.rope_theta);
+      break;
+    default:  // llama (Mistral) and phi3 carry a window llama.cpp does not apply: kept for info only
+      hp.n_swa = swa.value_or(0);
+      hp.swa_period = 0;
+      break;
+  }
+}
+
+}  // namespace
+
+HParams read_hparams(const gguf::File& f) {
+  const std::optional<std::string> name = f.find_string("general.architecture");
+  LOOM_CHECK(name.has_value(), invalid_input, "{}: missing general.architecture", f.path());
+  const std::optional<Arch> arch = arch_from_name(*name);
+  LOOM_CHECK(arch.has_value(), invalid_input, "{}: unknown architecture '{}' (loom supports {})", f.path(), *name,
+             arch_names());
+  HParams hp;
+  hp.arch = *arch;
+  const std::string a = *name + ".";
+  auto required = [&](const char* key) {
+    std::optional<int64_t> v = find_layer_int(f, a + key);
+    LOOM_CHECK(v.has_value(), invalid_input, "{}: missing {}{}", f.path(), a, key);
+    return *v;
+  };
+  hp.n_ctx_train = required("context_length");
+  hp.n_embd = required("embedding_length");
+  hp.n_layer = required("block_count");
+  hp.n_head = required("attention.head_count");
+  hp.n_head_kv = find_layer_int(f, a + "attention.head_count_kv").value_or(hp.n_head);
+  LOOM_CHECK(hp.n_head > 0, invalid_input, "{}: {}attention.head_count = {} must be positive", f.path(), a, hp.n_head);
+  if (auto k = f.find_int(a + "attention.key_length")) {
+    hp.head_dim = *k;
+  } else {
+    LOOM_CHECK(hp.n_embd % hp.n_head == 0, invalid_input,
+               "{}: embedding_length {} is not a multiple of head_count {} and key_length is missing", f.path(),
+               hp.n_embd, hp.n_head);
+    hp.head_dim = hp.n_embd / hp.n_head;
+  }
+  const int64_t v_len = f.find_int(a + "attention.value_length").value_or(hp.head_dim);
+  LOOM_CHECK(v_len == hp.head_dim, unsupported, "{}: key_length {} != value_length {} is not supported", f.path(),
+             hp.head_dim, v_len);
+  const int64_t rope_dims = f.find_int(a + "rope.dimension_count").value_or(hp.head_dim);
+  LOOM_CHECK(rope_dims == hp.head_dim, unsupported, "{}: partial rotary embeddings ({} of {} dims) are not supported",
+             f.path(), rope_dims, hp.head_dim);
+  hp.rms_eps = (float)f.get_float(a + "attention.layer_norm_rms_epsilon");
+  hp.rope_theta = (float)f.find_float(a + "rope.freq_base").value_or(10000.0);
+  hp.n_expert = find_layer_int(f, a + "expert_count").value_or(0);
+  if (arch_is_moe(hp.arch)) {
+    hp.n_ff = find_layer_int(f, a + "feed_forward_length").value_or(0);
+    hp.n_expert = required("expert_count");
+    hp.n_expert_used = required("expert_used_count");
+    hp.n_ff_exp = f.find_int(a + "expert_feed_forward_length").value_or(0);
+    if (hp.n_ff_exp == 0 && hp.n_expert_used > 0) hp.n_ff_exp = hp.n_ff / hp.n_expert_used;
+  } else if (hp.arch == Arch::llama && hp.n_expert > 0) {  // Mixtral: experts of feed_forward_length
+    hp.n_expert_used = required("expert_used_count");
+    hp.n_ff = required("feed_forward_length");
+    hp.n_ff_exp = hp.n_ff;
+  } else {
+    hp.n_ff = required("feed_forward_length");
+  }
+  if (auto v = f.find_int(a + "vocab_size")) {
+    hp.n_vocab = *v;
+  } else if (const gguf::Value* tokens = f.find("tokenizer.ggml.tokens"); tokens && tokens->type == gguf::ValueType::ARRAY) {
+    hp.n_vocab = (int64_t)tokens->array_size();
+  } else if (const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight")) {
+    hp.n_vocab = emb->ne[1];
+  } else {
+    fail(ErrorKind::invalid_input, "{}: cannot tell the vocabulary size (no {}vocab_size, token list or token_embd)",
+         f.path(), a);
+  }
+  read_arch_features(f, a, hp);
+  hp.tied_embeddings = !f.tensors().empty() && f.find_tensor("output.weight") == nullptr;
+  hp.rope_freqs = hp.arch == Arch::llama && f.find_tensor("rope_freqs.weight") != nullptr;
+  hp.rope_long_short = hp.arch == Arch::phi3 && f.find_tensor("rope_factors_long.weight") != nullptr;
+  try {
+    validate_hparams(hp);
+  } catch (const Error& e) {
+    throw Error(e.kind(), fmt::format("{}: {}", f.path(), e.what()));
+  }
+  return hp;
+}
+
+}  // namespace loom

@@ -1,0 +1,28 @@
+// loom-bench's flags and its sweep (llama-bench's shape): the shared model flags, with -t -b -ub
+// -ngl -fa -ctk -ctv -dev taking value lists, and -p -n -pg -d -r -o; every combination of the
+// settings runs every test and prints one row (loom/model/bench_sweep.h).
+#pragma once
+
+#include <string>
+
+#include "loom/tools/common.h"
+
+namespace CLI {
+class App;
+}
+
+namespace loom::tools {
+
+struct BenchOptions {
+  std::string n_prompt = "512", n_gen = "128", prompt_gen, n_depth = "0";
+  std::string threads, n_batch, n_ubatch, n_gpu_layers, flash_attn, type_k, type_v, devices;
+  int reps = 5;
+  std::string output = "md";
+};
+
+// add_common_flags, then the list forms of the swept flags in place of their single-value ones.
+void add_bench_flags(CLI::App& app, CommonOptions& common, BenchOptions& bench);
+// Runs the sweep and prints its rows on stdout; returns the exit code.
+int run_bench(const CommonOptions& common, const BenchOptions& bench);
+
+}  // namespace loom::tools

@@ -1,0 +1,55 @@
+// loom-run's own flags (generation, sampling, conversation) and the conversation loop on
+// stdin/stdout. docs/CLI.md lists them against llama-cli's.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/model/sampler.h"
+#include "loom/model/session.h"
+
+namespace CLI {
+class App;
+}
+
+namespace loom::tools {
+
+struct RunOptions {
+  std::string prompt, prompt_file;
+  int64_t n_predict = 128;
+  bool no_echo = false;
+  bool perplexity = false;
+  int64_t n_chunks = -1;
+  // sampling
+  SamplerParams sampling;
+  int64_t seed = -1;  // -1: random (printed)
+  std::string samplers, sampling_seq, dry_breakers;
+  std::vector<std::string> logit_bias;  // TOKEN_ID(+|-)BIAS, e.g. 15043+1 or 2-inf
+  bool ignore_eos = false;
+  // conversation
+  bool conversation = false, no_conversation = false, interactive = false, single_turn = false;
+  std::string system_prompt, chat_template, in_prefix, in_suffix;
+  std::vector<std::string> reverse_prompts;
+  bool jinja = false;
+  bool color = false;
+};
+
+void add_run_flags(CLI::App& app, RunOptions& o);
+
+// The sampler settings with the seed drawn (when -1), --samplers, -l, --ignore-eos and the DRY
+// breakers resolved against the model's vocabulary. Throws Error(usage) for bad values.
+SamplerParams sampler_params(RunOptions& o, const Tokenizer& tok);
+
+// Whether this run is a conversation (-cnv, -i, or no -p/-f with a model chat template).
+bool wants_conversation(const RunOptions& o, const Model& model);
+
+// Reads turns from stdin (a terminal or a pipe) and streams the replies to stdout; --json:
+// one object with every turn at the end. Ctrl-C ends a reply, a second one exits 130.
+// load_ms is reported in the loom_perf lines. Returns the exit code.
+int run_conversation(Session& session, RunOptions& o, const SamplerParams& sp, bool json, double load_ms);
+
+// The four `loom_perf:` lines of docs/CLI.md on stderr.
+void print_perf(double load_ms, double prompt_ms, int64_t n_prompt, double eval_ms, int64_t n_gen);
+
+}  // namespace loom::tools

@@ -1,0 +1,191 @@
+// loom-bench's sweep: value lists for the swept flags, every combination run in llama-bench's order
+// (model, -ngl, -dev, -b, -ub, -ctk, -ctv, -fa, -t, -d, then the tests -p, -n, -pg), one row each.
+#include "loom/tools/bench.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "loom/core/error.h"
+#include "loom/core/thread_pool.h"
+#include "loom/model/bench_sweep.h"
+
+namespace loom::tools {
+
+void add_bench_flags(CLI::App& app, CommonOptions& common, BenchOptions& b) {
+  add_common_flags(app, common);
+  // the swept flags take lists here: their single-value forms make way
+  for (const char* name : {"--threads", "--batch-size", "--ubatch-size", "--n-gpu-layers", "--flash-attn",
+                           "--cache-type-k", "--cache-type-v", "--device"})
+    if (CLI::Option* o = app.get_option_no_throw(name)) app.remove_option(o);
+  const char* list = " (a list: 1,2,4; ranges first-last[+step|*mult])";
+  app.add_option("-t,--threads", b.threads, std::string("CPU threads") + list);
+  app.add_option("-b,--batch-size", b.n_batch, std::string("logical batch size") + list);
+  app.add_option("--ubatch-size", b.n_ubatch, std::string("physical batch size (-ub)") + list);
+  app.add_option("--n-gpu-layers", b.n_gpu_layers, "layers on non-CPU devices (-ngl), comma separated");
+  app.add_option("--flash-attn", b.flash_attn, "fused attention (-fa): on/off/auto or 1/0, comma separated");
+  app.add_option("--cache-type-k", b.type_k, "K cache types (-ctk), comma separated");
+  app.add_option("--cache-type-v", b.type_v, "V cache types (-ctv), comma separated");
+  app.add_option("--device", b.devices, "device sets (-dev): CPU,SIM0/SIM1 is two sets, the second of two devices");
+  app.add_option("-p,--n-prompt", b.n_prompt, std::string("prompt tokens, 0 = no pp test") + list);
+  app.add_option("-n,--n-gen", b.n_gen, std::string("generated tokens, 0 = no tg test") + list);
+  app.add_option("--pg", b.prompt_gen, "prompt then generation, timed together: pp,tg (several: pp,tg;pp,tg)");
+  app.add_option("-d,--n-depth", b.n_depth, std::string("tokens in the context before each test, not timed") + list);
+  app.add_option("-r,--repetitions", b.reps, "repetitions of each test");
+  app.add_option("-o,--output", b.output, "md, csv, json, jsonl or sql");
+}
+
+namespace {
+
+std::vector<std::string> words_or(const std::string& list, const std::string& fallback, const char* flag) {
+  return list.empty() ? std::vector<std::string>{fallback} : parse_bench_words(list, flag);
+}
+std::vector<int64_t> ints_or(const std::string& list, int64_t fallback, const char* flag) {
+  return list.empty() ? std::vector<int64_t>{fallback} : parse_bench_ints(list, flag);
+}
+std::string fa_word(const std::string& v) { return v == "1" ? "on" : v == "0" ? "off" : v; }
+
+// The settings that shape a Session (one per combination; the model is loaded once per
+// model/-ngl/-dev) and the tests each runs.
+struct Sweep {
+  std::vector<std::string> models, ngl, devices, fa, type_k, type_v;
+  std::vector<int64_t> n_batch, n_ubatch, threads, depth;
+  std::vector<std::pair<int64_t, int64_t>> tests;  // (n_prompt, n_gen)
+  int64_t max_tokens = 0;                          // depth + test, the context every session needs
+};
+
+Sweep make_sweep(const CommonOptions& c, const BenchOptions& b) {
+  Sweep s;
+  s.models = parse_bench_words(c.model, "-m");
+  s.ngl = words_or(b.n_gpu_layers, c.n_gpu_layers, "-ngl");
+  s.devices = words_or(b.devices, c.devices, "-dev");
+  for (std::string& d : s.devices) std::replace(d.begin(), d.end(), '/', ',');  // llama-bench: CUDA0/CUDA1
+  s.fa = words_or(b.flash_attn, c.flash_attn, "-fa");
+  s.type_k = words_or(b.type_k, c.cache_type_k, "-ctk");
+  s.type_v = words_or(b.type_v, c.cache_type_v, "-ctv");
+  s.n_batch = ints_or(b.n_batch, c.n_batch, "-b");
+  s.n_ubatch = ints_or(b.n_ubatch, c.n_ubatch, "-ub");
+  s.threads = ints_or(b.threads, c.n_threads, "-t");
+  s.depth = parse_bench_ints(b.n_depth, "-d");
+  for (int64_t p : parse_bench_ints(b.n_prompt, "-p"))
+    if (p > 0) s.tests.emplace_back(p, 0);
+  for (int64_t n : parse_bench_ints(b.n_gen, "-n"))
+    if (n > 0) s.tests.emplace_back(0, n);
+  if (!b.prompt_gen.empty())
+    for (auto pg : parse_bench_pairs(b.prompt_gen, "-pg")) s.tests.push_back(pg);
+  LOOM_CHECK(!s.tests.empty(), usage, "no test to run: -p, -n and -pg are all 0 or empty");
+  int64_t longest = 0;
+  for (auto [p, n] : s.tests) longest = std::max(longest, p + n);
+  s.max_tokens = *std::max_element(s.depth.begin(), s.depth.end()) + longest;
+  return s;
+}
+
+// Calls f(options) for every combination of the sweep's session settings, in llama-bench's order.
+template <class F>
+void for_each_setting(const CommonOptions& c, const Sweep& s, F&& f) {
+  for (const std::string& m : s.models)
+    for (const std::string& ngl : s.ngl)
+      for (const std::string& dev : s.devices)
+        for (int64_t nb : s.n_batch)
+          for (int64_t nub : s.n_ubatch)
+            for (const std::string& tk : s.type_k)
+              for (const std::string& tv : s.type_v)
+                for (const std::string& fa : s.fa)
+                  for (int64_t t : s.threads) {
+                    CommonOptions o = c;
+                    o.model = m;
+                    o.n_gpu_layers = ngl;
+                    o.devices = dev;
+                    o.n_batch = nb;
+                    o.n_ubatch = nub;
+                    o.cache_type_k = tk;
+                    o.cache_type_v = tv;
+                    o.flash_attn = fa_word(fa);
+                    LOOM_CHECK(t >= 0 && t <= 1024, usage, "-t {}: must be between 1 and 1024", t);
+                    o.n_threads = (int)t;
+                    f(o);
+                  }
+}
+
+BenchColumns varying_columns(const Sweep& s) {
+  BenchColumns c;
+  c.n_batch = s.n_batch.size() > 1;
+  c.n_ubatch = s.n_ubatch.size() > 1;
+  c.n_gpu_layers = s.ngl.size() > 1;
+  c.flash_attn = s.fa.size() > 1;
+  c.type_k = s.type_k.size() > 1;
+  c.type_v = s.type_v.size() > 1;
+  c.devices = s.devices.size() > 1;
+  return c;
+}
+
+// The devices that hold the model's weights, as the backend column names them.
+std::string weight_devices(const Model& m) {
+  std::string out;
+  for (size_t i = 0; i < m.devices().size(); ++i)
+    if (m.device_bytes()[i] > 0) out += (out.empty() ? "" : ",") + m.devices()[i]->name();
+  return out.empty() ? "CPU" : out;
+}
+
+}  // namespace
+
+int run_bench(const CommonOptions& common, const BenchOptions& b) {
+  if (common.list_devices) {
+    print_devices(common);
+    return 0;
+  }
+  LOOM_CHECK(!common.model.empty(), usage, "no model given (-m FILE[,FILE])");
+  LOOM_CHECK(b.reps >= 1 && b.reps <= 1000, usage, "-r {}: must be between 1 and 1000", b.reps);
+  LOOM_CHECK(is_bench_format(b.output), usage, "-o '{}': expected md, csv, json, jsonl or sql", b.output);
+  const Sweep s = make_sweep(common, b);
+  LOOM_CHECK(common.n_ctx == 0 || common.n_ctx >= s.max_tokens, usage,
+             "-c {} holds fewer than the deepest -d plus the longest test ({} tokens)", common.n_ctx, s.max_tokens);
+  for_each_setting(common, s, [](const CommonOptions& o) { (void)session_params(o); });  // usage errors before any row
+
+  std::unique_ptr<BenchPrinter> out = make_bench_printer(b.output, varying_columns(s), stdout);
+  out->header();
+  std::fflush(stdout);
+  struct Loaded {
+    std::string key;
+    RunDevices devices;
+    std::unique_ptr<Model> model;
+  } loaded;
+  for_each_setting(common, s, [&](const CommonOptions& o) {
+    const std::string key = o.model + "\n" + o.n_gpu_layers + "\n" + o.devices;
+    if (key != loaded.key) {
+      loaded.model.reset();
+      loaded.devices = make_run_devices(o);
+      loaded.model = load_model(o, loaded.devices);
+      loaded.key = key;
+    }
+    const Model& model = *loaded.model;
+    SessionParams sp = session_params(o);
+    if (sp.n_ctx == 0) sp.n_ctx = s.max_tokens;
+    Session session(*loaded.model, sp);
+    BenchRow row;
+    row.model_filename = o.model;
+    row.model_type = model.type_name();
+    row.model_size = model.n_bytes();
+    row.model_n_params = model.n_params();
+    row.backend = weight_devices(model);
+    row.n_threads = o.n_threads > 0 ? o.n_threads : ThreadPool::default_threads();
+    row.n_batch = o.n_batch;
+    row.n_ubatch = o.n_ubatch;
+    row.n_gpu_layers = o.n_gpu_layers;
+    row.flash_attn = o.flash_attn;
+    row.type_k = o.cache_type_k;
+    row.type_v = o.cache_type_v;
+    row.devices = o.devices.empty() ? "all" : o.devices;
+    for (int64_t d : s.depth)
+      for (auto [p, n] : s.tests) {
+        row.test = bench_run(session, p, n, b.reps, d);
+        out->row(row);
+        std::fflush(stdout);
+      }
+  });
+  out->footer();
+  return 0;
+}
+
+}  // namespace loom::tools

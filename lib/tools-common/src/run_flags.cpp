@@ -1,0 +1,144 @@
+// loom-run's flags in llama-cli's spellings, and their resolution into SamplerParams.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "loom/core/error.h"
+#include "loom/model/model.h"
+#include "loom/tools/run.h"
+
+namespace loom::tools {
+
+void add_run_flags(CLI::App& app, RunOptions& o) {
+  SamplerParams& s = o.sampling;
+  app.add_option("-p,--prompt", o.prompt, "prompt text (in a conversation: the first user message)");
+  app.add_option("-f,--file", o.prompt_file, "read the prompt (or the perplexity text) from a file");
+  app.add_option("-n,--n-predict", o.n_predict, "tokens to generate (per reply; -1 = until the context is full)");
+  app.add_flag("--no-echo", o.no_echo, "print only the generated text");
+  app.add_flag("--perplexity", o.perplexity, "measure perplexity over -f TEXT");
+  app.add_option("--chunks", o.n_chunks, "perplexity: at most N chunks");
+
+  app.add_option("-s,--seed", o.seed, "random seed (-1 = random, printed on stderr)");
+  app.add_option("--temp", s.temp, "temperature (0 = greedy)");
+  app.add_option("--top-k", s.top_k, "top-k sampling (0 = off)");
+  app.add_option("--top-p", s.top_p, "top-p sampling (1 = off)");
+  app.add_option("--min-p", s.min_p, "min-p sampling (0 = off)");
+  app.add_option("--typical", s.typical_p, "locally typical sampling, p (1 = off)");
+  app.add_option("--repeat-penalty", s.repeat_penalty, "penalty for repeated tokens (1 = off)");
+  app.add_option("--repeat-last-n", s.repeat_last_n, "tokens the penalties look at (0 = off, -1 = all)");
+  app.add_option("--presence-penalty", s.presence_penalty, "subtracted once from a token seen (0 = off)");
+  app.add_option("--frequency-penalty", s.frequency_penalty, "subtracted per occurrence of a token (0 = off)");
+  app.add_option("--xtc-probability", s.xtc_probability, "XTC: chance of removing the top tokens (0 = off)");
+  app.add_option("--xtc-threshold", s.xtc_threshold, "XTC: tokens at least this likely are removed (> 0.5 = off)");
+  app.add_option("--dry-multiplier", s.dry_multiplier, "DRY repetition penalty multiplier (0 = off)");
+  app.add_option("--dry-base", s.dry_base, "DRY base");
+  app.add_option("--dry-allowed-length", s.dry_allowed_length, "DRY: repeats up to this length are free");
+  app.add_option("--dry-penalty-last-n", s.dry_last_n, "DRY: tokens looked at (-1 = all)");
+  app.add_option("--dry-sequence-breaker", o.dry_breakers,
+                 "DRY: comma-separated strings that end a repeat (default: newline, colon, quote, asterisk; none = no breakers)");
+  app.add_option("--mirostat", s.mirostat, "Mirostat: 0 off, 1 Mirostat, 2 Mirostat 2.0 (replaces the other steps)");
+  app.add_option("--mirostat-ent", s.mirostat_tau, "Mirostat target entropy (tau)");
+  app.add_option("--mirostat-lr", s.mirostat_eta, "Mirostat learning rate (eta)");
+  app.add_option("--samplers", o.samplers,
+                 "sampler order, ';'-separated: penalties;dry;top_k;typ_p;top_p;min_p;xtc;temperature (default)");
+  app.add_option("--sampling-seq", o.sampling_seq, "sampler order as letters (edkypmxt)");
+  app.add_option("-l,--logit-bias", o.logit_bias, "TOKEN_ID(+|-)BIAS added to a token's logit, e.g. 15043+1 or 2-inf");
+  app.add_flag("--ignore-eos", o.ignore_eos, "never stop at end-of-generation tokens (their logits are -inf)");
+
+  app.add_flag("--conversation", o.conversation, "conversation mode with the model's chat template (-cnv)");
+  app.add_flag("--no-conversation", o.no_conversation, "plain completion even without -p (-no-cnv)");
+  app.add_flag("-i,--interactive", o.interactive, "interactive: read more input after each reply");
+  app.add_flag("--single-turn", o.single_turn, "one user message and its reply, then exit (-st)");
+  app.add_option("--system-prompt", o.system_prompt, "system message of the conversation (-sys)");
+  app.add_option("-r,--reverse-prompt", o.reverse_prompts, "stop the reply at this text (repeatable)");
+  app.add_option("--in-prefix", o.in_prefix, "text before each user message");
+  app.add_option("--in-suffix", o.in_suffix, "text after each user message");
+  app.add_option("--chat-template", o.chat_template, "chat template family (chatml, llama2, llama3, gemma, phi3, mistral-v7, deepseek3, gpt-oss, ...)");
+  app.add_flag("--jinja", o.jinja, "Jinja chat templates (not supported: refused)");
+  app.add_flag("--color", o.color, "color the prompt and input markers (a terminal only)");
+}
+
+namespace {
+
+std::pair<int32_t, float> parse_logit_bias(const std::string& v) {
+  const size_t sign = v.find_first_of("+-", 1);
+  LOOM_CHECK(sign != std::string::npos && sign > 0, usage, "-l '{}': expected TOKEN_ID+BIAS or TOKEN_ID-BIAS", v);
+  int32_t id = 0;
+  float bias = 0;
+  try {
+    size_t pos = 0;
+    id = std::stoi(v.substr(0, sign), &pos);
+    LOOM_CHECK(pos == sign, usage, "");
+    const std::string b = v.substr(sign + 1);
+    if (b == "inf") {
+      bias = std::numeric_limits<float>::infinity();
+    } else {
+      bias = std::stof(b, &pos);
+      LOOM_CHECK(pos == b.size(), usage, "");
+    }
+  } catch (const std::exception&) {
+    fail(ErrorKind::usage, "-l '{}': expected TOKEN_ID+BIAS or TOKEN_ID-BIAS", v);
+  }
+  return {id, v[sign] == '-' ? -bias : bias};
+}
+
+// Token ids whose text contains one of the breaker strings (DRY ends a repeat there).
+std::vector<int32_t> breaker_tokens(const std::string& spec, const Tokenizer& tok) {
+  std::vector<std::string> strings;
+  if (spec.empty()) {
+    strings = {"\n", ":", "\"", "*"};
+  } else if (spec != "none") {
+    size_t start = 0;
+    while (start <= spec.size()) {
+      const size_t end = std::min(spec.find(',', start), spec.size());
+      if (end > start) strings.push_back(spec.substr(start, end - start));
+      start = end + 1;
+    }
+  }
+  std::vector<int32_t> ids;
+  if (strings.empty()) return ids;
+  for (int32_t id = 0; id < tok.n_vocab(); ++id) {
+    const std::string piece = tok.token_to_piece(id);
+    for (const std::string& s : strings)
+      if (piece.find(s) != std::string::npos) {
+        ids.push_back(id);
+        break;
+      }
+  }
+  return ids;
+}
+
+}  // namespace
+
+SamplerParams sampler_params(RunOptions& o, const Tokenizer& tok) {
+  SamplerParams p = o.sampling;
+  LOOM_CHECK(o.seed >= -1 && o.seed <= (int64_t)UINT32_MAX, usage, "-s {}: expected -1 (random) or 0..4294967295", o.seed);
+  if (o.seed == -1) o.seed = (int64_t)(std::random_device{}() & 0xffffffffu);
+  p.seed = (uint64_t)o.seed;
+  if (!o.samplers.empty()) p.order = parse_sampler_order(o.samplers);
+  if (!o.sampling_seq.empty()) p.order = parse_sampler_order(o.sampling_seq);
+  for (const std::string& b : o.logit_bias) {
+    auto [id, bias] = parse_logit_bias(b);
+    LOOM_CHECK(id >= 0 && id < tok.n_vocab(), usage, "-l {}: token {} is not in the vocabulary (0..{})", b, id,
+               tok.n_vocab() - 1);
+    p.logit_bias.push_back({id, bias});
+  }
+  if (o.ignore_eos)
+    for (int32_t id = 0; id < tok.n_vocab(); ++id)
+      if (tok.is_eog(id)) p.logit_bias.push_back({id, -std::numeric_limits<float>::infinity()});
+  if (p.dry_multiplier > 0) p.dry_breakers = breaker_tokens(o.dry_breakers, tok);
+  Sampler check(p);  // validates the ranges (--top-p 2 and the like) before the model runs
+  return p;
+}
+
+bool wants_conversation(const RunOptions& o, const Model& model) {
+  if (o.no_conversation) return false;
+  if (o.conversation || o.interactive) return true;
+  const bool has_template = !model.file().find_string("tokenizer.chat_template").value_or("").empty();
+  return o.prompt.empty() && o.prompt_file.empty() && has_template && !o.perplexity;
+}
+
+}  // namespace loom::tools

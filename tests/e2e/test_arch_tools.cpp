@@ -1,0 +1,124 @@
+// The newer architectures through the tools as a user drives them: loom-gguf new writes each
+// one's full tensor set, loom-run generates the same greedy text on one device, split over
+// layers and split by tensors, perplexity runs, loom-fit-params and loom-split-inspect plan them,
+// and loom-train refuses the ones it cannot train with a clear error.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <string>
+
+#include "tool_runner.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using loom::test::quote;
+using loom::test::run_tool;
+using Result = loom::test::ToolResult;
+
+struct ArchCase {
+  const char* arch;
+  const char* extra;  // flags of loom-gguf new
+  std::set<std::string> must_have;  // tensor names of the architecture's set
+};
+
+const ArchCase kCases[] = {
+    {"gemma2", "", {"blk.0.post_attention_norm.weight", "blk.1.post_ffw_norm.weight", "blk.0.ffn_gate.weight"}},
+    {"gemma3", "", {"blk.5.attn_q_norm.weight", "blk.5.attn_k_norm.weight", "blk.0.post_ffw_norm.weight"}},
+    {"phi3", "", {"blk.0.attn_qkv.weight", "rope_factors_long.weight", "rope_factors_short.weight", "output.weight"}},
+    {"gpt-oss", "", {"blk.1.attn_sinks.weight", "blk.0.attn_output.bias", "blk.0.ffn_gate_inp.bias",
+                     "blk.0.ffn_down_exps.bias", "blk.1.post_attention_norm.weight", "blk.0.attn_q.bias"}},
+    {"llama", "--rope-freqs", {"rope_freqs.weight", "blk.0.ffn_gate.weight", "output.weight"}},
+};
+
+class ArchTools : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("loom-e2e-arch-" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+    for (const ArchCase& c : kCases) {
+      const Result r = run_tool(std::string("loom-gguf new --arch ") + c.arch + " --preset tiny --seed 1 " + c.extra +
+                                " -o " + quote(model(c.arch)));
+      ASSERT_EQ(r.rc, 0) << c.arch << ": " << r.err;
+    }
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  static std::string model(const std::string& arch) { return (dir_ / ("tiny-" + arch + ".gguf")).string(); }
+  static fs::path dir_;
+};
+fs::path ArchTools::dir_;
+
+TEST_F(ArchTools, NewWritesEachArchitecturesTensorSet) {
+  for (const ArchCase& c : kCases) {
+    SCOPED_TRACE(c.arch);
+    const Result r = run_tool("loom-gguf info --json " + quote(model(c.arch)));
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["metadata"]["general.architecture"], c.arch);
+    std::set<std::string> names;
+    for (const auto& t : j["tensors"]) names.insert(t["name"].get<std::string>());
+    for (const std::string& n : c.must_have) EXPECT_TRUE(names.count(n)) << n;
+  }
+  // gemma ties its output to the embeddings
+  const nlohmann::json g = nlohmann::json::parse(run_tool("loom-gguf info --json " + quote(model("gemma2"))).out);
+  for (const auto& t : g["tensors"]) EXPECT_NE(t["name"], "output.weight");
+}
+
+TEST_F(ArchTools, GreedyTextIsTheSameInEverySplitMode) {
+  for (const ArchCase& c : kCases) {
+    SCOPED_TRACE(c.arch);
+    const std::string base = "loom-run -m " + quote(model(c.arch)) + " -p 'hello world' -n 16 --temp 0";
+    const Result one = run_tool(base);
+    ASSERT_EQ(one.rc, 0) << one.err;
+    EXPECT_EQ(one.out.rfind("hello world", 0), 0u) << one.out;
+    for (const char* mode : {" -t 1", " -fa off", " --sim-devices 2x1GiB -ngl 99 -ts 1,1",
+                             " -sm tensor --sim-devices 2x64MiB -ts 1,1", " -sm tensor --sim-devices 3x64MiB -ts 3,2,2"}) {
+      const Result r = run_tool(base + mode);
+      ASSERT_EQ(r.rc, 0) << mode << ": " << r.err;
+      EXPECT_EQ(r.out, one.out) << mode;
+    }
+  }
+}
+
+TEST_F(ArchTools, PerplexityFitAndInspectRun) {
+  const std::string text = (dir_ / "ppl.txt").string();
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 40; ++i) f << "The quick brown fox jumps over the lazy dog. ";
+  }
+  for (const ArchCase& c : kCases) {
+    SCOPED_TRACE(c.arch);
+    const Result p = run_tool("loom-run -m " + quote(model(c.arch)) + " --perplexity -f " + quote(text) + " -c 64 --chunks 2");
+    ASSERT_EQ(p.rc, 0) << p.err;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(p.out, m, std::regex("Final estimate: PPL = ([0-9.]+)"))) << p.out;
+    EXPECT_GT(std::stod(m[1]), 1.0);
+    const Result f = run_tool("loom-fit-params -m " + quote(model(c.arch)) + " --sim-devices 2x64MiB --json");
+    EXPECT_EQ(f.rc, 0) << f.err;
+    const Result s = run_tool("loom-split-inspect -m " + quote(model(c.arch)) + " --sim-devices 2x64MiB -ngl all -ts 1,1");
+    EXPECT_EQ(s.rc, 0) << s.err;
+  }
+}
+
+TEST_F(ArchTools, TrainingRefusesWhatItCannotTrainAndFlagsAreChecked) {
+  const std::string text = (dir_ / "train.txt").string();
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 40; ++i) f << "The quick brown fox jumps over the lazy dog. ";
+  }
+  if (fs::exists(fs::path(LOOM_BIN_DIR) / "loom-train")) {
+    const Result t = run_tool("loom-train -f " + quote(text) + " -m " + quote(model("gemma2")) + " -c 32 -b 2 --steps 1 -o " +
+                              quote((dir_ / "t.gguf").string()));
+    EXPECT_NE(t.rc, 0);
+    EXPECT_NE(t.err.find("not supported for training"), std::string::npos) << t.err;
+  }
+  const Result r = run_tool("loom-gguf new --arch gemma2 --preset tiny --rope-freqs -o " + quote((dir_ / "x.gguf").string()));
+  EXPECT_EQ(r.rc, 2) << r.err;
+}
+
+}  // namespace

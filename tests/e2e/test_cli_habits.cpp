@@ -1,0 +1,170 @@
+// llama.cpp habits across the tools: --version with the commit, -hf refused, seeds, logging
+// flags (-lv, --log-file, --log-disable), and --json where llama.cpp users expect it
+// (perplexity, tokenize, train).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "tool_runner.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using loom::test::quote;
+using loom::test::ToolResult;
+
+class CliHabits : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("loom-e2e-habits-" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+    ToolResult r = run("loom-gguf new --arch llama --preset tiny --seed 1 -o " + model());
+    ASSERT_EQ(r.rc, 0) << r.err;
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  static std::string model() { return (dir_ / "tiny-llama.gguf").string(); }
+  static std::string file(const std::string& name) { return (dir_ / name).string(); }
+  static ToolResult run(const std::string& args) { return loom::test::run_tool(args); }
+  static fs::path dir_;
+};
+fs::path CliHabits::dir_;
+
+int count_lines(const std::string& s) { return (int)std::count(s.begin(), s.end(), '\n'); }
+
+TEST_F(CliHabits, EveryToolPrintsItsVersionWithTheCommit) {
+  for (const char* tool : {"run", "bench", "gguf", "bench-ops", "fit-params", "split-inspect", "train"}) {
+    if (!fs::exists(std::string(LOOM_BIN_DIR) + "/loom-" + tool)) continue;
+    ToolResult r = run(std::string("loom-") + tool + " --version");
+    EXPECT_EQ(r.rc, 0) << tool << ": " << r.err;
+    EXPECT_EQ(r.out.rfind(std::string("loom-") + tool + " ", 0), 0u) << r.out;
+    EXPECT_NE(r.out.find("(commit "), std::string::npos) << r.out;
+  }
+}
+
+TEST_F(CliHabits, DownloadFlagIsAUsageErrorNotHelp) {
+  ToolResult r = run("loom-run -hf ggml-org/gemma-3-1b-it-GGUF -p hi");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.out, "") << "no help on stdout";
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("download the GGUF"), std::string::npos) << r.err;
+}
+
+TEST_F(CliHabits, MultiLetterFlagIsNotSplit) {
+  ToolResult r = run("loom-run -m " + model() + " -cnv -p hi -n 2 </dev/null");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  r = run("loom-gguf info " + model() + " -cnv");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("-cnv"), std::string::npos) << r.err;
+}
+
+TEST_F(CliHabits, SeedIsRandomPrintedAndReproducible) {
+  const std::string base = "loom-run -m " + model() + " -p hi -n 16 --temp 1 --top-k 0 --top-p 1 --min-p 0 --json";
+  ToolResult a = run(base), b = run(base);
+  ASSERT_EQ(a.rc, 0) << a.err;
+  const auto ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out);
+  EXPECT_NE(ja["seed"], jb["seed"]) << "the default seed is random";
+  EXPECT_NE(a.err.find("sampler seed: " + std::to_string(ja["seed"].get<int64_t>())), std::string::npos) << a.err;
+  ToolResult c = run(base + " -s " + std::to_string(ja["seed"].get<int64_t>()));
+  EXPECT_EQ(nlohmann::json::parse(c.out)["text"], ja["text"]) << "the printed seed reproduces the run";
+}
+
+TEST_F(CliHabits, SamplerFlags) {
+  const std::string base = "loom-run -m " + model() + " -p hi -n 8 -s 3 --no-echo ";
+  for (const char* flags : {"--presence-penalty 0.5 --frequency-penalty 0.5", "--typical 0.9", "--xtc-probability 0.5",
+                            "--dry-multiplier 0.8", "--mirostat 2", "--mirostat 1", "-l 5+2 -l 6-inf", "--ignore-eos",
+                            "--samplers 'top_k;temperature'", "--sampling-seq kt"}) {
+    ToolResult r = run(base + flags);
+    EXPECT_EQ(r.rc, 0) << flags << ": " << r.err;
+  }
+  ToolResult r = run(base + "--top-p 2");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("--top-p 2: must be in [0, 1]"), std::string::npos) << r.err;
+  r = run(base + "--samplers 'top_k;nonesuch'");
+  EXPECT_EQ(r.rc, 2);
+  // --ignore-eos with -n generates exactly n tokens
+  r = run("loom-run -m " + model() + " -p hi -n 12 --ignore-eos --temp 0 --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["n_gen"], 12);
+}
+
+TEST_F(CliHabits, LogLevelsAndFile) {
+  const std::string base = "loom-run -m " + model() + " -p hi -n 2 --temp 0";
+  ToolResult quiet = run(base);
+  EXPECT_EQ(quiet.err.find("load: arch = llama"), std::string::npos) << "warnings only by default: " << quiet.err;
+  ToolResult info = run(base + " -lv 3");
+  EXPECT_NE(info.err.find("load: arch = llama"), std::string::npos) << info.err;
+  EXPECT_NE(info.err.find("model buffer"), std::string::npos) << info.err;
+  EXPECT_NE(info.err.find("KV buffer"), std::string::npos) << info.err;
+  EXPECT_EQ(info.err.find('\r'), std::string::npos);
+  ToolResult off = run(base + " -v --log-disable");
+  EXPECT_EQ(off.err.find("load: "), std::string::npos) << off.err;
+  ToolResult to_file = run(base + " --log-file " + file("run.log"));
+  ASSERT_EQ(to_file.rc, 0) << to_file.err;
+  std::stringstream log;
+  log << std::ifstream(file("run.log")).rdbuf();
+  EXPECT_NE(log.str().find("load: arch = llama"), std::string::npos) << log.str();
+  ToolResult bad = run(base + " --log-file /nonexistent-dir/run.log");
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_EQ(count_lines(bad.err), 1) << bad.err;
+  EXPECT_NE(bad.err.find("--log-file"), std::string::npos) << bad.err;
+}
+
+TEST_F(CliHabits, PerplexityJson) {
+  std::string text;
+  for (int i = 0; i < 120; ++i) text += "the cat sat on the mat. ";
+  std::ofstream(file("t.txt")) << text;
+  ToolResult r = run("loom-run -m " + model() + " --perplexity -f " + file("t.txt") + " -c 32 --chunks 3 --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["ppl"].get<double>(), 1.0);
+  EXPECT_GE(j["ppl_stderr"].get<double>(), 0.0);
+  ASSERT_EQ(j["chunks"].size(), 3u);
+  EXPECT_DOUBLE_EQ(j["chunks"][2].get<double>(), j["ppl"].get<double>());
+  EXPECT_EQ(j["n_ctx"], 32);
+  EXPECT_GT(j["tokens_per_second"].get<double>(), 0.0);
+}
+
+TEST_F(CliHabits, TokenizeJson) {
+  ToolResult r = run("loom-gguf tokenize -m " + model() + " -p 'hello world' --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j["tokens"].is_array());
+  EXPECT_EQ(j["n_tokens"].get<size_t>(), j["tokens"].size());
+  std::string joined;
+  for (const auto& p : j["pieces"]) joined += p.get<std::string>();
+  EXPECT_NE(joined.find("hello"), std::string::npos) << joined;
+}
+
+TEST_F(CliHabits, TrainJsonPerStepAndSummary) {
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "the cat sat on a mat and saw a dog. ";
+  std::ofstream(file("train.txt")) << text;
+  ToolResult r = run("loom-train -f " + file("train.txt") + " --init llama:tiny --n-layer 1 --n-embd 64 --n-head 4 " +
+                     "--n-head-kv 2 --n-ff 96 --vocab-size 300 -c 32 -b 2 --steps 3 --seed 3 -t 2 --json -o " + file("out.gguf"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string line;
+  int steps = 0;
+  bool summary = false;
+  while (std::getline(lines, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("summary")) {
+      summary = true;
+      EXPECT_EQ(j["steps"], 3);
+    } else {
+      EXPECT_EQ(j["step"], ++steps);
+      EXPECT_GT(j["loss"].get<double>(), 0.0);
+      EXPECT_TRUE(j.contains("lr") && j.contains("grad_norm"));
+    }
+  }
+  EXPECT_EQ(steps, 3);
+  EXPECT_TRUE(summary);
+  EXPECT_EQ(r.err.find('\r'), std::string::npos) << "no carriage returns when stderr is not a terminal";
+}
+
+}  // namespace

@@ -1,0 +1,139 @@
+// `loom-gguf quantize` as a user runs it: a tiny f16 llama to every type of the acceptance list,
+// each file read back (types per tensor, file type id) and run by loom-run; the exit codes for a
+// missing output folder (3, no file), an unknown type (2), requantizing without the flag (2) and
+// a source block with a NaN scale (3, naming the tensor); no temporary file left behind.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "loom/gguf/gguf.h"
+#include "tool_runner.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+using loom::test::quote;
+
+class QuantizeTool : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = loom::test::scratch_dir("loom-e2e-quantize");
+    bin_ = std::string(LOOM_BIN_DIR) + "/";
+    if (!fs::exists(bin_ + "loom-gguf")) GTEST_SKIP() << "loom-gguf is not built";
+    f16_ = file("f16.gguf");
+    const auto r = run("loom-gguf", "new --arch llama --preset tiny --type f16 --seed 2 -o " + quote(f16_));
+    ASSERT_EQ(r.rc, 0) << r.err;
+  }
+  void TearDown() override { loom::test::remove_scratch(dir_); }
+
+  loom::test::ToolResult run(const std::string& tool, const std::string& args) {
+    return loom::test::run_command(quote(bin_ + tool) + " " + args, dir_);
+  }
+  std::string file(const std::string& name) const { return (dir_ / name).string(); }
+  bool no_leftovers() const {
+    for (const auto& e : fs::directory_iterator(dir_))
+      if (e.path().extension() == ".tmp") return false;
+    return true;
+  }
+
+  fs::path dir_;
+  std::string bin_, f16_;
+};
+
+TEST_F(QuantizeTool, EveryTypeLoadsAndRuns) {
+  const bool can_run = fs::exists(bin_ + "loom-run");
+  const std::pair<const char*, int> types[] = {{"Q4_1", 3},   {"Q5_0", 8},   {"Q5_1", 9},   {"Q2_K", 10},
+                                               {"Q3_K_M", 12}, {"Q4_K_M", 15}, {"Q5_K_M", 17}, {"Q6_K", 18},
+                                               {"IQ4_NL", 25}, {"IQ4_XS", 30}, {"Q8_0", 7},   {"Q4_0", 2}};
+  for (const auto& [type, id] : types) {
+    SCOPED_TRACE(type);
+    const std::string out = file(std::string("q-") + type + ".gguf");
+    auto r = run("loom-gguf", "quantize " + quote(f16_) + " " + quote(out) + " " + type + " 2");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE(r.out.find("converting to"), std::string::npos) << r.out;  // progress lines
+    r = run("loom-gguf", "info --json " + quote(out));
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["metadata"]["general.file_type"], id);
+    EXPECT_EQ(j["metadata"]["general.quantization_version"], 2);
+    for (const auto& t : j["tensors"]) {
+      const std::string name = t["name"];
+      if (name.find("norm") != std::string::npos) EXPECT_EQ(t["type"], "f32") << name;
+      else EXPECT_NE(t["type"], "f16") << name;  // every weight converted (fallbacks included)
+    }
+    if (can_run) {
+      r = run("loom-run", "-m " + quote(out) + " -p hello -n 4 --temp 0");
+      EXPECT_EQ(r.rc, 0) << r.err;
+    }
+  }
+  EXPECT_TRUE(no_leftovers());
+}
+
+TEST_F(QuantizeTool, Q4_K_MMixAndOptions) {
+  const std::string out = file("m.gguf");
+  auto r = run("loom-gguf", "quantize " + quote(f16_) + " " + quote(out) + " q4_k_m");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto f = loom::gguf::File::open(out);
+  EXPECT_EQ(f->find_tensor("blk.0.attn_q.weight")->type, loom::DType::Q4_K);
+  // 2 layers: only the last is in llama.cpp's "more bits" set (i >= 7 n / 8)
+  EXPECT_EQ(f->find_tensor("blk.0.attn_v.weight")->type, loom::DType::Q4_K);
+  EXPECT_EQ(f->find_tensor("blk.1.attn_v.weight")->type, loom::DType::Q6_K);
+  EXPECT_EQ(f->find_tensor("blk.1.ffn_down.weight")->type, loom::DType::Q6_K);
+  const auto* output = f->find_tensor("output.weight");
+  const auto* embd = f->find_tensor("token_embd.weight");
+  EXPECT_EQ((output ? output : embd)->type, loom::DType::Q6_K);
+  r = run("loom-gguf", "quantize --pure --output-tensor-type q8_0 --token-embedding-type Q4_0 " + quote(f16_) + " " +
+                           quote(out) + " Q4_K_M");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  f = loom::gguf::File::open(out);
+  EXPECT_EQ(f->find_tensor("blk.1.attn_v.weight")->type, loom::DType::Q4_K);  // --pure
+  EXPECT_EQ(f->find_tensor("token_embd.weight")->type, loom::DType::Q4_0);
+  if (f->find_tensor("output.weight")) {
+    EXPECT_EQ(f->find_tensor("output.weight")->type, loom::DType::Q8_0);
+  }
+}
+
+TEST_F(QuantizeTool, ExitCodesAndNoPartialFiles) {
+  auto r = run("loom-gguf", "quantize " + quote(f16_) + " " + quote(file("nodir/x.gguf")) + " Q4_0");
+  EXPECT_EQ(r.rc, 3) << r.err;
+  EXPECT_FALSE(fs::exists(file("nodir")));
+  r = run("loom-gguf", "quantize " + quote(f16_) + " " + quote(file("x.gguf")) + " Q4_K_X");
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_NE(r.err.find("Q4_K_M"), std::string::npos) << r.err;  // lists the valid ones
+  r = run("loom-gguf", "quantize " + quote(file("missing.gguf")) + " " + quote(file("x.gguf")) + " Q4_0");
+  EXPECT_EQ(r.rc, 3) << r.err;
+  // requantizing needs the flag
+  const std::string q8 = file("q8.gguf");
+  ASSERT_EQ(run("loom-gguf", "quantize " + quote(f16_) + " " + quote(q8) + " Q8_0").rc, 0);
+  r = run("loom-gguf", "quantize " + quote(q8) + " " + quote(file("x.gguf")) + " Q4_0");
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_NE(r.err.find("--allow-requantize"), std::string::npos) << r.err;
+  ASSERT_EQ(run("loom-gguf", "quantize --allow-requantize " + quote(q8) + " " + quote(file("x.gguf")) + " Q4_0").rc, 0);
+  // a NaN scale in the source: exit 3 naming the tensor, no output
+  size_t at = 0;
+  {
+    auto f = loom::gguf::File::open(q8);
+    const auto* t = f->find_tensor("blk.1.ffn_up.weight");
+    ASSERT_NE(t, nullptr);
+    at = f->data_offset() + t->offset + 3 * 34;  // block 3's f16 d (Q8_0: 34 bytes per block)
+  }
+  {
+    std::fstream io(q8, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp((std::streamoff)at);
+    const char nan16[2] = {0x00, 0x7e};
+    io.write(nan16, 2);
+  }
+  r = run("loom-gguf", "quantize --allow-requantize " + quote(q8) + " " + quote(file("y.gguf")) + " Q4_0");
+  EXPECT_EQ(r.rc, 3) << r.err;
+  EXPECT_NE(r.err.find("blk.1.ffn_up.weight"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("NaN"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(file("y.gguf")));
+  EXPECT_TRUE(no_leftovers());
+}
+
+}  // namespace

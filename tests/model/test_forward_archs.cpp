@@ -1,0 +1,309 @@
+// The newer architectures' forward (gemma2, gemma3, phi3, gpt-oss, Llama 3's rope_freqs,
+// Mixtral-shaped llama) against a double-precision reference written from llama.cpp's graphs:
+// scaled embeddings, GELU FFN, post norms, soft-capping, q/k norms, sliding windows with their
+// layer pattern and local RoPE base, RoPE divisors and YaRN, fused projections, sinks, biased
+// experts with gpt-oss's gating. Small windows so the sliding mask cuts inside the sequence.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numbers>
+#include <numeric>
+#include <vector>
+
+#include "loom/core/error.h"
+#include "loom/model/model_file.h"
+#include "loom/model/session.h"
+#include "reference_math.h"
+
+namespace loom {
+namespace {
+
+void add_to(Vec& x, const Vec& b) {
+  for (size_t i = 0; i < x.size(); ++i) x[i] += b[i];
+}
+
+struct RopeSpec {
+  double base, freq_scale, attn_factor;
+  bool yarn;
+  int64_t n_ctx_orig;
+  const Tensor* factors;
+};
+
+// ggml's rotation (with YaRN's ramp and magnitude) of every head of v at position pos.
+void rope(Vec& v, int64_t n_heads, int64_t hd, int64_t pos, bool neox, const RopeSpec& r) {
+  double lo = 0, hi = 0, m = r.attn_factor;
+  if (r.yarn) {
+    auto corr = [&](double rot) {
+      return hd * std::log(r.n_ctx_orig / (rot * 2 * std::numbers::pi)) / (2 * std::log(r.base));
+    };
+    lo = std::max(0.0, std::floor(corr(32)));
+    hi = std::min(hd - 1.0, std::ceil(corr(1)));
+    m *= 1 + 0.1 * std::log(1.0 / r.freq_scale);
+  }
+  const Vec ff = r.factors ? weight_row(r.factors, 0) : Vec((size_t)hd / 2, 1.0);
+  for (int64_t h = 0; h < n_heads; ++h)
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      const double e = (double)pos * std::pow(r.base, -2.0 * (double)i / (double)hd) / ff[(size_t)i];
+      double theta = r.freq_scale * e;
+      if (r.yarn) {
+        const double ramp = 1 - std::clamp((i - lo) / std::max(0.001, hi - lo), 0.0, 1.0);
+        theta = theta * (1 - ramp) + e * ramp;
+      }
+      const size_t a = (size_t)(h * hd + (neox ? i : 2 * i));
+      const size_t b = (size_t)(h * hd + (neox ? i + hd / 2 : 2 * i + 1));
+      const double x0 = v[a], x1 = v[b];
+      v[a] = (x0 * std::cos(theta) - x1 * std::sin(theta)) * m;
+      v[b] = (x0 * std::sin(theta) + x1 * std::cos(theta)) * m;
+    }
+}
+
+double silu(double x) { return x / (1.0 + std::exp(-x)); }
+double gelu(double x) { return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+double softcap(double x, double c) { return c > 0 ? c * std::tanh(x / c) : x; }
+
+Vec softmax(Vec s) {
+  const double mx = *std::max_element(s.begin(), s.end());
+  double sum = 0;
+  for (double& e : s) sum += (e = std::exp(e - mx));
+  for (double& e : s) e /= sum;
+  return s;
+}
+
+Vec moe(const Model& m, const LayerWeights& l, const Vec& h) {
+  const HParams& hp = m.hparams();
+  Vec logits = matvec(l.ffn_gate_inp, h);
+  const bool oai = l.ffn_gate_inp_b != nullptr;
+  if (oai) add_to(logits, weight_row(l.ffn_gate_inp_b, 0));
+  const Vec probs = oai ? logits : softmax(logits);
+  std::vector<int> idx((size_t)hp.n_expert);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return probs[(size_t)a] > probs[(size_t)b]; });
+  Vec w((size_t)hp.n_expert_used);
+  for (int64_t e = 0; e < hp.n_expert_used; ++e) w[(size_t)e] = probs[(size_t)idx[(size_t)e]];
+  if (oai) {
+    w = softmax(w);
+  } else {
+    const double sum = std::accumulate(w.begin(), w.end(), 0.0);
+    for (double& x : w) x /= sum;
+  }
+  Vec out(h.size(), 0.0);
+  for (int64_t e = 0; e < hp.n_expert_used; ++e) {
+    const int ex = idx[(size_t)e];
+    Vec g = matvec(l.ffn_gate_exps, h, ex), u = matvec(l.ffn_up_exps, h, ex);
+    if (oai) {
+      add_to(g, weight_row(l.ffn_gate_exps_b, ex));
+      add_to(u, weight_row(l.ffn_up_exps_b, ex));
+      for (size_t j = 0; j < g.size(); ++j) {
+        const double x = std::min(g[j], 7.0), y = std::clamp(u[j], -7.0, 7.0);
+        g[j] = x / (1 + std::exp(-1.702 * x)) * (y + 1);
+      }
+    } else {
+      for (size_t j = 0; j < g.size(); ++j) g[j] = silu(g[j]) * u[j];
+    }
+    Vec d = matvec(l.ffn_down_exps, g, ex);
+    if (oai) add_to(d, weight_row(l.ffn_down_exps_b, ex));
+    for (size_t j = 0; j < d.size(); ++j) out[j] += w[(size_t)e] * d[j];
+  }
+  return out;
+}
+
+// logits[t] for every token (causal), in double precision; n_ctx picks phi3's factors.
+std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& tokens, int64_t n_ctx) {
+  const HParams& hp = m.hparams();
+  const int64_t T = (int64_t)tokens.size(), hd = hp.head_dim, n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv();
+  const bool neox = arch_rope_neox(hp.arch), gemma = arch_is_gemma(hp.arch);
+  const Tensor* factors = m.rope_freqs;
+  if (m.rope_long) factors = n_ctx > hp.n_ctx_orig_or_train() ? m.rope_long : m.rope_short;
+  std::vector<Vec> x;
+  for (int32_t t : tokens) {
+    x.push_back(weight_row(m.tok_embd, t));
+    if (gemma)
+      for (double& e : x.back()) e *= std::sqrt((double)hp.n_embd);
+  }
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    const LayerWeights& l = m.layers[(size_t)il];
+    const bool swa = hp.is_swa_layer(il);
+    const RopeSpec rs{swa ? hp.rope_theta_swa : hp.rope_theta,
+                      hp.rope_scaling == RopeScaling::none ? 1.0 : (swa ? hp.rope_freq_scale_swa : hp.rope_freq_scale),
+                      hp.rope_attn_factor, hp.rope_scaling == RopeScaling::yarn, hp.n_ctx_orig_or_train(), factors};
+    std::vector<Vec> q(T), k(T), v(T);
+    for (int64_t i = 0; i < T; ++i) {
+      Vec h = rms_norm(x[(size_t)i], l.attn_norm, hp.rms_eps);
+      if (l.wqkv) {
+        Vec all = matvec(l.wqkv, h);
+        q[i] = Vec(all.begin(), all.begin() + n_q);
+        k[i] = Vec(all.begin() + n_q, all.begin() + n_q + n_kv);
+        v[i] = Vec(all.begin() + n_q + n_kv, all.end());
+      } else {
+        q[i] = matvec(l.wq, h);
+        k[i] = matvec(l.wk, h);
+        v[i] = matvec(l.wv, h);
+      }
+      if (l.bq) {
+        add_to(q[i], weight_row(l.bq, 0));
+        add_to(k[i], weight_row(l.bk, 0));
+        add_to(v[i], weight_row(l.bv, 0));
+      }
+      if (l.q_norm) {
+        for (int64_t h2 = 0; h2 < hp.n_head; ++h2) {
+          Vec n = rms_norm(q[i], l.q_norm, hp.rms_eps, (size_t)(h2 * hd), (size_t)hd);
+          std::copy(n.begin(), n.end(), q[i].begin() + h2 * hd);
+        }
+        for (int64_t h2 = 0; h2 < hp.n_head_kv; ++h2) {
+          Vec n = rms_norm(k[i], l.k_norm, hp.rms_eps, (size_t)(h2 * hd), (size_t)hd);
+          std::copy(n.begin(), n.end(), k[i].begin() + h2 * hd);
+        }
+      }
+      rope(q[i], hp.n_head, hd, i, neox, rs);
+      rope(k[i], hp.n_head_kv, hd, i, neox, rs);
+    }
+    const Vec sinks = l.sinks ? weight_row(l.sinks, 0) : Vec();
+    for (int64_t i = 0; i < T; ++i) {
+      Vec o((size_t)n_q, 0.0);
+      const int64_t first = swa ? std::max<int64_t>(0, i - hp.n_swa + 1) : 0;
+      for (int64_t h = 0; h < hp.n_head; ++h) {
+        const int64_t kvh = h / (hp.n_head / hp.n_head_kv);
+        Vec s;
+        for (int64_t j = first; j <= i; ++j) {
+          double d = 0;
+          for (int64_t e = 0; e < hd; ++e) d += q[i][(size_t)(h * hd + e)] * k[j][(size_t)(kvh * hd + e)];
+          s.push_back(softcap(d * hp.attn_scale(), hp.attn_softcap));
+        }
+        if (!sinks.empty()) s.push_back(sinks[(size_t)h]);  // the sink's weight is dropped below
+        s = softmax(s);
+        for (int64_t j = first; j <= i; ++j)
+          for (int64_t e = 0; e < hd; ++e)
+            o[(size_t)(h * hd + e)] += s[(size_t)(j - first)] * v[j][(size_t)(kvh * hd + e)];
+      }
+      Vec a = matvec(l.wo, o);
+      if (l.bo) add_to(a, weight_row(l.bo, 0));
+      if (l.attn_post_norm) a = rms_norm(a, l.attn_post_norm, hp.rms_eps);
+      add_to(x[i], a);
+      Vec h = rms_norm(x[(size_t)i], l.ffn_norm, hp.rms_eps);
+      Vec out;
+      if (l.ffn_gate_inp) {
+        out = moe(m, l, h);
+      } else if (!l.ffn_gate) {  // phi3: gate rows then up rows
+        Vec gu = matvec(l.ffn_up, h);
+        const size_t n_ff = gu.size() / 2;
+        Vec g(n_ff);
+        for (size_t j = 0; j < n_ff; ++j) g[j] = silu(gu[j]) * gu[n_ff + j];
+        out = matvec(l.ffn_down, g);
+      } else {
+        Vec g = matvec(l.ffn_gate, h), u = matvec(l.ffn_up, h);
+        for (size_t j = 0; j < g.size(); ++j) g[j] = (gemma ? gelu(g[j]) : silu(g[j])) * u[j];
+        out = matvec(l.ffn_down, g);
+      }
+      if (l.ffn_post_norm) out = rms_norm(out, l.ffn_post_norm, hp.rms_eps);
+      add_to(x[i], out);
+    }
+  }
+  std::vector<Vec> logits;
+  for (int64_t i = 0; i < T; ++i) {
+    Vec y = matvec(m.output, rms_norm(x[(size_t)i], m.output_norm, hp.rms_eps));
+    for (double& e : y) e = softcap(e, hp.final_softcap);
+    logits.push_back(y);
+  }
+  return logits;
+}
+
+struct Case {
+  const char* name;
+  Arch arch;
+  bool rope_freqs = false;
+  int64_t n_expert = 0;  // llama: Mixtral-shaped
+};
+
+HParams case_hparams(const Case& c) {
+  HParams hp = preset_hparams(c.arch, "tiny");
+  if (hp.n_swa > 0) hp.n_swa = 4;  // the window cuts into the 11-token sequence
+  hp.rope_freqs = c.rope_freqs;
+  if (c.n_expert > 0) {
+    hp.n_expert = c.n_expert;
+    hp.n_expert_used = 2;
+    hp.n_ff_exp = hp.n_ff;
+  }
+  return hp;
+}
+
+std::string make_model(const Case& c) {
+  NewModelOptions o;
+  o.hparams = case_hparams(c);
+  o.type = DType::F32;
+  o.seed = 11;
+  o.output =
+      (std::filesystem::temp_directory_path() / ("loom-fwd-arch-" + std::to_string(getpid()) + "-" + c.name + ".gguf"))
+          .string();
+  make_random_model(o);
+  return o.output;
+}
+
+const std::vector<int32_t> kTokens = {1, 17, 42, 99, 3, 250, 7, 64, 128, 5, 33};
+
+class ArchForwardTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ArchForwardTest, LogitsMatchDoubleReference) {
+  const Case c = GetParam();
+  const std::string path = make_model(c);
+  auto model = Model::load(path);
+  EXPECT_EQ(model->hparams().rope_freqs, c.rope_freqs);
+  ModelLoadOptions file_layout;
+  file_layout.placement.repack = false;
+  auto plain = Model::load(path, file_layout);
+  // phi3 switches to its long factors past n_ctx_orig (128 in the tiny preset)
+  for (int64_t n_ctx : {int64_t{64}, int64_t{256}}) {
+    if (n_ctx == 256 && c.arch != Arch::phi3) continue;
+    const std::vector<Vec> want = reference_forward(*plain, kTokens, n_ctx);
+    for (bool flash : {true, false}) {
+      SessionParams sp;
+      sp.n_ctx = n_ctx;
+      sp.n_ubatch = 4;  // several ubatches: the cache and the window masks across batches
+      sp.type_k = sp.type_v = DType::F32;
+      sp.n_threads = 2;
+      sp.flash_attn = flash;
+      Session s(*model, sp);
+      s.decode(kTokens, /*all_logits=*/true);
+      ASSERT_EQ(s.n_outputs(), (int64_t)kTokens.size());
+      for (size_t i = 0; i < kTokens.size(); ++i)
+        EXPECT_LT(rel_err(s.logits((int64_t)i), want[i]), 1e-4)
+            << "token " << i << (flash ? " flash" : " plain") << " n_ctx " << n_ctx;
+    }
+  }
+  std::filesystem::remove(path);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, ArchForwardTest,
+                         ::testing::Values(Case{"gemma2", Arch::gemma2}, Case{"gemma3", Arch::gemma3},
+                                           Case{"phi3", Arch::phi3}, Case{"gpt_oss", Arch::gpt_oss},
+                                           Case{"llama3", Arch::llama, true}, Case{"mixtral", Arch::llama, false, 4}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// The hyper-parameters survive the file: what write_hparams wrote, read_hparams reads back.
+TEST(ArchHParams, RoundTripThroughTheFile) {
+  for (const Case& c : {Case{"rt-gemma2", Arch::gemma2}, Case{"rt-gemma3", Arch::gemma3}, Case{"rt-phi3", Arch::phi3},
+                        Case{"rt-gpt_oss", Arch::gpt_oss}, Case{"rt-llama3", Arch::llama, true}}) {
+    const std::string path = make_model(c);
+    const HParams want = case_hparams(c);
+    const HParams got = Model::load(path)->hparams();
+    EXPECT_EQ(got.n_swa, want.n_swa) << c.name;
+    EXPECT_EQ(got.swa_period, want.swa_period) << c.name;
+    EXPECT_EQ(got.rope_scaling, want.rope_scaling) << c.name;
+    EXPECT_FLOAT_EQ(got.rope_freq_scale, want.rope_freq_scale) << c.name;
+    EXPECT_FLOAT_EQ(got.rope_theta_swa, want.rope_theta_swa) << c.name;
+    EXPECT_FLOAT_EQ(got.rope_attn_factor, want.rope_attn_factor) << c.name;
+    EXPECT_EQ(got.n_ctx_orig, want.n_ctx_orig) << c.name;
+    EXPECT_FLOAT_EQ(got.attn_softcap, want.attn_softcap) << c.name;
+    EXPECT_FLOAT_EQ(got.final_softcap, want.final_softcap) << c.name;
+    EXPECT_EQ(got.tied_embeddings, want.tied_embeddings) << c.name;
+    EXPECT_EQ(got.rope_freqs, want.rope_freqs) << c.name;
+    EXPECT_EQ(got.rope_long_short, want.rope_long_short) << c.name;
+    EXPECT_EQ(got.n_ff_exp, want.n_ff_exp) << c.name;
+    std::filesystem::remove(path);
+  }
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,148 @@
+// Flag parsing as llama.cpp users type it: each test is a trap the parser fell into before
+// (multi-letter short flags split as -c nv, repeated flags refused, values starting with '-').
+#include <gtest/gtest.h>
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/core/error.h"
+#include "loom/tools/common.h"
+#include "loom/tools/main.h"
+#include "loom/tools/run.h"
+
+namespace {
+
+struct Parsed {
+  CLI::App app{"test"};
+  loom::tools::CommonOptions common;
+  loom::tools::RunOptions run;
+  Parsed() {
+    loom::tools::add_common_flags(app, common);
+    loom::tools::add_run_flags(app, run);
+    loom::tools::take_last_repetition(app);
+  }
+  void parse(std::vector<std::string> args) {
+    args.insert(args.begin(), "loom-run");
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    std::vector<std::string> v = loom::tools::normalize_args(app, (int)argv.size(), argv.data());
+    app.parse(v);
+  }
+};
+
+TEST(Args, MultiLetterShortFlagsAreOneFlag) {
+  Parsed r;
+  r.parse({"-m", "x.gguf", "-cnv", "-sys", "be brief", "-st", "-ngl", "7", "-fa", "on", "-ub", "64", "-ctk", "q8_0",
+           "-dev", "CPU", "-ts", "3,1", "-sm", "layer", "-ot", "exps=CPU"});
+  EXPECT_TRUE(r.run.conversation);
+  EXPECT_EQ(r.common.n_ctx, 0) << "-cnv must not set -c";
+  EXPECT_EQ(r.run.system_prompt, "be brief");
+  EXPECT_TRUE(r.run.single_turn);
+  EXPECT_EQ(r.common.n_gpu_layers, "7");
+  EXPECT_EQ(r.common.flash_attn, "on");
+  EXPECT_EQ(r.common.n_ubatch, 64);
+  EXPECT_EQ(r.common.cache_type_k, "q8_0");
+  EXPECT_EQ(r.common.devices, "CPU");
+  EXPECT_EQ(r.common.tensor_split, "3,1");
+  ASSERT_EQ(r.common.overrides.size(), 1u);
+  EXPECT_EQ(r.common.overrides[0], "exps=CPU");
+}
+
+TEST(Args, NoConversation) {
+  Parsed r;
+  r.parse({"-no-cnv", "-p", "hi"});
+  EXPECT_TRUE(r.run.no_conversation);
+  EXPECT_FALSE(r.run.conversation);
+}
+
+TEST(Args, TheLastRepetitionWins) {
+  Parsed r;
+  r.parse({"-t", "1", "-t", "2", "--temp", "0.5", "--temp", "0", "-ngl", "1", "-ngl", "3"});
+  EXPECT_EQ(r.common.n_threads, 2);
+  EXPECT_EQ(r.run.sampling.temp, 0.0f);
+  EXPECT_EQ(r.common.n_gpu_layers, "3");
+}
+
+TEST(Args, RepeatableFlagsCollect) {
+  Parsed r;
+  r.parse({"-r", "User:", "-r", "-- Q:", "-ot", "a=CPU", "-ot", "b=CPU"});
+  EXPECT_EQ(r.run.reverse_prompts, (std::vector<std::string>{"User:", "-- Q:"}));
+  EXPECT_EQ(r.common.overrides.size(), 2u);
+}
+
+TEST(Args, ValuesMayStartWithADash) {
+  Parsed r;
+  r.parse({"-ngl", "-1", "-p", "-hello", "--in-prefix", "-x", "-s", "5"});
+  EXPECT_EQ(r.common.n_gpu_layers, "-1");
+  EXPECT_EQ(r.run.prompt, "-hello");
+  EXPECT_EQ(r.run.in_prefix, "-x");
+  EXPECT_EQ(r.run.seed, 5);
+}
+
+TEST(Args, SeedDefaultsToRandom) {
+  Parsed r;
+  r.parse({});
+  EXPECT_EQ(r.run.seed, -1);
+  r.parse({"--seed", "42"});
+  EXPECT_EQ(r.run.seed, 42);
+}
+
+TEST(Args, DownloadFlagsAreRefusedAsUsage) {
+  for (const char* flag : {"-hf", "--hf-repo", "-hfr", "-mu"}) {
+    Parsed r;
+    try {
+      r.parse({flag, "org/model"});
+      ADD_FAILURE() << flag << " was accepted";
+    } catch (const loom::Error& e) {
+      EXPECT_EQ(e.kind(), loom::ErrorKind::usage) << flag;
+      EXPECT_NE(std::string(e.what()).find("-m"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Args, UnknownMultiLetterShortFlagIsAnError) {
+  Parsed r;
+  EXPECT_THROW(r.parse({"-ngx", "3"}), loom::Error);
+  Parsed c;
+  EXPECT_THROW(c.parse({"-c2048"}), loom::Error) << "llama.cpp has no -c2048 either";
+}
+
+TEST(Args, RefusedLlamaFlagsSayWhy) {
+  Parsed r;
+  try {
+    r.parse({"-tb", "2"});
+    ADD_FAILURE() << "-tb was accepted";
+  } catch (const loom::Error& e) {
+    EXPECT_EQ(e.kind(), loom::ErrorKind::usage);
+    EXPECT_NE(std::string(e.what()).find("-tb: not supported: loom uses one thread count"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Args, LongNameWithSingleDash) {
+  Parsed r;
+  r.parse({"-chunks", "3"});  // -NAME is --NAME where the tool has it (-epochs, -pg, ...)
+  EXPECT_EQ(r.run.n_chunks, 3);
+}
+
+TEST(Args, FlashAttnAcceptsOneAndZero) {
+  for (const char* v : {"1", "0", "on", "off", "auto"}) {
+    Parsed r;
+    r.parse({"-fa", v});
+    EXPECT_NO_THROW(loom::tools::validate_common(r.common)) << v;
+  }
+  Parsed bad;
+  bad.parse({"-fa", "maybe"});
+  EXPECT_THROW(loom::tools::validate_common(bad.common), loom::Error);
+}
+
+TEST(Args, VersionNamesTheCommit) {
+  const std::string v = loom::tools::version_string("run");
+  EXPECT_EQ(v.rfind("loom-run ", 0), 0u) << v;
+  EXPECT_NE(v.find("(commit "), std::string::npos) << v;
+  EXPECT_EQ(v.find("(commit )"), std::string::npos) << v;
+}
+
+}  // namespace

@@ -1,0 +1,60 @@
+// The tools on Vulkan0 as a user runs them: a tiny model gives the CPU's greedy tokens on
+// Vulkan0 alone and split with the CPU; -dev Vulkan7 is a usage error (2); a device with too
+// little memory is exit 4 naming it. Skips without the tools or a Vulkan device.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "../e2e/tool_runner.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using loom::test::quote;
+using loom::test::ToolResult;
+
+class VulkanTools : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = loom::test::scratch_dir("loom-vulkan-tools");
+    run_ = std::string(LOOM_BIN_DIR) + "/loom-run";
+    const std::string gguf = std::string(LOOM_BIN_DIR) + "/loom-gguf";
+    if (!fs::exists(run_) || !fs::exists(gguf)) GTEST_SKIP() << "loom-run / loom-gguf are not built";
+    const ToolResult list = loom::test::run_command(quote(run_) + " --list-devices", dir_);
+    if (list.out.find("Vulkan0") == std::string::npos) GTEST_SKIP() << "no Vulkan0: " << list.out;
+    model_ = (dir_ / "tiny.gguf").string();
+    const ToolResult r = loom::test::run_command(
+        quote(gguf) + " new --arch qwen3moe --preset tiny --seed 3 --type q4_0 -o " + quote(model_), dir_);
+    ASSERT_EQ(r.rc, 0) << r.err;
+  }
+  void TearDown() override { loom::test::remove_scratch(dir_); }
+
+  ToolResult run(const std::string& args, const std::string& env = "") {
+    return loom::test::run_command(env + quote(run_) + " -m " + quote(model_) + " -t 1 " + args, dir_);
+  }
+
+  fs::path dir_;
+  std::string run_, model_;
+};
+
+TEST_F(VulkanTools, TokensEqualTheCpusOnVulkanAndSplitWithTheCpu) {
+  const ToolResult cpu = run("-p 'hello world' -n 8 --temp 0");
+  ASSERT_EQ(cpu.rc, 0) << cpu.err;
+  for (const char* spec : {"-ngl 99 -dev Vulkan0", "-ngl 1 -dev Vulkan0,CPU"}) {
+    const ToolResult v = run(std::string("-p 'hello world' -n 8 --temp 0 ") + spec);
+    ASSERT_EQ(v.rc, 0) << spec << ": " << v.err;
+    EXPECT_EQ(v.out, cpu.out) << spec;
+  }
+}
+
+TEST_F(VulkanTools, UnknownDeviceIsAUsageErrorAndTooLittleMemoryExitsFour) {
+  ToolResult r = run("-p hi -n 2 -dev Vulkan7");
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_NE(r.err.find("Vulkan7"), std::string::npos) << r.err;
+  r = run("-p hi -n 2 -ngl 99 -dev Vulkan0", "LOOM_VULKAN_MEMORY=1000000 ");
+  EXPECT_EQ(r.rc, 4) << r.err;
+  EXPECT_NE(r.err.find("Vulkan0"), std::string::npos) << r.err;
+}
+
+}  // namespace
