@@ -1,6 +1,7 @@
 #version 450
 // GET_ROWS: result[i0, i, j, k] = a[i0, ids[i, j, k], j, k] as F32; a's type is TYPE_*.
 #include "common.glsl"
+#include "dequant.glsl"
 
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer A { uint a[]; };
@@ -15,11 +16,7 @@ layout(push_constant) uniform PC {
   uint d_nb0, d_nb1, d_nb2, d_nb3;
 } p;
 
-#if defined(TYPE_Q4_K)
-DEFINE_Q4_K(a)
-#elif defined(TYPE_Q6_K)
-DEFINE_Q6_K(a)
-#endif
+DEFINE_DEQUANT(a)
 
 void main() {
   const uint idx = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x;

@@ -2,6 +2,7 @@
 // MUL_MAT and MUL_MAT_ID: one invocation per output element (row m of a, column n of b), the
 // K loop over a's blocks dequantized with TYPE_*'s DEQUANT; b is F32, F16 or BF16 (b_type).
 #include "common.glsl"
+#include "dequant.glsl"
 
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer A { uint a[]; };
@@ -18,11 +19,7 @@ layout(push_constant) uniform PC {
   uint ids_nb1, b_type, is_id, bn;
 } p;
 
-#if defined(TYPE_Q4_K)
-DEFINE_Q4_K(a)
-#elif defined(TYPE_Q6_K)
-DEFINE_Q6_K(a)
-#endif
+DEFINE_DEQUANT(a)
 
 float load_b(uint byte) {
   if (p.b_type == 0u) return F32(b, byte);

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <iterator>
 
 #include "loom/graph/ops.h"
 
@@ -16,27 +17,24 @@ bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType
 uint32_t float_code(DType t) { return t == DType::F32 ? 0u : t == DType::F16 ? 1u : t == DType::BF16 ? 2u : 3u; }
 bool rows_contiguous(const Tensor* t) { return t->nb[0] == dtype_info(t->type).type_size; }
 
+// The weight types with MUL_MAT / MUL_MAT_ID / GET_ROWS variants, in the order of the variants
+// after mul_mat_f32 / get_rows_f32 (the Shader enum, CMakeLists.txt's type list).
+constexpr DType k_typed_shader_types[] = {
+    DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K,   DType::Q6_K,   DType::Q4_1,
+    DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q5_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
+static_assert((size_t)Shader::mul_mat_f32 + std::size(k_typed_shader_types) == (size_t)Shader::get_rows_f32);
+static_assert((size_t)Shader::get_rows_f32 + std::size(k_typed_shader_types) == (size_t)Shader::count);
+
 Shader typed(Shader base, DType t) {
-  int i = 0;
-  switch (t) {
-    case DType::F32: i = 0; break;
-    case DType::F16: i = 1; break;
-    case DType::BF16: i = 2; break;
-    case DType::Q8_0: i = 3; break;
-    case DType::Q4_0: i = 4; break;
-    case DType::Q4_K: i = 5; break;
-    case DType::Q6_K: i = 6; break;
-    default: LOOM_ASSERT(false, "no shader for {}", dtype_name(t));
-  }
-  return (Shader)((int)base + i);
+  for (size_t i = 0; i < std::size(k_typed_shader_types); ++i)
+    if (k_typed_shader_types[i] == t) return (Shader)((int)base + (int)i);
+  LOOM_ASSERT(false, "no shader for {}", dtype_name(t));
+  return base;
 }
 bool has_typed_shader(DType t) {
-  switch (t) {
-    case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0: case DType::Q4_K: case DType::Q6_K:
-      return true;
-    default:
-      return false;  // the other quant types run on the CPU (the planner places them there)
-  }
+  for (DType s : k_typed_shader_types)
+    if (s == t) return true;
+  return false;  // the other types (I32, ...) have no weight shader
 }
 
 // Fits one binding (the device's maxStorageBufferRange, less the offset alignment).
