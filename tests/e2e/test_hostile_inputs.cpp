@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -143,6 +144,20 @@ TEST_F(Hostile, MpiRanksThatDisagree) {
     EXPECT_EQ(r.rc, 2) << a << " | " << b << ": " << r.err;
     EXPECT_NE(r.err.find("MPI ranks disagree: " + named), std::string::npos) << r.err;
   }
+}
+
+// 5 (loom-bench): the ranks of a tensor-parallel benchmark compare their sweeps the same way.
+TEST_F(Hostile, MpiBenchRanksThatDisagree) {
+  if (sh("command -v mpirun").rc != 0) GTEST_SKIP() << "no mpirun";
+  const std::string mpirun = "timeout 60 mpirun --allow-run-as-root --oversubscribe ";
+  const std::string rank = tool("bench") + " -sm tensor --comm mpi -t 1 -r 1 -m " + quote(model_) + " ";
+  const ToolResult same = sh(mpirun + "-np 2 " + rank + "-p 8 -n 2");
+  if (same.err.find("no MPI") != std::string::npos) GTEST_SKIP() << "built without MPI";
+  ASSERT_EQ(same.rc, 0) << same.err;
+  EXPECT_EQ(std::count(same.out.begin(), same.out.end(), '\n'), 4) << "rank 0 prints the table alone:\n" << same.out;
+  const ToolResult r = sh(mpirun + "-np 1 " + rank + "-p 8 -n 2 : -np 1 " + rank + "-p 8 -n 4");
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_NE(r.err.find("MPI ranks disagree: -n differs"), std::string::npos) << r.err;
 }
 
 // 6: SIGTERM while the vocabulary is learned: exit 143 within a second, no output.

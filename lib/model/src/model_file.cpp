@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -70,14 +71,19 @@ void parallel_rows(int64_t n, Fn fn) {
   }
   std::vector<std::thread> threads;
   std::vector<std::exception_ptr> errors((size_t)n_threads);
+  auto run = [&](int64_t t) {
+    try {
+      fn(t * per, std::min(n, (t + 1) * per));
+    } catch (...) {
+      errors[(size_t)t] = std::current_exception();
+    }
+  };
   for (int64_t t = 0; t < n_threads && t * per < n; ++t) {
-    threads.emplace_back([&, t] {
-      try {
-        fn(t * per, std::min(n, (t + 1) * per));
-      } catch (...) {
-        errors[(size_t)t] = std::current_exception();
-      }
-    });
+    try {
+      threads.emplace_back(run, t);
+    } catch (const std::system_error&) {
+      run(t);  // no thread to be had (ulimit): this share on the calling thread
+    }
   }
   for (std::thread& th : threads) th.join();
   for (const std::exception_ptr& e : errors)

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <system_error>
 #include <thread>
 
 #include "loom/backend/registry.h"
@@ -172,7 +173,15 @@ void run_members(Session::Impl& im) {
     if (!results[i]) im.group->abort(fmt::format("member {} failed: {}", i, results[i].message()));
   };
   std::vector<std::thread> threads;  // member 0 runs on this thread
-  for (size_t i = 1; i < im.members.size(); ++i) threads.emplace_back(run_member, i);
+  try {
+    for (size_t i = 1; i < im.members.size(); ++i) threads.emplace_back(run_member, i);
+  } catch (const std::system_error& e) {
+    // The members meet in collectives, so they cannot take turns: end the started ones.
+    im.group->abort(fmt::format("cannot start the thread of member {}: {}", threads.size() + 1, e.what()));
+    for (auto& t : threads) t.join();
+    fail(ErrorKind::out_of_memory, "-sm tensor: cannot start the thread of member {} of {}: {}", threads.size() + 1,
+         im.members.size(), e.what());
+  }
   run_member(0);
   for (auto& t : threads) t.join();
   for (Status& st : results) st.throw_if_error();

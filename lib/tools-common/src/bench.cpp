@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "loom/core/error.h"
 #include "loom/core/thread_pool.h"
@@ -142,6 +143,17 @@ int run_bench(const CommonOptions& common, const BenchOptions& b) {
   LOOM_CHECK(common.n_ctx == 0 || common.n_ctx >= s.max_tokens, usage,
              "-c {} holds fewer than the deepest -d plus the longest test ({} tokens)", common.n_ctx, s.max_tokens);
   for_each_setting(common, s, [](const CommonOptions& o) { (void)session_params(o); });  // usage errors before any row
+  if (common.comm == CommKind::mpi) {  // every rank must run the same sweep (checked before any collective)
+    if (!is_output_rank(common)) std::freopen("/dev/null", "w", stdout);  // rank 0 prints the rows
+    CommonOptions first = common;  // the identity checked is the first model's; the list is compared too
+    first.model = common.model.substr(0, common.model.find(','));
+    const int disagree = check_ranks_agree(
+        "bench", first,
+        {{"-m", common.model}, {"-p", b.n_prompt}, {"-n", b.n_gen}, {"-pg", b.prompt_gen}, {"-d", b.n_depth},
+         {"-t", b.threads}, {"-b", b.n_batch}, {"-ub", b.n_ubatch}, {"-ngl", b.n_gpu_layers}, {"-fa", b.flash_attn},
+         {"-ctk", b.type_k}, {"-ctv", b.type_v}, {"-dev", b.devices}, {"-r", std::to_string(b.reps)}});
+    if (disagree) return disagree;
+  }
 
   std::unique_ptr<BenchPrinter> out = make_bench_printer(b.output, varying_columns(s), stdout);
   out->header();

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -146,7 +147,13 @@ void repack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t 
   // Big matrices on all cores: model loading repacks every such weight.
   const int64_t nth = (size_t)nrows * lda < (size_t(4) << 20) ? 1 : ThreadPool::default_threads();
   std::vector<std::thread> threads;
-  for (int64_t t = 1; t < nth; ++t) threads.emplace_back(repack_groups, groups * t / nth, groups * (t + 1) / nth);
+  for (int64_t t = 1; t < nth; ++t) {
+    try {
+      threads.emplace_back(repack_groups, groups * t / nth, groups * (t + 1) / nth);
+    } catch (const std::system_error&) {
+      repack_groups(groups * t / nth, groups * (t + 1) / nth);  // no thread to be had: do it here
+    }
+  }
   repack_groups(0, groups / nth);
   for (std::thread& th : threads) th.join();
 }

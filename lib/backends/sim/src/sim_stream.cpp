@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <deque>
 #include <random>
+#include <system_error>
 #include <thread>
 
 #include "loom/cpu/cpu.h"
@@ -40,7 +41,11 @@ class SimEvent final : public Event {
 class SimStream final : public Stream {
  public:
   explicit SimStream(SimDevice& dev) : dev_(dev), rng_(std::random_device{}()) {
-    worker_ = std::thread([this] { loop(); });
+    try {
+      worker_ = std::thread([this] { loop(); });
+    } catch (const std::system_error& e) {
+      fail(ErrorKind::out_of_memory, "{}: cannot start the stream's thread: {}", dev.name(), e.what());
+    }
   }
   ~SimStream() override {
     {
