@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -75,6 +76,24 @@ TEST_F(RunTool, JsonHasTheContractFields) {
   EXPECT_GT(j["timings"]["eval_tps"].get<double>(), 0);
   EXPECT_GT(j["devices"][0]["model_bytes"].get<double>(), 0);
   EXPECT_GT(j["devices"][0]["context_bytes"].get<double>(), 0);
+}
+
+// Syncs per token on two asynchronous (SIM) devices: the executor waits only for the stream whose
+// last work no other waited-for stream covers (one per step); LOOM_SCHED_SYNC_ALL=1, the rule
+// before, waits for both. Same tokens either way.
+TEST_F(RunTool, OneSyncPerStepOnTwoAsyncDevices) {
+  const std::string cmd = "loom-run -m " + model("llama") + " -p hi -n 8 --temp 0 --json --sim-devices 2x1GiB -dev SIM0,SIM1";
+  Result now = run(cmd);
+  setenv("LOOM_SCHED_SYNC_ALL", "1", 1);  // inherited by the tool's shell
+  Result before = run(cmd);
+  unsetenv("LOOM_SCHED_SYNC_ALL");
+  ASSERT_EQ(now.rc, 0) << now.err;
+  ASSERT_EQ(before.rc, 0) << before.err;
+  auto a = nlohmann::json::parse(now.out), b = nlohmann::json::parse(before.out);
+  const int steps = 8;  // the prompt, then 7 decode steps
+  EXPECT_EQ(a["perf"]["syncs"].get<int>(), steps) << now.out;
+  EXPECT_EQ(b["perf"]["syncs"].get<int>(), 2 * steps) << before.out;
+  EXPECT_EQ(a["tokens"], b["tokens"]);
 }
 
 TEST_F(RunTool, PerplexityPrintsChunksAndFinalEstimate) {

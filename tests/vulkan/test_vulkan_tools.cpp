@@ -48,6 +48,19 @@ TEST_F(VulkanTools, TokensEqualTheCpusOnVulkanAndSplitWithTheCpu) {
   }
 }
 
+// The CPU computes in Vulkan0's pinned host memory, so inputs and outputs cross as transfers on
+// the queue (async_copies) and the host waits once per step: syncs == steps.
+TEST_F(VulkanTools, InputsCrossAsyncAndTheHostWaitsOncePerStep) {
+  auto number = [](const std::string& j, const std::string& key) {
+    const size_t at = j.find("\"" + key + "\":");
+    return at == std::string::npos ? -1L : std::stol(j.substr(at + key.size() + 3));
+  };
+  const ToolResult v = run("-p 'hello world' -n 8 --temp 0 -ngl 99 -dev Vulkan0 --json");
+  ASSERT_EQ(v.rc, 0) << v.err;
+  EXPECT_GT(number(v.out, "async_copies"), 0) << v.out;
+  EXPECT_EQ(number(v.out, "syncs"), 8) << "one wait per step (prompt + 7 decode steps): " << v.out;
+}
+
 TEST_F(VulkanTools, UnknownDeviceIsAUsageErrorAndTooLittleMemoryExitsFour) {
   ToolResult r = run("-p hi -n 2 -dev Vulkan7");
   EXPECT_EQ(r.rc, 2) << r.err;

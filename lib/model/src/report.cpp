@@ -36,8 +36,16 @@ nlohmann::json generate_json(const GenerateResult& r, double load_ms, const Sess
                     {"compute_bytes", m.compute_bytes}});
   j["devices"] = devs;
   j["perf"] = {{"graphs_reused", session.n_graphs_reused()},
+               {"syncs", session.n_syncs()},
                {"all_reduces", session.n_all_reduce()},
                {"all_reduce_bytes", session.all_reduce_bytes()}};
+  nlohmann::json counters = nlohmann::json::object();  // the devices' own (graph replays, queue submits)
+  for (const Device* d : session.model().devices()) {
+    nlohmann::json c = nlohmann::json::object();
+    for (const Device::Counter& k : d->counters()) c[k.name] = k.value;
+    if (!c.empty()) counters[d->name()] = c;
+  }
+  j["perf"]["device_counters"] = counters;
   return j;
 }
 

@@ -144,6 +144,12 @@ void Session::clear() {
 
 uint64_t Session::n_graphs_reused() const { return impl_->graphs_reused; }
 
+uint64_t Session::n_syncs() const {
+  uint64_t n = 0;
+  for (const auto& m : impl_->members) n += m->n_syncs();
+  return n;
+}
+
 uint64_t Session::n_all_reduce() const {
   const Communicator* c = impl_->members.front()->setup().comm;
   return c ? c->n_all_reduce() : 0;

@@ -54,6 +54,7 @@ class SessionMember {
 
   Session::StepPlan plan_step(int64_t n_tokens) const;
   const MemberSetup& setup() const { return s_; }
+  uint64_t n_syncs() const { return exec_ ? exec_->n_syncs() : 0; }
   const KvCache& kv() const { return kv_; }
   size_t kv_bytes(size_t d) const { return kv_bytes_[d]; }
   // Compute bytes on devices()[d]: the larger of the planned worst case and the live buffer.

@@ -95,7 +95,10 @@ Status Executor::ensure_buffer(int d, const ExecutionPlan& plan, bool is_reserve
   const bool had = buf != nullptr;
   release_buffer(d);  // free first: the peak is the new size, not both
   std::unique_ptr<Buffer> fresh;
-  if (Status st = compute_buffer_type(d).alloc(need, fresh); !st)
+  Status st = compute_buffer_type(d).alloc(need, fresh);
+  if (!st && &compute_buffer_type(d) != &devices_[(size_t)d]->buffer_type())  // no pinned memory that large
+    st = devices_[(size_t)d]->buffer_type().alloc(need, fresh);
+  if (!st)
     return Status::error(st.kind(), fmt::format("[executor] compute buffer of {} ({} bytes): {}",
                                                 devices_[(size_t)d]->name(), need, st.message()));
   fresh->set_usage(BufferUsage::compute);  // the planner places tensors bound here anew

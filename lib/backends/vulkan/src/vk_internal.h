@@ -134,7 +134,9 @@ class VulkanDevice final : public Device {
     return &bt == &buffer_type_ || &bt == &host_buffer_type_;
   }
   const BufferType& buffer_type() const override { return buffer_type_; }
-  const BufferType& pinned_buffer_type() const { return host_buffer_type_; }  // not yet offered to the executor (Device::host_buffer_type)
+  // The host device computes in it (the executor's choice), so copies to and from it are transfers on the queue.
+  const BufferType* host_buffer_type() const override { return &host_buffer_type_; }
+  std::vector<Counter> counters() const override;
   std::unique_ptr<Stream> create_stream() override;
 
   const std::string& description() const { return description_; }  // "llvmpipe (LLVM 15.0.6, 256 bits), cpu"

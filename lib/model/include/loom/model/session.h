@@ -76,6 +76,7 @@ class Session {
   StepPlan plan_step(bool decode) const;
   std::vector<MemoryBreakdown> memory_breakdown() const;
   Model& model() { return model_; }
+  const Model& model() const { return model_; }
   // Sequence state: the KV rows written so far, in one layout for every split mode (whole rows,
   // all heads), so a state saved under -sm tensor loads on one device and the other way round.
   // Under --comm mpi every rank calls both (save gathers the other ranks' heads).
@@ -86,6 +87,9 @@ class Session {
   // Steps (ubatches) that ran the previous step's graph and plan again (same shape) instead of
   // building and planning a new one; every split mode (tensor parallelism included).
   uint64_t n_graphs_reused() const;
+  // Times the host waited for an asynchronous device's stream so far (all members): per token,
+  // the executor waits only where the plan's memory ranges require it.
+  uint64_t n_syncs() const;
   // Tensor parallelism: AllReduce operations this process's first member has run so far.
   uint64_t n_all_reduce() const;
   size_t all_reduce_bytes() const;  // what those sent (BF16: 2 bytes an element)

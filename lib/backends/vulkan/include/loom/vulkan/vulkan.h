@@ -25,6 +25,7 @@ struct StreamStats {
   uint64_t reuse_hits = 0;      // submissions of a command buffer recorded for an earlier call
   uint64_t barriers = 0;        // barriers recorded
   uint64_t host_waits = 0;      // waits of the host for the queue
+  uint64_t async_copies = 0;    // copies queued without a host wait (device <-> pinned host memory)
 };
 // The stats of a Vulkan device (false if d is not one).
 bool stream_stats(const Device& d, StreamStats& out);
