@@ -1,6 +1,7 @@
 // plan_graph: places a graph's tensors in one buffer by liveness, in numbered passes
 // (1 what to place, 2 last use through views, 3 what is never reused, 4 pinned tensors first,
 // 5 walk the nodes: place each, in place where safe, then free what is dead), and apply_plan.
+#include <cstdlib>
 #include <unordered_map>
 
 #include "alloc_common.h"
@@ -46,6 +47,7 @@ class Planner {
     place_pinned();
     for (size_t i = 0; i < g_.n_nodes(); ++i) step((int)i);
     plan_.total = arena_.high_water();
+    if (debug_ > 0) print_peak();
     return std::move(plan_);
   }
 
@@ -153,12 +155,43 @@ class Planner {
         place(*ns, arena_.alloc(ns->block));
       }
     }
+    if (debug_ > 0 && arena_.high_water() > peak_) note_peak(i);
     for (Tensor* s : n->src)
       if (s)
         if (Slot* r = slot(root_of(s)); r && r->owns && !r->protect && r->last_use == i) release(*r);
     if (Slot* r = slot(root_of(n)); r && r->owns && !r->protect && r->last_use == i) release(*r);
   }
 
+  // LOOM_ALLOC_DEBUG=1 prints (stderr) the tensors live when the high-water mark was last
+  // raised (after placing that node, before freeing its dead sources); =2 also every placement.
+  void note_peak(int i) {
+    peak_ = arena_.high_water();
+    peak_node_ = i;
+    peak_live_.clear();
+    for (const Slot& s : slots_)
+      if (s.owns) peak_live_.push_back(&s - slots_.data());
+  }
+  void print_peak() const {
+    fmt::print(stderr, "[alloc] {} nodes, peak {} bytes ({:.2f} MiB) at node {} '{}'; live:\n", g_.n_nodes(), peak_,
+               peak_ / 1048576.0, peak_node_, peak_node_ >= 0 ? g_.node((size_t)peak_node_)->name : "");
+    for (size_t k : peak_live_) {
+      const Slot& s = slots_[k];
+      fmt::print(stderr, "  {:>10} @ {:>10}  {} {} '{}'{}\n", s.block, s.offset, op_name(s.tensor->op),
+                 describe(*s.tensor), s.tensor->name, s.pinned ? " (pinned)" : s.protect ? " (protected)" : "");
+    }
+    if (debug_ >= 2)
+      for (const Placement& p : plan_.placements)
+        fmt::print(stderr, "  placed {:>10} @ {:>10}  {} '{}'\n", p.size, p.offset, op_name(p.tensor->op),
+                   p.tensor->name);
+  }
+
+  const int debug_ = [] {
+    const char* v = std::getenv("LOOM_ALLOC_DEBUG");
+    return v ? std::atoi(v) : 0;
+  }();
+  size_t peak_ = 0;
+  int peak_node_ = -1;
+  std::vector<size_t> peak_live_;
   const Graph& g_;
   const BufferType& bt_;
   const PlanOptions& opt_;
