@@ -74,7 +74,8 @@ Status check_plan(const Graph& graph, const BufferType& bt, const MemoryPlan& pl
     const Tensor* t = p.tensor;
     const bool pinned = leafs.count(t) || t->has_flag(kFlagInput);
     const int first = pinned ? -1 : node_index.at(t);
-    const bool keep = pinned || output_roots.count(t);
+    const bool refilled = t->has_flag(kFlagInput) && t->has_flag(kFlagRefilled);
+    const bool keep = (pinned && !refilled) || output_roots.count(t);
     life_of.emplace(t, lives.size());
     lives.push_back({&p, first, keep ? kForever : first});
   }

@@ -25,6 +25,9 @@ size_t detail::checked_alloc_size(const BufferType& bt, const Tensor* t) {
 
 namespace {
 
+// An input the caller fills before every compute: its bytes are free after its last reader.
+bool refilled_input(const Tensor* t) { return t->has_flag(kFlagInput) && t->has_flag(kFlagRefilled); }
+
 struct Slot {
   Tensor* tensor;
   size_t size = 0;         // alloc_size
@@ -32,7 +35,7 @@ struct Slot {
   size_t offset = 0;
   int last_use = -1;       // index of the last node that reads it (itself for nodes)
   bool pinned = false;     // leaf or input: placed before node 0
-  bool protect = false;    // never freed: pinned, output, or root of an output view
+  bool protect = false;    // never freed: pinned (unless refilled), output, or root of an output view
   bool owns = false;       // currently holds its block (not yet freed or handed over)
 };
 
@@ -62,7 +65,7 @@ class Planner {
     s.size = detail::checked_alloc_size(bt_, t);
     s.block = align_up(s.size == 0 ? 1 : s.size, bt_.alignment());
     s.pinned = pinned;
-    s.protect = pinned;
+    s.protect = pinned && !refilled_input(t);
     s.last_use = at;
     index_.emplace(t, (int)slots_.size());
     slots_.push_back(s);

@@ -32,7 +32,8 @@ struct PlanOptions {
 };
 
 // Plans memory for every node of `graph` and every leaf that has no data yet and is not a view.
-// Leaves and kFlagInput tensors are placed before node 0 and never reused; kFlagOutput tensors
+// Leaves and kFlagInput tensors are placed before node 0 and never reused (an input also flagged
+// kFlagRefilled is free once its last reader has run, as any node); kFlagOutput tensors
 // (and roots of output views) are never reused. Any other tensor's bytes are free once its last
 // reader (readers of its views count) has run; a node nobody reads is free right after it runs.
 // In place: an element-wise node (op_info(op).may_inplace) takes src[0]'s bytes when src[0] is
