@@ -25,6 +25,12 @@ size_t detail::checked_alloc_size(const BufferType& bt, const Tensor* t) {
 
 namespace {
 
+// ADD SUB MUL DIV: with equal byte sizes b is not broadcast, so the result may take over either
+// operand (the kernels read element i of both before writing element i).
+bool op_inplace_either_operand(OpKind op) {
+  return op == OpKind::ADD || op == OpKind::SUB || op == OpKind::MUL || op == OpKind::DIV;
+}
+
 // An input the caller fills before every compute: its bytes are free after its last reader.
 bool refilled_input(const Tensor* t) { return t->has_flag(kFlagInput) && t->has_flag(kFlagRefilled); }
 
@@ -125,15 +131,24 @@ class Planner {
     plan_.placements.push_back({s.tensor, offset, s.size});
   }
 
-  // The source whose block node n (at step i) may take over, or nullptr.
+  // The source whose block node n (at step i) may take over, or nullptr: src[0], or for a
+  // same-shape binary op either operand, the one lower in the arena (keeps the live set low).
   Slot* inplace_source(const Tensor* n, const Slot& ns, int i) {
-    if (!opt_.allow_inplace || !op_info(n->op).may_inplace || !n->src[0] || n->src[0]->is_view()) return nullptr;
-    const Tensor* s = n->src[0];
+    if (!opt_.allow_inplace || !op_info(n->op).may_inplace) return nullptr;
+    Slot* best = nullptr;
+    for (int k = 0; k < (op_inplace_either_operand(n->op) ? 2 : 1); ++k)
+      if (Slot* ss = inplace_candidate(n, k, ns, i); ss && (!best || ss->offset < best->offset)) best = ss;
+    return best;
+  }
+
+  Slot* inplace_candidate(const Tensor* n, int k, const Slot& ns, int i) {
+    const Tensor* s = n->src[k];
+    if (!s || s->is_view()) return nullptr;
     Slot* ss = slot(s);
     if (!ss || !ss->owns || ss->protect || ss->last_use != i) return nullptr;
     if (s->has_flag(kFlagInput) || s->has_flag(kFlagOutput)) return nullptr;
-    for (int k = 1; k < kMaxSrc; ++k)
-      if (n->src[k] && root_of(n->src[k]) == s) return nullptr;
+    for (int j = 0; j < kMaxSrc; ++j)
+      if (j != k && n->src[j] && root_of(n->src[j]) == s) return nullptr;
     if (!s->is_contiguous() || !n->is_contiguous() || s->type != n->type || s->nbytes() != n->nbytes())
       return nullptr;
     if (ns.block > ss->block) return nullptr;
