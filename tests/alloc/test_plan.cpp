@@ -66,6 +66,36 @@ TEST_F(PlanTest, ElementwiseChainReusesOneBlock) {
   EXPECT_EQ(p.total, 2048u);
 }
 
+// An input flagged kFlagRefilled (filled before every compute) is free after its last reader;
+// ADD takes over whichever dying operand lies lower (here src[1]).
+TEST_F(PlanTest, RefilledInputIsFreedAndAddTakesTheLowerOperand) {
+  Tensor* x = input(c, {64, 4}, "x");  // 1024 bytes
+  x->flags |= kFlagRefilled;
+  Tensor* s1 = ops::scale(c, x, 2.0f);   // x's last reader: [0, 1024) is free after it
+  Tensor* t = ops::silu(c, s1);          // s1 is read again below: not in place, into x's bytes
+  Tensor* out = output(ops::add(c, s1, t), "out");
+  g.build_forward(out);
+  MemoryPlan p = plan();
+  EXPECT_EQ(offset_of(p, x), 0u);
+  EXPECT_EQ(offset_of(p, s1), 1024u);
+  EXPECT_EQ(offset_of(p, t), 0u);
+  EXPECT_EQ(offset_of(p, out), 0u);  // in place on src[1], the lower of the two
+  EXPECT_EQ(p.total, 2048u);
+}
+
+// The same graph with a plain input: x keeps its bytes, t goes above, ADD takes src[0].
+TEST_F(PlanTest, PlainInputIsKeptAndAddTakesSrc0) {
+  Tensor* x = input(c, {64, 4}, "x");
+  Tensor* s1 = ops::scale(c, x, 2.0f);
+  Tensor* t = ops::silu(c, s1);
+  Tensor* out = output(ops::add(c, s1, t), "out");
+  g.build_forward(out);
+  MemoryPlan p = plan();
+  EXPECT_EQ(offset_of(p, t), 2048u);
+  EXPECT_EQ(offset_of(p, out), 1024u);
+  EXPECT_EQ(p.total, 3072u);
+}
+
 TEST_F(PlanTest, InplaceCanBeTurnedOff) {
   Tensor* x = input(c, {64, 4}, "x");
   Tensor* s1 = ops::scale(c, x, 2.0f);
@@ -103,11 +133,12 @@ TEST_F(PlanTest, NoInplaceWhenSourceHasAnotherReader) {
   Tensor* x = input(c, {64, 4}, "x");
   Tensor* a = ops::scale(c, x, 2.0f);
   Tensor* b = ops::silu(c, a);                    // a is still read by e
-  Tensor* e = output(ops::add(c, b, a), "e");     // last reader of a and b: in place on b
+  Tensor* e = output(ops::add(c, b, a), "e");     // last reader of a and b: in place on a (lower)
   g.build_forward(e);
   MemoryPlan p = plan();
   EXPECT_NE(offset_of(p, b), offset_of(p, a));
-  EXPECT_EQ(offset_of(p, e), offset_of(p, b));
+  EXPECT_LT(offset_of(p, a), offset_of(p, b));
+  EXPECT_EQ(offset_of(p, e), offset_of(p, a));
 }
 
 TEST_F(PlanTest, NoInplaceWhenAnotherSourceAliasesSrc0) {
@@ -349,8 +380,10 @@ TEST_F(PlanTest, CheckerRejectsForgedPlans) {
   MemoryPlan twice = good;
   twice.placements.push_back(twice.placements.back());
   EXPECT_FALSE(check_plan(g, bt, twice));
-  // In place is legal for e over b, but not when the options forbid it.
-  EXPECT_EQ(offset_of(good, e), offset_of(good, b));
+  // In place is legal for e over a (its src[1], the lower) or over b (src[0]), but not when the
+  // options forbid it.
+  EXPECT_EQ(offset_of(good, e), offset_of(good, a));
+  EXPECT_TRUE(check_plan(g, bt, forge(e, offset_of(good, b))));
   EXPECT_FALSE(check_plan(g, bt, good, {.allow_inplace = false}));
 }
 

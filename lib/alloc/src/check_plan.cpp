@@ -74,7 +74,8 @@ Status check_plan(const Graph& graph, const BufferType& bt, const MemoryPlan& pl
     const Tensor* t = p.tensor;
     const bool pinned = leafs.count(t) || t->has_flag(kFlagInput);
     const int first = pinned ? -1 : node_index.at(t);
-    const bool keep = pinned || output_roots.count(t);
+    const bool refilled = t->has_flag(kFlagInput) && t->has_flag(kFlagRefilled);
+    const bool keep = (pinned && !refilled) || output_roots.count(t);
     life_of.emplace(t, lives.size());
     lives.push_back({&p, first, keep ? kForever : first});
   }
@@ -90,17 +91,19 @@ Status check_plan(const Graph& graph, const BufferType& bt, const MemoryPlan& pl
     if (n->is_view()) touch(n, (int)i);
   }
 
-  // The in-place rule: `later` is a node written over its src[0] `earlier` at the step that
-  // last reads it.
+  // The in-place rule: `later` is a node written over its src[0] `earlier` (or its src[1], for
+  // ADD SUB MUL DIV) at the step that last reads it.
   auto inplace_allowed = [&](const Life& earlier, const Life& later) {
     const Tensor* s = earlier.p->tensor;
     const Tensor* n = later.p->tensor;
     const int i = later.first;
-    if (!opt.allow_inplace || i < 0 || !op_info(n->op).may_inplace || n->src[0] != s) return false;
+    const bool binary = n->op == OpKind::ADD || n->op == OpKind::SUB || n->op == OpKind::MUL || n->op == OpKind::DIV;
+    const int operand = n->src[0] == s ? 0 : binary && n->src[1] == s ? 1 : -1;
+    if (!opt.allow_inplace || i < 0 || !op_info(n->op).may_inplace || operand < 0) return false;
     if (earlier.last != i || earlier.p->offset != later.p->offset) return false;
     if (leafs.count(s) || s->has_flag(kFlagInput) || s->has_flag(kFlagOutput) || output_roots.count(s)) return false;
-    for (int k = 1; k < kMaxSrc; ++k)
-      if (n->src[k] && root(n->src[k]) == s) return false;
+    for (int k = 0; k < kMaxSrc; ++k)
+      if (k != operand && n->src[k] && root(n->src[k]) == s) return false;
     return s->is_contiguous() && n->is_contiguous() && s->type == n->type && s->nbytes() == n->nbytes();
   };
 

@@ -1,6 +1,7 @@
 // plan_graph: places a graph's tensors in one buffer by liveness, in numbered passes
 // (1 what to place, 2 last use through views, 3 what is never reused, 4 pinned tensors first,
 // 5 walk the nodes: place each, in place where safe, then free what is dead), and apply_plan.
+#include <cstdlib>
 #include <unordered_map>
 
 #include "alloc_common.h"
@@ -24,6 +25,15 @@ size_t detail::checked_alloc_size(const BufferType& bt, const Tensor* t) {
 
 namespace {
 
+// ADD SUB MUL DIV: with equal byte sizes b is not broadcast, so the result may take over either
+// operand (the kernels read element i of both before writing element i).
+bool op_inplace_either_operand(OpKind op) {
+  return op == OpKind::ADD || op == OpKind::SUB || op == OpKind::MUL || op == OpKind::DIV;
+}
+
+// An input the caller fills before every compute: its bytes are free after its last reader.
+bool refilled_input(const Tensor* t) { return t->has_flag(kFlagInput) && t->has_flag(kFlagRefilled); }
+
 struct Slot {
   Tensor* tensor;
   size_t size = 0;         // alloc_size
@@ -31,7 +41,7 @@ struct Slot {
   size_t offset = 0;
   int last_use = -1;       // index of the last node that reads it (itself for nodes)
   bool pinned = false;     // leaf or input: placed before node 0
-  bool protect = false;    // never freed: pinned, output, or root of an output view
+  bool protect = false;    // never freed: pinned (unless refilled), output, or root of an output view
   bool owns = false;       // currently holds its block (not yet freed or handed over)
 };
 
@@ -46,6 +56,7 @@ class Planner {
     place_pinned();
     for (size_t i = 0; i < g_.n_nodes(); ++i) step((int)i);
     plan_.total = arena_.high_water();
+    if (debug_ > 0) print_peak();
     return std::move(plan_);
   }
 
@@ -60,7 +71,7 @@ class Planner {
     s.size = detail::checked_alloc_size(bt_, t);
     s.block = align_up(s.size == 0 ? 1 : s.size, bt_.alignment());
     s.pinned = pinned;
-    s.protect = pinned;
+    s.protect = pinned && !refilled_input(t);
     s.last_use = at;
     index_.emplace(t, (int)slots_.size());
     slots_.push_back(s);
@@ -120,15 +131,24 @@ class Planner {
     plan_.placements.push_back({s.tensor, offset, s.size});
   }
 
-  // The source whose block node n (at step i) may take over, or nullptr.
+  // The source whose block node n (at step i) may take over, or nullptr: src[0], or for a
+  // same-shape binary op either operand, the one lower in the arena (keeps the live set low).
   Slot* inplace_source(const Tensor* n, const Slot& ns, int i) {
-    if (!opt_.allow_inplace || !op_info(n->op).may_inplace || !n->src[0] || n->src[0]->is_view()) return nullptr;
-    const Tensor* s = n->src[0];
+    if (!opt_.allow_inplace || !op_info(n->op).may_inplace) return nullptr;
+    Slot* best = nullptr;
+    for (int k = 0; k < (op_inplace_either_operand(n->op) ? 2 : 1); ++k)
+      if (Slot* ss = inplace_candidate(n, k, ns, i); ss && (!best || ss->offset < best->offset)) best = ss;
+    return best;
+  }
+
+  Slot* inplace_candidate(const Tensor* n, int k, const Slot& ns, int i) {
+    const Tensor* s = n->src[k];
+    if (!s || s->is_view()) return nullptr;
     Slot* ss = slot(s);
     if (!ss || !ss->owns || ss->protect || ss->last_use != i) return nullptr;
     if (s->has_flag(kFlagInput) || s->has_flag(kFlagOutput)) return nullptr;
-    for (int k = 1; k < kMaxSrc; ++k)
-      if (n->src[k] && root_of(n->src[k]) == s) return nullptr;
+    for (int j = 0; j < kMaxSrc; ++j)
+      if (j != k && n->src[j] && root_of(n->src[j]) == s) return nullptr;
     if (!s->is_contiguous() || !n->is_contiguous() || s->type != n->type || s->nbytes() != n->nbytes())
       return nullptr;
     if (ns.block > ss->block) return nullptr;
@@ -153,12 +173,43 @@ class Planner {
         place(*ns, arena_.alloc(ns->block));
       }
     }
+    if (debug_ > 0 && arena_.high_water() > peak_) note_peak(i);
     for (Tensor* s : n->src)
       if (s)
         if (Slot* r = slot(root_of(s)); r && r->owns && !r->protect && r->last_use == i) release(*r);
     if (Slot* r = slot(root_of(n)); r && r->owns && !r->protect && r->last_use == i) release(*r);
   }
 
+  // LOOM_ALLOC_DEBUG=1 prints (stderr) the tensors live when the high-water mark was last
+  // raised (after placing that node, before freeing its dead sources); =2 also every placement.
+  void note_peak(int i) {
+    peak_ = arena_.high_water();
+    peak_node_ = i;
+    peak_live_.clear();
+    for (const Slot& s : slots_)
+      if (s.owns) peak_live_.push_back(&s - slots_.data());
+  }
+  void print_peak() const {
+    fmt::print(stderr, "[alloc] {} nodes, peak {} bytes ({:.2f} MiB) at node {} '{}'; live:\n", g_.n_nodes(), peak_,
+               peak_ / 1048576.0, peak_node_, peak_node_ >= 0 ? g_.node((size_t)peak_node_)->name : "");
+    for (size_t k : peak_live_) {
+      const Slot& s = slots_[k];
+      fmt::print(stderr, "  {:>10} @ {:>10}  {} {} '{}'{}\n", s.block, s.offset, op_name(s.tensor->op),
+                 describe(*s.tensor), s.tensor->name, s.pinned ? " (pinned)" : s.protect ? " (protected)" : "");
+    }
+    if (debug_ >= 2)
+      for (const Placement& p : plan_.placements)
+        fmt::print(stderr, "  placed {:>10} @ {:>10}  {} '{}'\n", p.size, p.offset, op_name(p.tensor->op),
+                   p.tensor->name);
+  }
+
+  const int debug_ = [] {
+    const char* v = std::getenv("LOOM_ALLOC_DEBUG");
+    return v ? std::atoi(v) : 0;
+  }();
+  size_t peak_ = 0;
+  int peak_node_ = -1;
+  std::vector<size_t> peak_live_;
   const Graph& g_;
   const BufferType& bt_;
   const PlanOptions& opt_;

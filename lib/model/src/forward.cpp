@@ -179,6 +179,11 @@ void fill_masks(const ForwardInputs& in, const HParams& hp, int64_t n_past, int6
   }
 }
 
+void mark_inputs_refilled(const ForwardInputs& in) {
+  for (Tensor* t : {in.tokens, in.positions, in.kv_slots, in.mask, in.mask_swa, in.out_rows})
+    if (t) t->flags |= kFlagRefilled;
+}
+
 ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache& kv, const ForwardShape& s) {
   const HParams& hp = *model.hp;
   const int64_t T = s.n_tokens;

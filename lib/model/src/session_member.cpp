@@ -55,6 +55,7 @@ SessionMember::SessionMember(MemberSetup setup, const SessionParams& params, boo
                                     ForwardShape{1, params.n_ctx, 1, params.flash_attn}}) {
     Context ctx;
     ForwardInputs in = build_forward(ctx, s_.fm, kv_, shape);
+    mark_inputs_refilled(in);  // as in every step: set_inputs fills them before each compute
     Graph g;
     build_graph(g, in);
     sched::ExecutionPlan plan = sched::plan(g, s_.devices, policy_);
@@ -80,6 +81,7 @@ Session::StepPlan SessionMember::plan_step(int64_t n_tokens) const {
   sp.ctx = std::make_unique<Context>();
   ForwardInputs in =
       build_forward(*sp.ctx, s_.fm, kv_, ForwardShape{n_tokens, params_.n_ctx, n_tokens, params_.flash_attn});
+  mark_inputs_refilled(in);
   sp.graph = std::make_unique<Graph>();
   build_graph(*sp.graph, in);
   sp.plan = sched::plan(*sp.graph, s_.devices, policy_);
@@ -94,6 +96,7 @@ bool SessionMember::prepare(const ForwardShape& shape) {
     last_.reset();
     Step st{shape, std::make_unique<Context>(), {}, std::make_unique<Graph>(), nullptr};
     st.in = build_forward(*st.ctx, s_.fm, kv_, shape);
+    mark_inputs_refilled(st.in);
     build_graph(*st.graph, st.in);
     st.plan = std::make_unique<sched::ExecutionPlan>(sched::plan(*st.graph, s_.devices, policy_));
     last_ = std::move(st);

@@ -3,8 +3,8 @@
 // SWIGLU_OAI SILU_BACK.
 // Inputs may be F32, F16 or BF16 and strided views; the result is contiguous F32. Each op is a
 // functor run by one of three drivers: a flat loop when everything is contiguous F32, else row
-// by row with inputs converted to f32 scratch. The result may alias src[0] (in place): every
-// loop reads element i before writing element i. SILU and SWIGLU over contiguous F32 take the
+// by row with inputs converted to f32 scratch. The result may alias src[0] (in place), or src[1]
+// of a binary op of equal shapes: every loop reads element i before writing element i. SILU and SWIGLU over contiguous F32 take the
 // vectorized exp loops of simd_math.h on SIMD levels (the functors stay the reference).
 #include <algorithm>
 #include <cmath>

@@ -32,10 +32,12 @@ struct PlanOptions {
 };
 
 // Plans memory for every node of `graph` and every leaf that has no data yet and is not a view.
-// Leaves and kFlagInput tensors are placed before node 0 and never reused; kFlagOutput tensors
+// Leaves and kFlagInput tensors are placed before node 0 and never reused (an input also flagged
+// kFlagRefilled is free once its last reader has run, as any node); kFlagOutput tensors
 // (and roots of output views) are never reused. Any other tensor's bytes are free once its last
 // reader (readers of its views count) has run; a node nobody reads is free right after it runs.
-// In place: an element-wise node (op_info(op).may_inplace) takes src[0]'s bytes when src[0] is
+// In place: an element-wise node (op_info(op).may_inplace) takes src[0]'s bytes (ADD SUB MUL
+// DIV: src[0]'s or src[1]'s, the lower offset of the two that qualify) when that source is
 // planned here, is not a view/leaf/input/output, is last read by this node, no other source of
 // the node aliases it, and both are contiguous with the same type and byte size.
 // Offsets are multiples of bt.alignment(). Deterministic; modifies no tensor. Throws

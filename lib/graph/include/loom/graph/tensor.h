@@ -24,6 +24,8 @@ enum TensorFlag : uint32_t {
   kFlagOutput = 1u << 2,    // read by the caller after compute: never reused by the allocator
   kFlagLoss = 1u << 3,      // scalar to minimize
   kFlagRepacked = 1u << 4,  // CPU weight stored in a kernel layout (cpu_repack.h): only MUL_MAT(_ID) reads it
+  kFlagRefilled = 1u << 5,  // with kFlagInput: filled before every compute and not read after it, so the
+                            // allocator may reuse its bytes once its last reader has run
 };
 
 struct Tensor {

@@ -72,4 +72,9 @@ inline ForwardInputs build_forward(Context& ctx, const Model& model, const KvCac
   return build_forward(ctx, forward_model(model), kv, shape);
 }
 
+// Flags the step's inputs (tokens, positions, cache slots, masks, output rows) kFlagRefilled:
+// for a caller that fills them before every compute and never reads them after one (Session),
+// so that the graph allocator reuses their bytes once their last reader has run.
+void mark_inputs_refilled(const ForwardInputs& in);
+
 }  // namespace loom
