@@ -105,15 +105,19 @@ __m256i table_of() {
     return _mm256_setzero_si256();
 }
 
+// One FMA per block and column accumulates a column's sum, so a few columns would wait on the FMA's
+// latency: up to 4 columns, even and odd blocks go to separate accumulators.
 template <class T, int NC>
 void more32_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8A> x, float* const* out) {
+  constexpr int U = NC <= 4 ? 2 : 1;
   const __m256i ones = _mm256_set1_epi16(1), table = table_of<T>();
   for (int64_t r = 0; r < nr; ++r) {
     const auto* w = reinterpret_cast<const typename T::W*>(a + r * lda);
-    __m256 acc[NC];
-    float extra[NC] = {};
-    for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nblk; ++i) {
+    __m256 acc[U][NC];
+    float extra[U][NC] = {};
+    for (int u = 0; u < U; ++u)
+      for (int c = 0; c < NC; ++c) acc[u][c] = _mm256_setzero_ps();
+    auto block = [&](int u, int64_t i) {
       const __m256i q = T::levels(w[i], table);
       const __m256i aq = T::kSigned ? _mm256_abs_epi8(q) : q;
       const float dw = T::scale(w[i]);
@@ -124,11 +128,23 @@ void more32_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCol
         __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aq, T::kSigned ? _mm256_sign_epi8(xq, q) : xq), ones);
         if constexpr (T::kOffset != 0)
           p = _mm256_add_epi32(p, _mm256_zextsi128_si256(_mm_cvtsi32_si128(-T::kOffset * xb.sum)));
-        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * xb.d), acc[c]);
-        if constexpr (T::kMin) extra[c] += T::min(w[i]) * xb.d * (float)xb.sum;
+        acc[u][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * xb.d), acc[u][c]);
+        if constexpr (T::kMin) extra[u][c] += T::min(w[i]) * xb.d * (float)xb.sum;
       }
+    };
+    int64_t i = 0;
+    for (; i + U <= nblk; i += U)
+      for (int u = 0; u < U; ++u) block(u, i + u);
+    for (; i < nblk; ++i) block(0, i);
+    for (int c = 0; c < NC; ++c) {
+      __m256 s = acc[0][c];
+      float e = extra[0][c];
+      for (int u = 1; u < U; ++u) {
+        s = _mm256_add_ps(s, acc[u][c]);
+        e += extra[u][c];
+      }
+      out[c][r] = mhsum(s) + e;
     }
-    for (int c = 0; c < NC; ++c) out[c][r] = mhsum(acc[c]) + extra[c];
   }
 }
 
@@ -173,6 +189,22 @@ void q2_k_more_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, More
   }
 }
 
+// Q3_K's 16 sub-block scales (q3_k_scale - 32) as int16, four at a time from 32-bit words: scales j
+// and 4 + j take the low nibbles of bytes 0..3 / 4..7, 8 + j and 12 + j their high nibbles; the
+// top 2 bits of 4m + j sit at bits 2m of byte 8 + j.
+inline void q3_k_scales16(const uint8_t* scales, int16_t* s16) {
+  uint32_t a0, a1, a2;
+  std::memcpy(&a0, scales, 4);
+  std::memcpy(&a1, scales + 4, 4);
+  std::memcpy(&a2, scales + 8, 4);
+  const uint32_t lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
+  const __m128i v = _mm_setr_epi32((int)((a0 & lo4) | ((a2 & lo2) << 4)), (int)((a1 & lo4) | (((a2 >> 2) & lo2) << 4)),
+                                   (int)(((a0 >> 4) & lo4) | (((a2 >> 4) & lo2) << 4)),
+                                   (int)(((a1 >> 4) & lo4) | (((a2 >> 6) & lo2) << 4)));
+  const __m256i w = _mm256_sub_epi16(_mm256_cvtepu8_epi16(v), _mm256_set1_epi16(32));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(s16), w);
+}
+
 // Q3_K: levels 2 bits as Q2_K plus the hmask bit (e / 32 of hmask[e % 32]) as bit 2, x = d s (q - 4).
 template <int NC>
 void q3_k_more_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8KA> x, float* const* out) {
@@ -183,7 +215,7 @@ void q3_k_more_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, More
     for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nblk; ++i) {
       alignas(32) int16_t s16[16];
-      for (int g = 0; g < 16; ++g) s16[g] = (int16_t)(q3_k_scale(w[i].scales, g) - 32);
+      q3_k_scales16(w[i].scales, s16);
       const __m256i hm = mload(w[i].hmask);
       __m256i isum[NC];
       for (int c = 0; c < NC; ++c) isum[c] = _mm256_setzero_si256();
