@@ -189,10 +189,10 @@ void q2_k_more_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, More
   }
 }
 
-// Q3_K's 16 sub-block scales (q3_k_scale - 32) as int16, four at a time from 32-bit words: scales j
-// and 4 + j take the low nibbles of bytes 0..3 / 4..7, 8 + j and 12 + j their high nibbles; the
-// top 2 bits of 4m + j sit at bits 2m of byte 8 + j.
-inline void q3_k_scales16(const uint8_t* scales, int16_t* s16) {
+// Q3_K's 16 sub-block scales (q3_k_scale - 32) as int16 lanes, four at a time from 32-bit words:
+// scales j and 4 + j take the low nibbles of bytes 0..3 / 4..7, 8 + j and 12 + j their high
+// nibbles; the top 2 bits of 4m + j sit at bits 2m of byte 8 + j.
+inline __m256i q3_k_scales16(const uint8_t* scales) {
   uint32_t a0, a1, a2;
   std::memcpy(&a0, scales, 4);
   std::memcpy(&a1, scales + 4, 4);
@@ -201,9 +201,16 @@ inline void q3_k_scales16(const uint8_t* scales, int16_t* s16) {
   const __m128i v = _mm_setr_epi32((int)((a0 & lo4) | ((a2 & lo2) << 4)), (int)((a1 & lo4) | (((a2 >> 2) & lo2) << 4)),
                                    (int)(((a0 >> 4) & lo4) | (((a2 >> 4) & lo2) << 4)),
                                    (int)(((a1 >> 4) & lo4) | (((a2 >> 6) & lo2) << 4)));
-  const __m256i w = _mm256_sub_epi16(_mm256_cvtepu8_epi16(v), _mm256_set1_epi16(32));
-  _mm256_store_si256(reinterpret_cast<__m256i*>(s16), w);
+  return _mm256_sub_epi16(_mm256_cvtepu8_epi16(v), _mm256_set1_epi16(32));
 }
+// vpshufb controls: scale 2k of a 128-bit lane's 8 in every 16-bit lane of the low half, 2k + 1 in
+// the high half (the sub-block pair of one 32-value quarter).
+alignas(32) inline constexpr uint8_t kScalePairs[4][32] = {
+    {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
+    {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
+    {8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11},
+    {12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13,
+     14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15}};
 
 // Q3_K: levels 2 bits as Q2_K plus the hmask bit (e / 32 of hmask[e % 32]) as bit 2, x = d s (q - 4).
 template <int NC>
@@ -214,8 +221,9 @@ void q3_k_more_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, More
     __m256 acc[NC];
     for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nblk; ++i) {
-      alignas(32) int16_t s16[16];
-      q3_k_scales16(w[i].scales, s16);
+      const __m256i sv = q3_k_scales16(w[i].scales);
+      // both 128-bit lanes holding the 8 scales of half h
+      const __m256i sh[2] = {_mm256_permute2x128_si256(sv, sv, 0x00), _mm256_permute2x128_si256(sv, sv, 0x11)};
       const __m256i hm = mload(w[i].hmask);
       __m256i isum[NC];
       for (int c = 0; c < NC; ++c) isum[c] = _mm256_setzero_si256();
@@ -224,15 +232,13 @@ void q3_k_more_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, More
         for (int k = 0; k < 4; ++k) {
           const __m256i hb = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, 4 * h + k), one), 2);
           const __m256i q = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qq, 2 * k), low2), hb);
-          const int g = 8 * h + 2 * k;
-          const __m256i s = _mm256_set_m128i(_mm_set1_epi16(s16[g + 1]), _mm_set1_epi16(s16[g]));
+          const __m256i s = _mm256_shuffle_epi8(sh[h], mload(kScalePairs[k]));  // groups 8h + 2k, + 1
 #pragma GCC unroll 8
           for (int c = 0; c < NC; ++c)
             isum[c] = _mm256_add_epi32(
                 isum[c], _mm256_madd_epi16(_mm256_maddubs_epi16(q, mload(x[c][i].qs + 128 * h + 32 * k)), s));
         }
       }
-      const __m256i sv = _mm256_load_si256(reinterpret_cast<const __m256i*>(s16));
       const float d = mhalf(w[i].d);
 #pragma GCC unroll 8
       for (int c = 0; c < NC; ++c) {
@@ -255,13 +261,17 @@ void q5_k_more_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, More
     __m256 acc[NC];
     for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nblk; ++i) {
-      uint8_t sc[8], mn[8];
-      for (int j = 0; j < 8; ++j) {
-        const ScaleMin sm = q4_k_scale_min(w[i].scales, j);
-        sc[j] = sm.sc;
-        mn[j] = sm.m;
-      }
-      const __m256i m32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn)));
+      // the 8 (sc, m) pairs as bytes of two 64-bit words, in registers (q4_k_scale_min's layout:
+      // bytes 0-3 sc 0-3, 4-7 m 0-3, 8-11 the low nibbles of sc / m 4-7, their top bits in bits 6-7
+      // of bytes 0-3 / 4-7)
+      uint32_t a0, a1, a2;
+      std::memcpy(&a0, w[i].scales, 4);
+      std::memcpy(&a1, w[i].scales + 4, 4);
+      std::memcpy(&a2, w[i].scales + 8, 4);
+      const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
+      const uint64_t sc = (a0 & lo6) | (uint64_t)((a2 & lo4) | (((a0 >> 6) & lo2) << 4)) << 32;
+      const uint64_t mn = (a1 & lo6) | (uint64_t)(((a2 >> 4) & lo4) | (((a1 >> 6) & lo2) << 4)) << 32;
+      const __m256i m32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn));
       const __m256i mdup = _mm256_or_si256(m32, _mm256_slli_epi32(m32, 16));  // (m_j, m_j) pairs
       const __m256i qh = mload(w[i].qh);
       __m256i isum[NC];
@@ -272,7 +282,8 @@ void q5_k_more_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, More
         const __m256i h_hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one), 4);
         const __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low4), h_lo);
         const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4), h_hi);
-        const __m256i s_lo = _mm256_set1_epi16(sc[2 * j]), s_hi = _mm256_set1_epi16(sc[2 * j + 1]);
+        const __m256i s_lo = _mm256_set1_epi16((int16_t)((sc >> (16 * j)) & 255));
+        const __m256i s_hi = _mm256_set1_epi16((int16_t)((sc >> (16 * j + 8)) & 255));
 #pragma GCC unroll 8
         for (int c = 0; c < NC; ++c) {
           const int8_t* xq = x[c][i].qs + 64 * j;
