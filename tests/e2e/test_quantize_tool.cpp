@@ -1,7 +1,8 @@
 // `loom-gguf quantize` as a user runs it: a tiny f16 llama to every type of the acceptance list,
 // each file read back (types per tensor, file type id) and run by loom-run; the exit codes for a
 // missing output folder (3, no file), an unknown type (2), requantizing without the flag (2) and
-// a source block with a NaN scale (3, naming the tensor); no temporary file left behind.
+// a source block with a NaN scale (3, naming the tensor); no temporary file left behind; gpt-oss's
+// experts kept MXFP4 in every mix.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -96,6 +97,38 @@ TEST_F(QuantizeTool, Q4_K_MMixAndOptions) {
   if (f->find_tensor("output.weight")) {
     EXPECT_EQ(f->find_tensor("output.weight")->type, loom::DType::Q8_0);
   }
+}
+
+// gpt-oss: the expert tensors come out MXFP4 whatever the mix, the rest in the mix's types;
+// --pure puts the experts in the requested type too; the file runs.
+TEST_F(QuantizeTool, GptOssExpertsStayMxfp4) {
+  const std::string oss = file("oss.gguf"), out = file("oss-q.gguf");
+  auto r = run("loom-gguf", "new --arch gpt-oss --preset tiny --type f16 --seed 3 -o " + quote(oss));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  for (const char* type : {"Q4_K_M", "Q8_0"}) {
+    SCOPED_TRACE(type);
+    r = run("loom-gguf", "quantize " + quote(oss) + " " + quote(out) + " " + type + " 2");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const auto f = loom::gguf::File::open(out);
+    int n_experts = 0;
+    for (const auto& t : f->tensors()) {
+      if (t.name.find("_exps.weight") == std::string::npos) continue;
+      ++n_experts;
+      EXPECT_EQ(t.type, loom::DType::MXFP4) << t.name;
+    }
+    EXPECT_GT(n_experts, 0);
+    const loom::DType base = std::strcmp(type, "Q8_0") == 0 ? loom::DType::Q8_0 : loom::DType::Q4_K;
+    EXPECT_EQ(f->find_tensor("blk.0.attn_q.weight")->type, base);
+    EXPECT_EQ(f->find_tensor("blk.0.ffn_up_exps.bias")->type, loom::DType::F32);
+    if (fs::exists(bin_ + "loom-run")) {
+      r = run("loom-run", "-m " + quote(out) + " -p hello -n 4 --temp 0");
+      EXPECT_EQ(r.rc, 0) << r.err;
+    }
+  }
+  r = run("loom-gguf", "quantize --pure " + quote(oss) + " " + quote(out) + " Q4_0 2");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(loom::gguf::File::open(out)->find_tensor("blk.0.ffn_up_exps.weight")->type, loom::DType::Q4_0);
+  EXPECT_TRUE(no_leftovers());
 }
 
 TEST_F(QuantizeTool, ExitCodesAndNoPartialFiles) {

@@ -160,6 +160,43 @@ TEST(QuantizeMix, EightExpertsAndMxfp4) {
   EXPECT_EQ(types.at("output.weight"), DType::Q8_0);
 }
 
+// gpt-oss: the expert tensors are MXFP4 in every quantized mix (as published gpt-oss files);
+// the rest follows the mix; --pure and the float types put everything in the requested type.
+TEST(QuantizeMix, GptOssExpertsStayMxfp4) {
+  std::vector<gguf::TensorInfo> ts = llama(2, true);
+  for (int i = 0; i < 2; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    for (const char* n : {"ffn_gate_exps", "ffn_up_exps"}) ts.push_back(tensor(b + n + ".weight", {256, 512, 4}));
+    ts.push_back(tensor(b + "ffn_down_exps.weight", {512, 256, 4}));
+    ts.push_back(tensor(b + "ffn_up_exps.bias", {512, 4}, DType::F32));
+    ts.push_back(tensor(b + "ffn_gate_inp.weight", {256, 4}, DType::F32));
+  }
+  const MixModel oss{"gpt-oss", 2, 8, 2, 4};
+  for (const char* type : {"Q4_K_M", "Q8_0", "Q4_0", "Q3_K_S", "IQ4_XS", "MXFP4_MOE"}) {
+    SCOPED_TRACE(type);
+    const auto types = choose(type, ts, oss);
+    for (const char* n : {"blk.0.ffn_gate_exps.weight", "blk.1.ffn_up_exps.weight", "blk.1.ffn_down_exps.weight"})
+      EXPECT_EQ(types.at(n), DType::MXFP4) << n;
+    EXPECT_EQ(types.at("blk.0.ffn_up_exps.bias"), DType::F32);
+    EXPECT_EQ(types.at("blk.0.ffn_gate_inp.weight"), DType::F32);
+  }
+  auto types = choose("Q4_K_M", ts, oss);
+  EXPECT_EQ(types.at("blk.0.attn_q.weight"), DType::Q4_K);
+  EXPECT_EQ(types.at("blk.1.attn_v.weight"), DType::Q6_K);  // the mix's own rules for the rest (last layer)
+  EXPECT_EQ(types.at("output.weight"), DType::Q6_K);
+  types = choose("Q8_0", ts, oss);
+  EXPECT_EQ(types.at("blk.1.ffn_gate.weight"), DType::Q8_0);
+  QuantizeOptions pure;
+  pure.pure = true;
+  types = choose("Q4_0", ts, oss, pure);  // --pure: no mix, the experts too
+  EXPECT_EQ(types.at("blk.0.ffn_up_exps.weight"), DType::Q4_0);
+  types = choose("F16", ts, oss);
+  EXPECT_EQ(types.at("blk.0.ffn_up_exps.weight"), DType::F16);
+  // other MoE architectures keep the mix's type for their experts
+  types = choose("Q4_K_M", ts, MixModel{"qwen3moe", 2, 8, 2, 4});
+  EXPECT_EQ(types.at("blk.0.ffn_up_exps.weight"), DType::Q4_K);
+}
+
 TEST(QuantizeMix, Fallbacks) {
   const auto ts = llama(2, true, 96);  // width 96: no 256-element blocks; 2 * 96 = 192 neither
   int n_fallback = 0;

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -18,6 +19,8 @@
 #include "../../lib/backends/cpu/src/cpu_vec_dot.h"
 #include "../../lib/backends/cpu/src/simd_gemm.h"
 #include "../../lib/backends/cpu/src/simd_math.h"
+#include "loom/core/fp16.h"
+#include "loom/core/quants.h"
 #include "loom/core/thread_pool.h"
 #include "op_harness.h"
 
@@ -27,8 +30,8 @@ namespace {
 using cpu::Isa;
 
 const Isa kLevels[] = {Isa::scalar, Isa::avx2, Isa::avx512};
-const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,   DType::Q4_K,
-                              DType::Q6_K, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::MXFP4,
+const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,  DType::Q4_0,   DType::Q4_K,
+                              DType::Q6_K, DType::Q4_1, DType::Q5_0, DType::Q5_1,  DType::IQ4_NL, DType::MXFP4,
                               DType::Q2_K, DType::Q3_K, DType::Q5_K, DType::IQ4_XS};
 
 std::string level_name(const testing::TestParamInfo<Isa>& i) { return cpu::isa_name(i.param); }
@@ -162,6 +165,72 @@ TEST_P(KernelTest, RowsDotMatchesScalarEveryTypeAndWidth) {
                 << dtype_name(t) << " K " << K << " nc " << nc << " r " << r << " c " << c;
           }
       }
+  }
+}
+
+// The hand-written dots of the newer types (simd_q_more.h) on blocks of random bytes, every
+// level against the scalar loops: every level, grid value, scale and high bit shows up (quantized
+// normal rows rarely reach the extremes), with finite scales put back over the random bytes.
+TEST_P(KernelTest, RowsDotOfRandomBlocksMatchesScalar) {
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int> byte(0, 255);
+  struct Case {
+    DType t;
+    std::vector<size_t> halves;  // offsets of the fp16 scales in a block
+    int e8m0 = -1;               // offset of an E8M0 exponent
+  };
+  const Case cases[] = {
+      {DType::Q4_1, {offsetof(BlockQ4_1, d), offsetof(BlockQ4_1, m)}},
+      {DType::Q5_0, {offsetof(BlockQ5_0, d)}},
+      {DType::Q5_1, {offsetof(BlockQ5_1, d), offsetof(BlockQ5_1, m)}},
+      {DType::IQ4_NL, {offsetof(BlockIQ4_NL, d)}},
+      {DType::MXFP4, {}, (int)offsetof(BlockMXFP4, e)},
+      {DType::Q2_K, {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)}},
+      {DType::Q3_K, {offsetof(BlockQ3_K, d)}},
+      {DType::Q5_K, {offsetof(BlockQ5_K, d), offsetof(BlockQ5_K, dmin)}},
+      {DType::IQ4_XS, {offsetof(BlockIQ4_XS, d)}},
+  };
+  for (const Case& cs : cases) {
+    const DTypeInfo& info = dtype_info(cs.t);
+    const int64_t K = 7 * info.block_size, nr = 3, nblk = 7;
+    const size_t lda = (size_t)nblk * info.type_size;
+    std::vector<uint8_t> rows(lda * (size_t)nr);
+    for (uint8_t& b : rows) b = (uint8_t)byte(rng);
+    for (int64_t blk = 0; blk < nblk * nr; ++blk) {
+      uint8_t* p = rows.data() + (size_t)blk * info.type_size;
+      for (size_t off : cs.halves) {
+        const fp16_t h = f32_to_fp16(std::ldexp(1.0f + (float)byte(rng) / 256, -12 + byte(rng) % 8));
+        std::memcpy(p + off, &h, sizeof(h));
+      }
+      if (cs.e8m0 >= 0) p[cs.e8m0] = (uint8_t)(118 + byte(rng) % 12);
+    }
+    ASSERT_EQ(first_bad_block(cs.t, rows.data(), rows.size()), -1) << dtype_name(cs.t);
+    std::vector<float> deq((size_t)(K * nr));
+    for (int64_t r = 0; r < nr; ++r) info.to_float(rows.data() + lda * r, deq.data() + r * K, K);
+    for (int nc = 1; nc <= cpu::kMaxDotCols; ++nc) {
+      std::vector<float> xv = normal(rng, (size_t)(K * nc));
+      for (size_t i = 0; i < xv.size(); i += 37) xv[i] *= 40.0f;  // outliers: many blocks at +-127
+      const cpu::WeightKernels* wk = cpu::weight_kernels(cs.t, Isa::scalar);
+      std::vector<std::vector<uint8_t>> act((size_t)nc, std::vector<uint8_t>(cpu::act_row_bytes(wk->act, K)));
+      const void* bp[cpu::kMaxDotCols];
+      std::vector<float> want((size_t)(nr * nc)), got((size_t)(nr * nc), NAN);
+      float *wp[cpu::kMaxDotCols], *gp[cpu::kMaxDotCols];
+      for (int c = 0; c < nc; ++c) {
+        cpu::quantize_act(wk->act, Isa::scalar)(xv.data() + c * K, act[(size_t)c].data(), K);
+        bp[c] = act[(size_t)c].data();
+        wp[c] = want.data() + c * nr;
+        gp[c] = got.data() + c * nr;
+      }
+      wk->rows_dot(K, rows.data(), lda, nr, bp, nc, wp);
+      cpu::weight_kernels(cs.t, GetParam())->rows_dot(K, rows.data(), lda, nr, bp, nc, gp);
+      for (int c = 0; c < nc; ++c)
+        for (int64_t r = 0; r < nr; ++r) {
+          double mag = 0;
+          for (int64_t k = 0; k < K; ++k) mag += std::fabs((double)deq[(size_t)(r * K + k)] * xv[(size_t)(c * K + k)]);
+          EXPECT_NEAR(got[(size_t)(c * nr + r)], want[(size_t)(c * nr + r)], 2e-6 * mag + 1e-30)
+              << dtype_name(cs.t) << " nc " << nc << " r " << r << " c " << c;
+        }
+    }
   }
 }
 

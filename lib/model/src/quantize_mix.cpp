@@ -2,6 +2,7 @@
 // rules are llama.cpp's (llama_tensor_get_type and its fallbacks, for the file types loom has
 // quantizers for): output.weight (and a tied token_embd) Q6_K, attn_v / ffn_down with more bits
 // in a pattern of layers for the _M mixes, Q8_0 for the 8-expert models' attn_v / attn_k, ...
+// One rule of loom's own: gpt-oss's expert tensors stay MXFP4 in every quantized mix.
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -91,6 +92,9 @@ DType MixState::mixed(DType t, const gguf::TensorInfo& info, Category c) {
     return t != DType::Q8_0 ? DType::Q6_K : t;
   }
   if (f == kMXFP4_MOE) return info.ne[2] > 1 ? DType::MXFP4 : DType::Q8_0;  // experts : the rest
+  // gpt-oss was trained with its experts in MXFP4 and its published GGUFs keep them so in every
+  // mix: any quantized mix leaves them MXFP4 (a copy when the source has them MXFP4 already).
+  if (m.arch == "gpt-oss" && info.ne[2] > 1 && contains(info.name, "_exps.")) return DType::MXFP4;
   if (c == Category::token_embd) return o.token_embedding_type ? *o.token_embedding_type : t;
   if (is_attn_v_like(c)) {
     if (f == kQ2_K) t = n_gqa() >= 4 ? DType::Q4_K : DType::Q3_K;

@@ -36,4 +36,23 @@ LOOM_ROWS_DOT_Q(avx2)
 LOOM_ROWS_DOT_Q(avx512)
 #undef LOOM_ROWS_DOT_Q
 
+// The types of simd_q_more.h (one set per level).
+#define LOOM_ROWS_DOT_ONE(name, level)                                                                           \
+  void rows_dot_##name##_##level(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, \
+                                 float* const* out);
+#define LOOM_ROWS_DOT_MORE(level)  \
+  LOOM_ROWS_DOT_ONE(q4_1, level)   \
+  LOOM_ROWS_DOT_ONE(q5_0, level)   \
+  LOOM_ROWS_DOT_ONE(q5_1, level)   \
+  LOOM_ROWS_DOT_ONE(iq4_nl, level) \
+  LOOM_ROWS_DOT_ONE(mxfp4, level)  \
+  LOOM_ROWS_DOT_ONE(q2_k, level)   \
+  LOOM_ROWS_DOT_ONE(q3_k, level)   \
+  LOOM_ROWS_DOT_ONE(q5_k, level)   \
+  LOOM_ROWS_DOT_ONE(iq4_xs, level)
+LOOM_ROWS_DOT_MORE(avx2)
+LOOM_ROWS_DOT_MORE(avx512)
+#undef LOOM_ROWS_DOT_MORE
+#undef LOOM_ROWS_DOT_ONE
+
 }  // namespace loom::cpu

@@ -1,10 +1,10 @@
-// Row kernels of the quantized types without hand-written intrinsics (Q4_1, Q5_0, Q5_1, Q2_K,
-// Q3_K, Q5_K, IQ4_NL, IQ4_XS, MXFP4): block decoders for the f32 paths and integer dots against
-// the int8 columns, written as plain loops over unpacked levels so each level's file (included
-// under its target pragma, like simd_ref.h) gets the compiler's vectorization for its ISA.
+// Portable row kernels of Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS and MXFP4: block
+// decoders for the f32 paths (included under each level's target pragma, like simd_ref.h) and
+// integer dots against the int8 columns written as plain loops over unpacked levels: the scalar
+// level's dots and the readable reference of the SIMD levels' hand-written ones (simd_q_more.h).
 // Activations as llama.cpp quantizes them for these types: 32-value q8 blocks (its Q8_0 / Q8_1:
 // d and the sum of the quants) for the 32-element types, 256-value q8k blocks (Q8_K) for the
-// K-quants and IQ4_XS. LOOM_EXTRA_QUANT_KERNELS is the table rows a level adds.
+// K-quants and IQ4_XS. LOOM_EXTRA_QUANT_KERNELS(rows) is the table rows a level adds.
 #pragma once
 
 #include <cstdint>
@@ -80,10 +80,11 @@ struct DecRef {
   static float elem(const uint8_t*, int64_t) { return 0.0f; }  // never called: whole blocks
 };
 
-// ---- integer dots: one row of nblk blocks . one prepared column -------------------------------
+// ---- integer dots: one row of nblk blocks . one prepared column (the scalar level's; inline: the
+// SIMD levels' files include them unused) ----------------------------------------------------
 
 // w = d q + m: d dx (q . xq) + m dx sum(xq)
-float dot_q4_1(const BlockQ4_1* w, const BlockQ8A* x, int64_t nblk) {
+inline float dot_q4_1(const BlockQ4_1* w, const BlockQ8A* x, int64_t nblk) {
   float s = 0.0f;
   for (int64_t i = 0; i < nblk; ++i) {
     uint8_t q[32];
@@ -95,7 +96,7 @@ float dot_q4_1(const BlockQ4_1* w, const BlockQ8A* x, int64_t nblk) {
 }
 
 // w = d (q - 16)
-float dot_q5_0(const BlockQ5_0* w, const BlockQ8A* x, int64_t nblk) {
+inline float dot_q5_0(const BlockQ5_0* w, const BlockQ8A* x, int64_t nblk) {
   float s = 0.0f;
   for (int64_t i = 0; i < nblk; ++i) {
     uint8_t q[32];
@@ -108,7 +109,7 @@ float dot_q5_0(const BlockQ5_0* w, const BlockQ8A* x, int64_t nblk) {
 }
 
 // w = d q + m, q 5 bits
-float dot_q5_1(const BlockQ5_1* w, const BlockQ8A* x, int64_t nblk) {
+inline float dot_q5_1(const BlockQ5_1* w, const BlockQ8A* x, int64_t nblk) {
   float s = 0.0f;
   for (int64_t i = 0; i < nblk; ++i) {
     uint8_t q[32];
@@ -121,7 +122,7 @@ float dot_q5_1(const BlockQ5_1* w, const BlockQ8A* x, int64_t nblk) {
 }
 
 // w = d grid[q]
-float dot_iq4_nl(const BlockIQ4_NL* w, const BlockQ8A* x, int64_t nblk) {
+inline float dot_iq4_nl(const BlockIQ4_NL* w, const BlockQ8A* x, int64_t nblk) {
   float s = 0.0f;
   for (int64_t i = 0; i < nblk; ++i) {
     int8_t v[32];
@@ -132,7 +133,7 @@ float dot_iq4_nl(const BlockIQ4_NL* w, const BlockQ8A* x, int64_t nblk) {
 }
 
 // w = 2^(e - 128) grid[q]
-float dot_mxfp4(const BlockMXFP4* w, const BlockQ8A* x, int64_t nblk) {
+inline float dot_mxfp4(const BlockMXFP4* w, const BlockQ8A* x, int64_t nblk) {
   float s = 0.0f;
   for (int64_t i = 0; i < nblk; ++i) {
     int8_t v[32];
@@ -143,7 +144,7 @@ float dot_mxfp4(const BlockMXFP4* w, const BlockQ8A* x, int64_t nblk) {
 }
 
 // w = d (sc_g & 15) q - dmin (sc_g >> 4) per group g of 16
-float dot_q2_k(const BlockQ2_K* w, const BlockQ8KA* x, int64_t nblk) {
+inline float dot_q2_k(const BlockQ2_K* w, const BlockQ8KA* x, int64_t nblk) {
   float s = 0.0f;
   for (int64_t i = 0; i < nblk; ++i) {
     uint8_t q[256];
@@ -159,7 +160,7 @@ float dot_q2_k(const BlockQ2_K* w, const BlockQ8KA* x, int64_t nblk) {
 }
 
 // w = d (s_g - 32) (q - 4) per group g of 16
-float dot_q3_k(const BlockQ3_K* w, const BlockQ8KA* x, int64_t nblk) {
+inline float dot_q3_k(const BlockQ3_K* w, const BlockQ8KA* x, int64_t nblk) {
   float s = 0.0f;
   for (int64_t i = 0; i < nblk; ++i) {
     uint8_t q[256];
@@ -167,15 +168,14 @@ float dot_q3_k(const BlockQ3_K* w, const BlockQ8KA* x, int64_t nblk) {
     add_mask_bits256(w[i].hmask, 2, q);
     int32_t sum = 0;
     for (int g = 0; g < 16; ++g)
-      sum += (q3_k_scale(w[i].scales, g) - 32) *
-             (idot(q + 16 * g, x[i].qs + 16 * g, 16) - 4 * x[i].bsums[g]);
+      sum += (q3_k_scale(w[i].scales, g) - 32) * (idot(q + 16 * g, x[i].qs + 16 * g, 16) - 4 * x[i].bsums[g]);
     s += fp16_to_f32_fast(w[i].d) * x[i].d * (float)sum;
   }
   return s;
 }
 
 // w = d sc_j q - dmin m_j per sub-block j of 32, q 5 bits
-float dot_q5_k(const BlockQ5_K* w, const BlockQ8KA* x, int64_t nblk) {
+inline float dot_q5_k(const BlockQ5_K* w, const BlockQ8KA* x, int64_t nblk) {
   float s = 0.0f;
   for (int64_t i = 0; i < nblk; ++i) {
     uint8_t q[256];
@@ -193,7 +193,7 @@ float dot_q5_k(const BlockQ5_K* w, const BlockQ8KA* x, int64_t nblk) {
 }
 
 // w = d (ls_j - 32) grid[q] per sub-block j of 32
-float dot_iq4_xs(const BlockIQ4_XS* w, const BlockQ8KA* x, int64_t nblk) {
+inline float dot_iq4_xs(const BlockIQ4_XS* w, const BlockQ8KA* x, int64_t nblk) {
   float s = 0.0f;
   for (int64_t i = 0; i < nblk; ++i) {
     int32_t sum = 0;
@@ -217,19 +217,35 @@ void rows_dot_q(int64_t K, const void* a, size_t lda, int64_t nr, const void* co
   }
 }
 
-#define LOOM_EXTRA_QUANT_KERNEL(T, Block, N, deq, act, X, dot)                                                        \
-  {DType::T,  N,       sizeof(Block), dot_cols<DecRef<Block, N, deq>>, to_f32<DecRef<Block, N, deq>>, nullptr, act, \
-   rows_dot_q<Block, X, dot>, nullptr}
-#define LOOM_EXTRA_QUANT_KERNELS                                                                                   \
-  LOOM_EXTRA_QUANT_KERNEL(Q4_1, BlockQ4_1, 32, dequantize_q4_1_row, ActType::q8, BlockQ8A, dot_q4_1),              \
-      LOOM_EXTRA_QUANT_KERNEL(Q5_0, BlockQ5_0, 32, dequantize_q5_0_row, ActType::q8, BlockQ8A, dot_q5_0),          \
-      LOOM_EXTRA_QUANT_KERNEL(Q5_1, BlockQ5_1, 32, dequantize_q5_1_row, ActType::q8, BlockQ8A, dot_q5_1),          \
-      LOOM_EXTRA_QUANT_KERNEL(IQ4_NL, BlockIQ4_NL, 32, dequantize_iq4_nl_row, ActType::q8, BlockQ8A, dot_iq4_nl),  \
-      LOOM_EXTRA_QUANT_KERNEL(MXFP4, BlockMXFP4, 32, dequantize_mxfp4_row, ActType::q8, BlockQ8A, dot_mxfp4),      \
-      LOOM_EXTRA_QUANT_KERNEL(Q2_K, BlockQ2_K, 256, dequantize_q2_k_row, ActType::q8k, BlockQ8KA, dot_q2_k),       \
-      LOOM_EXTRA_QUANT_KERNEL(Q3_K, BlockQ3_K, 256, dequantize_q3_k_row, ActType::q8k, BlockQ8KA, dot_q3_k),       \
-      LOOM_EXTRA_QUANT_KERNEL(Q5_K, BlockQ5_K, 256, dequantize_q5_k_row, ActType::q8k, BlockQ8KA, dot_q5_k),       \
-      LOOM_EXTRA_QUANT_KERNEL(IQ4_XS, BlockIQ4_XS, 256, dequantize_iq4_xs_row, ActType::q8k, BlockQ8KA, dot_iq4_xs)
+// Table rows of the types: `rows(name, Block, X, dot)` names each type's rows_dot (the scalar
+// level: rows_dot_q<Block, X, dot>; the SIMD levels: their rows_dot_<name>_<level>).
+#define LOOM_EXTRA_QUANT_KERNEL(T, Block, N, deq, act, rows)                                                        \
+  {                                                                                                                 \
+    DType::T, N, sizeof(Block), dot_cols<DecRef<Block, N, deq>>, to_f32<DecRef<Block, N, deq>>, nullptr, act, rows, \
+        nullptr                                                                                                     \
+  }
+#define LOOM_EXTRA_QUANT_KERNELS(rows)                                                       \
+  LOOM_EXTRA_QUANT_KERNEL(Q4_1, BlockQ4_1, 32, dequantize_q4_1_row, ActType::q8,             \
+                          rows(q4_1, BlockQ4_1, BlockQ8A, dot_q4_1)),                        \
+      LOOM_EXTRA_QUANT_KERNEL(Q5_0, BlockQ5_0, 32, dequantize_q5_0_row, ActType::q8,         \
+                              rows(q5_0, BlockQ5_0, BlockQ8A, dot_q5_0)),                    \
+      LOOM_EXTRA_QUANT_KERNEL(Q5_1, BlockQ5_1, 32, dequantize_q5_1_row, ActType::q8,         \
+                              rows(q5_1, BlockQ5_1, BlockQ8A, dot_q5_1)),                    \
+      LOOM_EXTRA_QUANT_KERNEL(IQ4_NL, BlockIQ4_NL, 32, dequantize_iq4_nl_row, ActType::q8,   \
+                              rows(iq4_nl, BlockIQ4_NL, BlockQ8A, dot_iq4_nl)),              \
+      LOOM_EXTRA_QUANT_KERNEL(MXFP4, BlockMXFP4, 32, dequantize_mxfp4_row, ActType::q8,      \
+                              rows(mxfp4, BlockMXFP4, BlockQ8A, dot_mxfp4)),                 \
+      LOOM_EXTRA_QUANT_KERNEL(Q2_K, BlockQ2_K, 256, dequantize_q2_k_row, ActType::q8k,       \
+                              rows(q2_k, BlockQ2_K, BlockQ8KA, dot_q2_k)),                   \
+      LOOM_EXTRA_QUANT_KERNEL(Q3_K, BlockQ3_K, 256, dequantize_q3_k_row, ActType::q8k,       \
+                              rows(q3_k, BlockQ3_K, BlockQ8KA, dot_q3_k)),                   \
+      LOOM_EXTRA_QUANT_KERNEL(Q5_K, BlockQ5_K, 256, dequantize_q5_k_row, ActType::q8k,       \
+                              rows(q5_k, BlockQ5_K, BlockQ8KA, dot_q5_k)),                   \
+      LOOM_EXTRA_QUANT_KERNEL(IQ4_XS, BlockIQ4_XS, 256, dequantize_iq4_xs_row, ActType::q8k, \
+                              rows(iq4_xs, BlockIQ4_XS, BlockQ8KA, dot_iq4_xs))
+#define LOOM_ROWS_REF(name, Block, X, dot) rows_dot_q<Block, X, dot>
+#define LOOM_ROWS_AVX2(name, Block, X, dot) rows_dot_##name##_avx2
+#define LOOM_ROWS_AVX512(name, Block, X, dot) rows_dot_##name##_avx512
 
 }  // namespace
 }  // namespace loom::cpu
