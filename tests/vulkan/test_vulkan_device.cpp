@@ -4,6 +4,7 @@
 // Every test skips when the build has no Vulkan backend or the machine no Vulkan device.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -151,6 +152,30 @@ TEST_F(VulkanTest, EveryClaimedOpCasePassesAgainstTheCpu) {
     ok += r.status == testing::CaseStatus::ok;
   }
   EXPECT_GE(ok, 200);
+}
+
+// A weight larger than one binding (lavapipe binds 128 MiB; LOOM_VULKAN_MAX_BINDING pretends
+// 64 KiB here) runs on the device in blocks of rows, one dispatch each, and equals the CPU.
+TEST_F(VulkanTest, MatMulOfAWeightLargerThanOneBindingRunsInRowBlocks) {
+  setenv("LOOM_VULKAN_MAX_BINDING", "65536", 1);
+  std::string note;
+  std::vector<std::unique_ptr<Device>> small = vulkan::make_devices(note);
+  unsetenv("LOOM_VULKAN_MAX_BINDING");
+  ASSERT_FALSE(small.empty()) << note;
+  int ran = 0;
+  for (DType t : {DType::F32, DType::Q8_0, DType::Q4_K}) {
+    testing::OpCase c;
+    c.op = "MUL_MAT";
+    c.params = std::string("type_a=") + dtype_name(t) + ",m=700,n=3,k=1024 (weight > 64 KiB)";
+    c.max_nmse = 5e-4;
+    c.build = [t](testing::CaseBuilder& b) {
+      ops::mul_mat(b.ctx(), b.input(t, {1024, 700}), b.input(DType::F32, {1024, 3}));
+    };
+    const testing::CaseResult r = testing::run_test(c, *small.front());
+    EXPECT_EQ(r.status, testing::CaseStatus::ok) << r.name() << ": " << r.message;
+    ran += r.status == testing::CaseStatus::ok;
+  }
+  EXPECT_EQ(ran, 3);
 }
 
 TEST_F(VulkanTest, SoftwareDevicesAreListedButNotDefaults) {

@@ -86,6 +86,10 @@ VulkanDevice::VulkanDevice(int index, VkPhysicalDevice phys, uint32_t queue_fami
   VkPhysicalDeviceProperties props;
   vkGetPhysicalDeviceProperties(phys, &props);
   limits_ = props.limits;
+  if (const char* cap = std::getenv("LOOM_VULKAN_MAX_BINDING")) {  // (testing) pretend to bind less
+    const uint64_t c = std::strtoull(cap, nullptr, 10);
+    if (c >= 4096 && c < limits_.maxStorageBufferRange) limits_.maxStorageBufferRange = (uint32_t)c;
+  }
   software_ = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
   vkGetPhysicalDeviceMemoryProperties(phys, &mem_props_);
   has_budget_ = has_extension(phys, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);

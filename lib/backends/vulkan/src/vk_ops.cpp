@@ -42,6 +42,16 @@ bool fits(const VulkanDevice& dev, const Tensor* t) {
   return !t || t->nbytes() + dev.limits().minStorageBufferOffsetAlignment <= dev.limits().maxStorageBufferRange;
 }
 
+// MUL_MAT with a 2-D weight larger than one binding: rows per dispatch so that each dispatch's
+// rows of the weight fit one binding (0: the weight fits whole, or cannot be split by rows).
+int64_t mul_mat_chunk_rows(const VulkanDevice& dev, const Tensor* n) {
+  const Tensor* a = n->src[0];
+  if (fits(dev, a) || n->op != OpKind::MUL_MAT || a->ne[2] != 1 || a->ne[3] != 1 || !rows_contiguous(a)) return 0;
+  const size_t room = dev.limits().maxStorageBufferRange - dev.limits().minStorageBufferOffsetAlignment;
+  const int64_t rows = std::min<int64_t>((int64_t)(room / a->nb[1]), a->ne[1]);
+  return rows > 0 && (a->ne[1] + rows - 1) / rows <= 4096 ? rows : 0;  // a bounded number of dispatches
+}
+
 struct Push {
   Dispatch& d;
   size_t n = 0;
@@ -180,20 +190,44 @@ void enc_rope(VulkanDevice& dev, const Tensor* n, Dispatch& d) {
   grid_1d(d, (uint64_t)(a->ne[0] / 2) * (uint64_t)a->nrows(), 128);
 }
 
-void enc_mul_mat(VulkanDevice& dev, const Tensor* n, Dispatch& d) {
+// rows >= 0: only a's rows [r0, r0 + rows) and the output's (a weight larger than one binding).
+void enc_mul_mat(VulkanDevice& dev, const Tensor* n, Dispatch& d, int64_t r0 = 0, int64_t rows = -1) {
   const bool is_id = n->op == OpKind::MUL_MAT_ID;
   const Tensor* a = n->src[0];
   const Tensor* b = n->src[1];
   const Tensor* ids = is_id ? n->src[2] : nullptr;
+  uint32_t a_rel = 0, d_rel = 0;
+  if (rows < 0) {
+    rows = a->ne[1];
+    a_rel = bind(dev, d, 0, a);
+    d_rel = bind(dev, d, 3, n);
+  } else {
+    TensorLoc la, ld;
+    LOOM_CHECK(dev.locate(a, la) && dev.locate(n, ld), internal, "{}: '{}' is not in memory the device can bind",
+               dev.name(), n->name);
+    d.bindings[0] = dev.bind(*la.alloc, la.offset + (size_t)r0 * a->nb[1], (size_t)rows * a->nb[1], a_rel);
+    d.bindings[3] = dev.bind(*ld.alloc, ld.offset + (size_t)r0 * 4, n->nbytes() - (size_t)r0 * 4, d_rel);
+  }
   Push p{d};
-  p.u(bind(dev, d, 0, a)).u(bind(dev, d, 1, b)).u(bind(dev, d, 3, n)).u(ids ? bind(dev, d, 2, ids) : 0);
-  p.u((uint64_t)a->ne[0]).u((uint64_t)a->ne[1]).u((uint64_t)n->ne[1]);
+  p.u(a_rel).u(bind(dev, d, 1, b)).u(d_rel).u(ids ? bind(dev, d, 2, ids) : 0);
+  p.u((uint64_t)a->ne[0]).u((uint64_t)rows).u((uint64_t)n->ne[1]);
   p.u((uint64_t)a->ne[2]).u((uint64_t)a->ne[3]).u((uint64_t)b->ne[2]).u((uint64_t)b->ne[3]);
   p.nb(a).nb(b).nb(n, 1).u(ids ? ids->nb[1] : 0).u(float_code(b->type)).u(is_id ? 1 : 0).u((uint64_t)b->ne[1]);
   d.pipeline = dev.pipeline(typed(Shader::mul_mat_f32, a->type));
-  d.groups[0] = (uint32_t)((a->ne[1] + 63) / 64);
+  d.groups[0] = (uint32_t)((rows + 63) / 64);
   d.groups[1] = (uint32_t)n->ne[1];
   d.groups[2] = (uint32_t)(n->ne[2] * n->ne[3]);
+}
+
+// A weight larger than one binding (lavapipe binds 128 MiB): one dispatch per block of rows, each
+// binding its rows of the weight and of the output (disjoint writes: no barrier between them).
+void enc_mul_mat_chunked(VulkanDevice& dev, const Tensor* n, int64_t chunk, std::vector<Dispatch>& out) {
+  const int64_t m = n->src[0]->ne[1];
+  for (int64_t r0 = 0; r0 < m; r0 += chunk) {
+    Dispatch d;
+    enc_mul_mat(dev, n, d, r0, std::min(chunk, m - r0));
+    out.push_back(d);
+  }
 }
 
 void enc_flash_attn(VulkanDevice& dev, const Tensor* n, Dispatch& d) {
@@ -243,7 +277,7 @@ bool is_compute(const Tensor* n) { return n->op != OpKind::NONE && !op_info(n->o
 
 bool op_supported(const VulkanDevice& dev, const Tensor* n) {
   for (int i = 0; i < kMaxSrc; ++i)
-    if (!fits(dev, n->src[i])) return false;
+    if (!fits(dev, n->src[i]) && !(i == 0 && mul_mat_chunk_rows(dev, n) > 0)) return false;
   if (!fits(dev, n)) return false;
   const Tensor* a = n->src[0];
   const Tensor* b = n->src[1];
@@ -391,6 +425,7 @@ void encode(VulkanDevice& dev, const Unit& u, std::vector<Dispatch>& out) {
   LOOM_CHECK(op_supported(dev, n), unsupported, "{}: no kernel for {} '{}' ({})", dev.name(), op_name(n->op), n->name,
              describe(*n));
   if (n->nelements() == 0) return;
+  if (const int64_t chunk = mul_mat_chunk_rows(dev, n); chunk > 0) return enc_mul_mat_chunked(dev, n, chunk, out);
   switch (n->op) {
     case OpKind::CPY:
     case OpKind::DUP:
