@@ -1,18 +1,25 @@
 // Loads loom-written GGUF files in the real llama.cpp (the prebuilt libllama/libggml that the npm
 // package @node-llama-cpp/linux-x64 ships; nothing is compiled) through node-llama-cpp's API, and
 // compares it with loom: tokenization against `loom-gguf tokenize --ids`, greedy generation
-// against `loom-run --temp 0 --json`. Normally run by scripts/llamacpp-compat.sh, which installs
+// against `loom-run --temp 0 --json`, perplexity on a text (llama-perplexity's protocol: chunks of
+// PPL_CTX tokens, BOS first, the second half of each chunk scored) against `loom-run --perplexity`
+// within 0.1%. Normally run by scripts/llamacpp-compat.sh, which installs
 // node-llama-cpp first.
 //
 // usage: node scripts/llamacpp-compat.mjs [--loom-bin DIR] [--inp FILE] MODEL.gguf ...
 //   LOOM_BIN           loom binaries (default build/bin, relative to the repo root)
 //   LOOM_LLAMACPP_DIR  folder whose node_modules holds node-llama-cpp
 //                      (default ${XDG_CACHE_HOME:-$HOME/.cache}/loom/llamacpp-compat)
+//   --ppl-text FILE    the perplexity text (default: the repo's README.md and docs/*.md)
 //   --inp FILE         extra test strings in llama.cpp's tests/*.inp format (default: the
 //                      repo's ../shared/data/vocab/ggml-vocab-gpt-2.gguf.inp when it exists)
 // Prints a JSON report on stdout and a summary on stderr. Exit 0 when every model passes: loads
-// with check_tensors, no warning/error log line, every tokenization and every greedy generation
-// identical; 1 when one does not; 2 on a usage or setup error.
+// with check_tensors, no warning/error log line, every tokenization identical, perplexity within
+// 0.1%, and, for float weights (general.file_type F32/F16/BF16), every greedy generation identical;
+// 1 when one does not; 2 on a usage or setup error. Greedy tokens of quantized files are reported
+// but not required: llama.cpp rounds activations to 8 bits for quantized dot products where loom
+// keeps them in float for some types, and the near-flat logits of the random test models flip on
+// such differences (perplexity, which weighs every token, is the check there).
 import { spawnSync } from "node:child_process";
 import { createRequire } from "node:module";
 import fs from "node:fs";
@@ -22,6 +29,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const N_GEN = 16;
+const PPL_CTX = 128, PPL_CHUNKS = 4, PPL_TOLERANCE = 1e-3;
 const PROMPTS = ["The quick brown fox", "Once upon a time, there was a little girl named Lily.", "Hello world"];
 const BUILTIN_STRINGS = [
     "Hello world",
@@ -64,12 +72,14 @@ function die(msg) {
 let loomBin = process.env.LOOM_BIN || "build/bin";
 let inpPath = path.join(repoRoot, "..", "shared", "data", "vocab", "ggml-vocab-gpt-2.gguf.inp");
 let inpExplicit = false;
+let pplText = null;
 const models = [];
 const argv = process.argv.slice(2);
 for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === "--loom-bin" && i + 1 < argv.length) loomBin = argv[++i];
     else if (a === "--inp" && i + 1 < argv.length) { inpPath = argv[++i]; inpExplicit = true; }
+    else if (a === "--ppl-text" && i + 1 < argv.length) pplText = path.resolve(argv[++i]);
     else if (a === "-h" || a === "--help") {
         process.stdout.write("usage: node scripts/llamacpp-compat.mjs [--loom-bin DIR] [--inp FILE] MODEL.gguf ...\n");
         process.exit(0);
@@ -123,6 +133,49 @@ function run(tool, args, timeout) {
     if (r.error) return { error: String(r.error.message) };
     if (r.status !== 0) return { error: `${tool} exit ${r.status ?? r.signal}: ${(r.stderr || "").trim().split("\n").pop()}` };
     return { stdout: r.stdout };
+}
+
+// The perplexity text as one file (loom-run reads it with -f).
+function pplTextFile() {
+    if (pplText) return pplText;
+    const docs = path.join(repoRoot, "docs");
+    const files = [path.join(repoRoot, "README.md"),
+                   ...fs.readdirSync(docs).filter((f) => f.endsWith(".md")).sort().map((f) => path.join(docs, f))];
+    const out = path.join(os.tmpdir(), `loom-ppl-text-${process.pid}.txt`);
+    fs.writeFileSync(out, files.map((f) => fs.readFileSync(f, "utf8")).join("\n"));
+    return out;
+}
+
+// llama-perplexity's protocol on llama.cpp: the text tokenized with BOS when the model asks for
+// it, chunks of nCtx tokens whose first token is BOS, the tokens of the second half scored.
+async function llamaPerplexity(model, text, nCtx, nChunks) {
+    const bos = model.tokens.shouldPrependBosToken ? model.tokens.bos : null;
+    const tokens = [...(bos !== null ? [bos] : []), ...model.tokenize(text, false)];
+    const chunks = Math.min(nChunks, Math.floor(tokens.length / nCtx));
+    const ctx = await model.createContext({ contextSize: nCtx, batchSize: nCtx, threads: 1, sequences: 1 });
+    const first = Math.floor(nCtx / 2);
+    let nll = 0, count = 0;
+    const seq = ctx.getSequence();
+    for (let c = 0; c < chunks; c++) {
+        await seq.clearHistory();
+        const chunk = tokens.slice(c * nCtx, (c + 1) * nCtx);
+        if (bos !== null) chunk[0] = bos;
+        const input = chunk.map((t, j) => (j >= first && j < nCtx - 1 ? [t, { generateNext: { logits: true } }] : t));
+        const out = await seq.controlledEvaluate(input);
+        for (let j = first; j < nCtx - 1; j++) {  // the logits at position j predict token j + 1
+            const logits = out[j]?.next?.logits;  // raw: the log-softmax is taken here, in double
+            if (!logits) throw new Error(`llama.cpp returned no logits at position ${j}`);
+            let max = -Infinity;
+            for (const v of logits.values()) max = Math.max(max, v);
+            let sum = 0;
+            for (const v of logits.values()) sum += Math.exp(v - max);
+            nll += max + Math.log(sum) - logits.get(chunk[j + 1]);
+            count++;
+        }
+    }
+    seq.dispose();
+    await ctx.dispose();
+    return { ppl: Math.exp(nll / count), chunks, scored: count };
 }
 
 async function checkModel(arg) {
@@ -186,13 +239,30 @@ async function checkModel(arg) {
             res.generation.push(g);
         }
         await ctx.dispose();
+
+        // perplexity: llama.cpp (above) against loom-run --perplexity on the same text and protocol
+        const textFile = pplTextFile();
+        const lp = await llamaPerplexity(model, fs.readFileSync(textFile, "utf8"), PPL_CTX, PPL_CHUNKS);
+        const r = run("loom-run", ["-m", modelPath, "--perplexity", "-f", textFile, "-c", String(PPL_CTX), "-b",
+                                  String(PPL_CTX), "--chunks", String(PPL_CHUNKS), "-t", "1", "--n-gpu-layers", "0",
+                                  "--json"], 600000);
+        res.perplexity = { text: textFile, n_ctx: PPL_CTX, chunks: lp.chunks, llamacpp: lp.ppl };
+        if (r.error) res.perplexity.loom_error = r.error;
+        else {
+            try { res.perplexity.loom = JSON.parse(r.stdout).ppl; } catch (e) { res.perplexity.loom_error = String(e); }
+        }
+        res.perplexity.rel_diff = res.perplexity.loom === undefined ? null : Math.abs(res.perplexity.loom / lp.ppl - 1);
+        res.perplexity.ok = res.perplexity.rel_diff !== null && res.perplexity.rel_diff < PPL_TOLERANCE;
         await model.dispose();
     }
     // every log line llama.cpp (and node-llama-cpp) wrote while loading, tokenizing and generating
     const bad = logs.filter((l) => ["fatal", "error", "warn"].includes(l.level));
     res.log = { lines: logs.length, warnings_errors: bad.length, warning_error_lines: bad.map((l) => `[${l.level}] ${l.line}`) };
-    res.ok = res.load === "OK" && bad.length === 0 &&
-             res.tokenize.identical === res.tokenize.strings && res.generation.every((g) => g.identical);
+    const info = run("loom-gguf", ["info", modelPath], 60000);
+    const ftype = Number((/general\.file_type\s+\S+\s+=\s+(\d+)/.exec(info.stdout || "") || [])[1] ?? -1);
+    res.float_weights = ftype === 0 || ftype === 1 || ftype === 32;  // llama_ftype ALL_F32, MOSTLY_F16, MOSTLY_BF16
+    res.ok = res.load === "OK" && bad.length === 0 && res.tokenize.identical === res.tokenize.strings &&
+             res.perplexity.ok && (!res.float_weights || res.generation.every((g) => g.identical));
     return res;
 }
 
@@ -215,7 +285,10 @@ for (const m of models) {
         const gOk = r.generation.filter((g) => g.identical).length;
         err(`${m}: ${r.ok ? "PASS" : "FAIL"}: load OK (check_tensors), ${r.log.warnings_errors} warning/error log lines, ` +
             `tokenization ${r.tokenize.identical}/${r.tokenize.strings} identical, ` +
-            `greedy ${N_GEN}-token generation ${gOk}/${r.generation.length} identical`);
+            `greedy ${N_GEN}-token generation ${gOk}/${r.generation.length} identical` +
+            `${r.float_weights ? "" : " (quantized: reported only)"}, ` +
+            `perplexity llama.cpp ${r.perplexity.llamacpp.toFixed(4)} loom ${r.perplexity.loom?.toFixed(4) ?? r.perplexity.loom_error} ` +
+            `(${r.perplexity.rel_diff === null ? "-" : (100 * r.perplexity.rel_diff).toFixed(4) + "%"})`);
         for (const x of r.tokenize.mismatches.slice(0, 5))
             err(`  tokenize ${JSON.stringify(x.text)}: llama.cpp [${x.llamacpp}] loom [${x.loom ?? x.loom_error}]`);
         for (const g of r.generation.filter((g) => !g.identical))
