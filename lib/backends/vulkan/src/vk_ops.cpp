@@ -105,6 +105,7 @@ int ew_code(OpKind op) {
     case OpKind::LOG: return 12;
     case OpKind::SQR: return 13;
     case OpKind::SQRT: return 14;
+    case OpKind::SILU_BACK: return 15;
     default: return -1;
   }
 }
@@ -112,15 +113,60 @@ int ew_code(OpKind op) {
 void enc_elementwise(VulkanDevice& dev, const Tensor* n, Dispatch& d) {
   const int code = ew_code(n->op);
   const Tensor* a = n->src[0];
-  const Tensor* b = code < 5 ? n->src[1] : nullptr;
+  const bool binary = code < 5 || code == 15;
+  const bool scalar = !binary;  // p0, p1: SCALE's and CLAMP's parameters
+  const Tensor* b = binary ? n->src[1] : nullptr;
   Push p{d};
   p.u(bind(dev, d, 0, a)).u(b ? bind(dev, d, 1, b) : 0).u(bind(dev, d, 2, n)).u((uint64_t)code);
   p.ne(n).nb(a);
   if (b) p.ne(b).nb(b); else p.u(1).u(1).u(1).u(1).u(0).u(0).u(0).u(0);
   p.nb(n).u(float_code(a->type) | (b ? float_code(b->type) << 4 : 0));
-  p.f(code >= 5 ? n->param_f32(0) : 0.0f).f(code >= 5 ? n->param_f32(1) : 0.0f);
+  p.f(scalar ? n->param_f32(0) : 0.0f).f(scalar ? n->param_f32(1) : 0.0f);
   d.pipeline = dev.pipeline(Shader::elementwise);
   grid_1d(d, (uint64_t)n->nelements(), 256);
+}
+
+// OPT_STEP_ADAMW / OPT_STEP_SGD: the parameter (the node is a view of it) and AdamW's m, v
+// are updated in place.
+void enc_opt_step(VulkanDevice& dev, const Tensor* n, Dispatch& d) {
+  const bool adamw = n->op == OpKind::OPT_STEP_ADAMW;
+  const Tensor* hp = n->src[adamw ? 4 : 2];
+  Push p{d};
+  p.u(bind(dev, d, 0, n->src[0])).u(bind(dev, d, 1, n->src[1]));
+  p.u(adamw ? bind(dev, d, 2, n->src[2]) : 0).u(adamw ? bind(dev, d, 3, n->src[3]) : 0);
+  p.u(bind(dev, d, 4, hp)).u((uint64_t)n->src[0]->nelements()).u(adamw ? 0 : 1);
+  d.pipeline = dev.pipeline(Shader::opt_step);
+  grid_1d(d, (uint64_t)n->src[0]->nelements(), 256);
+}
+
+void enc_out_prod(VulkanDevice& dev, const Tensor* n, Dispatch& d) {
+  const Tensor* a = n->src[0];
+  const Tensor* b = n->src[1];
+  Push p{d};
+  p.u(bind(dev, d, 0, a)).u(bind(dev, d, 1, b)).u(bind(dev, d, 2, n)).u((uint64_t)a->ne[1]);
+  p.u((uint64_t)n->ne[0]).u((uint64_t)n->ne[1]).u((uint64_t)n->ne[2]).u((uint64_t)n->ne[3]);
+  p.u((uint64_t)a->ne[2]).u((uint64_t)a->ne[3]).u(0).u(0).nb(a).nb(b).nb(n);
+  d.pipeline = dev.pipeline(Shader::out_prod);
+  grid_1d(d, (uint64_t)n->nelements(), 256);
+}
+
+// SOFT_MAX_BACK (mode 0), RMS_NORM_BACK (1), CROSS_ENTROPY_LOSS_BACK (2): one workgroup per row;
+// CROSS_ENTROPY_LOSS (3): one workgroup over every row.
+void enc_train_rows(VulkanDevice& dev, const Tensor* n, Dispatch& d) {
+  uint32_t mode = 0;
+  const Tensor *a = n->src[0], *b = n->src[1], *c = nullptr;
+  float p0 = 0.0f;
+  switch (n->op) {
+    case OpKind::SOFT_MAX_BACK: p0 = n->param_f32(0); break;
+    case OpKind::RMS_NORM_BACK: mode = 1; p0 = n->param_f32(0); break;
+    case OpKind::CROSS_ENTROPY_LOSS_BACK: mode = 2; c = n->src[0]; a = n->src[1]; b = n->src[2]; break;
+    default: mode = 3; break;
+  }
+  Push p{d};
+  p.u(bind(dev, d, 0, a)).u(bind(dev, d, 1, b)).u(c ? bind(dev, d, 2, c) : 0).u(bind(dev, d, 3, n));
+  p.ne(a).nb(a).nb(b).nb(n, 1).u(mode).f(p0);
+  d.pipeline = dev.pipeline(Shader::train_rows);
+  grid_rows(d, mode == 3 ? 1 : (uint64_t)a->nrows());
 }
 
 void enc_copy(VulkanDevice& dev, const Tensor* n, Dispatch& d) {
@@ -299,6 +345,30 @@ bool op_supported(const VulkanDevice& dev, const Tensor* n) {
     case OpKind::SQR:
     case OpKind::SQRT:
       return n->type == DType::F32 && is_float(a->type);
+    case OpKind::SILU_BACK:
+      return n->type == DType::F32 && is_float(a->type) && is_float(b->type) && same_shape(*a, *b) &&
+             same_shape(*n, *a);
+    case OpKind::OPT_STEP_ADAMW:
+    case OpKind::OPT_STEP_SGD: {
+      const int nsrc = n->op == OpKind::OPT_STEP_ADAMW ? 5 : 3;
+      for (int i = 0; i < nsrc; ++i)
+        if (!n->src[i] || n->src[i]->type != DType::F32 || !n->src[i]->is_contiguous()) return false;
+      return true;
+    }
+    case OpKind::SOFT_MAX_BACK:
+    case OpKind::RMS_NORM_BACK:
+      return a->type == DType::F32 && b && b->type == DType::F32 && same_shape(*a, *b) && same_shape(*n, *a) &&
+             n->type == DType::F32 && n->nb[0] == 4;
+    case OpKind::CROSS_ENTROPY_LOSS_BACK: {
+      const Tensor* labels = n->src[2];
+      return a->type == DType::F32 && b->type == DType::F32 && labels && labels->type == DType::F32 &&
+             same_shape(*b, *labels) && same_shape(*n, *b) && n->type == DType::F32 && n->nb[0] == 4;
+    }
+    case OpKind::CROSS_ENTROPY_LOSS:
+      return a->type == DType::F32 && b && b->type == DType::F32 && same_shape(*a, *b) && n->type == DType::F32;
+    case OpKind::OUT_PROD:
+      return a->type == DType::F32 && b->type == DType::F32 && n->type == DType::F32 && n->nb[0] == 4 &&
+             a->ne[2] > 0 && a->ne[3] > 0 && b->ne[2] % a->ne[2] == 0 && b->ne[3] % a->ne[3] == 0;
     case OpKind::CPY:
     case OpKind::DUP:
     case OpKind::CONT:
@@ -402,6 +472,8 @@ std::vector<Unit> make_units(const VulkanDevice* dev, std::span<Tensor* const> n
       for (const Tensor* s : nodes[j]->src)
         if (s) u.reads.push_back(range_of(s));
       u.writes.push_back(range_of(nodes[j]));
+      if (nodes[j]->op == OpKind::OPT_STEP_ADAMW)  // AdamW's moments, updated in place
+        for (int k : {2, 3}) u.writes.push_back(range_of(nodes[j]->src[k]));
     }
     const size_t last = u.last;
     units.push_back(std::move(u));
@@ -444,6 +516,13 @@ void encode(VulkanDevice& dev, const Unit& u, std::vector<Dispatch>& out) {
     case OpKind::FLASH_ATTN_EXT: enc_flash_attn(dev, n, d); break;
     case OpKind::ARGSORT:
     case OpKind::TOP_K: enc_argsort(dev, n, d); break;
+    case OpKind::OPT_STEP_ADAMW:
+    case OpKind::OPT_STEP_SGD: enc_opt_step(dev, n, d); break;
+    case OpKind::OUT_PROD: enc_out_prod(dev, n, d); break;
+    case OpKind::SOFT_MAX_BACK:
+    case OpKind::RMS_NORM_BACK:
+    case OpKind::CROSS_ENTROPY_LOSS:
+    case OpKind::CROSS_ENTROPY_LOSS_BACK: enc_train_rows(dev, n, d); break;
     default: enc_elementwise(dev, n, d); break;
   }
   out.push_back(d);
