@@ -91,21 +91,7 @@ class VulkanStream final : public Stream {
 
   Status compute(const Graph& graph, std::span<Tensor* const> nodes) override {
     try {
-      const uint64_t key = split_key(graph, nodes);
-      auto it = cache_.find(key);
-      if (it != cache_.end()) {
-        ++dev_.stats().reuse_hits;
-        touch(key);
-      } else {
-        Recording r = record(graph, nodes);
-        it = cache_.emplace(key, r).first;
-        lru_.push_front(key);
-        evict();
-      }
-      Recording& r = it->second;
-      if (r.submitted > completed()) wait_value(r.submitted);  // still pending from the last call
-      submit(r.cb);
-      r.submitted = value_;
+      submit_cached(split_key(graph, nodes), [&] { return record(graph, nodes); });
     } catch (const Error& e) {
       return Status::error(e.kind(), e.what());
     }
@@ -279,11 +265,7 @@ class VulkanStream final : public Stream {
   void enqueue_copy(const TensorLoc& s, const TensorLoc& d, size_t n) {
     uint64_t key = mix(0xc09c09ull, (uint64_t)(uintptr_t)s.alloc->buffer);
     key = mix(mix(mix(mix(key, s.offset), (uint64_t)(uintptr_t)d.alloc->buffer), d.offset), n);
-    auto it = cache_.find(key);
-    if (it != cache_.end()) {
-      ++dev_.stats().reuse_hits;
-      touch(key);
-    } else {
+    submit_cached(key, [&] {
       Recording r;
       VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
       ai.commandPool = pool_;
@@ -310,7 +292,20 @@ class VulkanStream final : public Stream {
                            0, 1, &after, 0, nullptr, 0, nullptr);
       LOOM_VK_CHECK(vkEndCommandBuffer(r.cb), dev_.name() + ": record copy");
       ++dev_.stats().recordings;
-      it = cache_.emplace(key, r).first;
+      return r;
+    });
+    ++dev_.stats().async_copies;
+  }
+
+  // Submits the recording cached under key, recording it with make() the first time.
+  template <typename Make>
+  void submit_cached(uint64_t key, Make&& make) {
+    auto it = cache_.find(key);
+    if (it != cache_.end()) {
+      ++dev_.stats().reuse_hits;
+      touch(key);
+    } else {
+      it = cache_.emplace(key, make()).first;
       lru_.push_front(key);
       evict();
     }
@@ -318,7 +313,6 @@ class VulkanStream final : public Stream {
     if (r.submitted > completed()) wait_value(r.submitted);  // still pending from the last call
     submit(r.cb);
     r.submitted = value_;
-    ++dev_.stats().async_copies;
   }
 
   void free_recording(Recording& r) {
