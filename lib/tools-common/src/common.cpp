@@ -50,7 +50,7 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
                "(--no-mmap): read them into huge-page-backed memory");
   app.add_flag("--mlock", o.mlock, "lock the loaded weights in RAM (never swapped out)");
   app.add_flag("--repack,!--no-repack", o.repack,
-               "store the CPU's Q8_0/Q4_0/Q4_K/Q6_K matrices in the kernels' 8-row layout (default; -nr: keep the file's)");
+               "store the CPU's quantized matrices in the kernels' 8-row layout (default; -nr: keep the file's)");
   app.add_option("--flash-attn", o.flash_attn, "on, off or auto; 1 and 0 as on and off (-fa)");
   app.add_option("--cache-type-k", o.cache_type_k, "K cache type: f16, f32, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 (-ctk)");
   app.add_option("--cache-type-v", o.cache_type_v, "V cache type as -ctk; quantized needs flash attention (-ctv)");

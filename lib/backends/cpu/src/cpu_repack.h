@@ -1,4 +1,4 @@
-// Repacked Q8_0 / Q4_0 / Q4_K / Q6_K weights: the CPU device may store a weight matrix's rows in
+// Repacked quantized weights (every block type): the CPU device may store a weight matrix's rows in
 // interleaved groups of 8 ("r8") instead of GGUF's row after row, so that one 256-bit integer
 // dot product serves 8 rows at once and decode streams one sequential run of bytes per group.
 // Same bytes per group as the 8 rows it holds, so every size the planner and fit-params compute
@@ -69,7 +69,7 @@ bool repack_type(DType type);
 // Whether the active level reads repacked `type`: its rows_dot_r8 (the GEMMs pack from either
 // layout).
 bool repacked_kernels(DType type);
-// Bytes of one group block: 8 blocks' worth (8 x 34, 8 x 18, 8 x 144, 8 x 210).
+// Bytes of one group block: 8 blocks' worth.
 size_t repack_group_block_bytes(DType type);
 // nrows (a multiple of 8) GGUF rows of K values at src (lda bytes apart, lda = row size) ->
 // the repacked layout at dst (same size; dst != src).

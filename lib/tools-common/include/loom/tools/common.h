@@ -35,7 +35,7 @@ struct CommonOptions {
   bool cpu_moe = false;
   bool mmap = false;
   bool mlock = false;  // mlockall after loading (--mlock)  // CPU weights used in place in the file mapping (--mmap)
-  bool repack = true;  // CPU Q8_0/Q4_0/Q4_K/Q6_K matrices in the kernels' layout (--no-repack, -nr: as in the file)
+  bool repack = true;  // CPU quantized matrices in the kernels' layout (--no-repack, -nr: as in the file)
   std::string flash_attn = "auto";
   std::string cache_type_k = "f16";
   std::string cache_type_v = "f16";

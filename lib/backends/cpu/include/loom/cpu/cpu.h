@@ -57,7 +57,7 @@ void compute_nodes(const Graph& graph, std::span<Tensor* const> nodes, ThreadPoo
 bool supports(const Tensor* node);
 
 // Copies a weight's GGUF bytes `src` into its host memory (t.data) in the layout the active
-// kernels read fastest (cpu_repack.h: Q8_0 / Q4_0 matrices, or stacks of them, with rows in
+// kernels read fastest (cpu_repack.h: quantized matrices, or stacks of them, with rows in
 // groups of 8) and flags it kFlagRepacked; false (nothing written) when there is no such layout
 // for it. Only for weights that MUL_MAT / MUL_MAT_ID alone read (not token embeddings).
 bool repack_weight(Tensor& t, const void* src);
