@@ -16,6 +16,34 @@ layout(push_constant) uniform PC {
   uint b_type, block;
 } p;
 
+// a * b - c for a * b close to c (within a factor 2), from Dekker's exact product: Vulkan rounds
+// * and + correctly (every operation here is precise: nothing fused or reassociated), / it
+// does not (2.5 ULP; lavapipe multiplies by the reciprocal).
+float residual(float a, float b, float c) {
+  precise const float p = a * b;
+  precise const float sa = 4097.0 * a, ah = sa - (sa - a), al = a - ah;
+  precise const float sb = 4097.0 * b, bh = sb - (sb - b), bl = b - bh;
+  precise const float lo = ((ah * bh - p) + ah * bl + al * bh) + al * bl;
+  precise const float r = (p - c) + lo;  // p - c exact (Sterbenz)
+  return r;
+}
+
+// a / b rounded to nearest as IEEE division (the CPU's) for positive normal a, b: the quotient the
+// device gives, or the neighbour whose product with b is nearer to a.
+float div_rn(float a, float b) {
+  const float q = a / b;
+  float best = q, err = abs(residual(q, b, a));
+  for (int s = -1; s <= 1; s += 2) {
+    const float c = uintBitsToFloat(uint(int(floatBitsToUint(q)) + s));
+    const float e = abs(residual(c, b, a));
+    if (e < err) {
+      best = c;
+      err = e;
+    }
+  }
+  return best;
+}
+
 float load_b(uint byte) {
   if (p.b_type == 0u) return F32(b, byte);
   if (p.b_type == 1u) return F16(b, byte);
@@ -38,9 +66,9 @@ void main() {
   }
   float amax = 0.0;
   for (uint j = 0u; j < n; ++j) amax = max(amax, abs(load_b(src + j * p.b_nb0)));
-  // precise: the same IEEE operations as the CPU's quantizer, nothing fused or reassociated
-  precise const float d = amax / 127.0;
-  precise const float id = amax > 0.0 ? 127.0 / amax : 0.0;
+  // the CPU's quantizer: IEEE divisions, one rounding of each product
+  const float d = amax > 0.0 ? div_rn(amax, 127.0) : 0.0;
+  const float id = amax > 0.0 ? div_rn(127.0, amax) : 0.0;
   for (uint j = 0u; j < n; ++j) {
     precise const float q = roundEven(load_b(src + j * p.b_nb0) * id);
     precise const float v = d * q;

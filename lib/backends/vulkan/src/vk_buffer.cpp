@@ -27,6 +27,7 @@ size_t VulkanBufferType::max_size() const { return dev_.max_allocation(); }
 Device& VulkanBufferType::device() const { return dev_; }
 
 size_t VulkanBufferType::alloc_size(const Tensor* t) const {
+  if (host_) return t->nbytes();  // the CPU computes in pinned memory with its own sizes
   const ActScratch s = act_scratch(t);
   return s.used() ? s.end() : t->nbytes();
 }

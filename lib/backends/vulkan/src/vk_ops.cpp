@@ -268,7 +268,7 @@ void enc_mul_mat(VulkanDevice& dev, const Tensor* n, Dispatch& d, int64_t r0 = 0
   const Tensor* a = n->src[0];
   const Tensor* b = n->src[1];
   const Tensor* ids = is_id ? n->src[2] : nullptr;
-  const ActScratch s = act_scratch(n);
+  const ActScratch s = placed_act_scratch(n);
   uint32_t a_rel = 0, d_rel = 0;
   if (rows < 0) {
     rows = a->ne[1];
@@ -387,6 +387,14 @@ ActScratch act_scratch(const Tensor* n) {
   s.offset = (n->nbytes() + 255) / 256 * 256;
   s.form_bytes = 4 * (size_t)b->nelements();
   return s;
+}
+
+ActScratch placed_act_scratch(const Tensor* n) {
+  if (n->buffer) {
+    const auto* bt = dynamic_cast<const VulkanBufferType*>(&n->buffer->type());
+    if (!bt || bt->host()) return {};
+  }
+  return act_scratch(n);
 }
 
 bool op_supported(const VulkanDevice& dev, const Tensor* n) {
@@ -544,7 +552,7 @@ std::vector<Unit> make_units(const VulkanDevice* dev, std::span<Tensor* const> n
       for (const Tensor* s : nodes[j]->src)
         if (s) u.reads.push_back(range_of(s));
       u.writes.push_back(range_of(nodes[j]));
-      if (const ActScratch s = act_scratch(nodes[j]); s.used() && nodes[j]->data)  // its rounded activations
+      if (const ActScratch s = placed_act_scratch(nodes[j]); s.used() && nodes[j]->data)  // its rounded activations
         u.writes.push_back({(uintptr_t)nodes[j]->data + s.offset, (uintptr_t)nodes[j]->data + s.end()});
       if (nodes[j]->op == OpKind::OPT_STEP_ADAMW)  // AdamW's moments, updated in place
         for (int k : {2, 3}) u.writes.push_back(range_of(nodes[j]->src[k]));
@@ -571,7 +579,7 @@ void encode(VulkanDevice& dev, const Unit& u, std::vector<Dispatch>& out) {
   LOOM_CHECK(op_supported(dev, n), unsupported, "{}: no kernel for {} '{}' ({})", dev.name(), op_name(n->op), n->name,
              describe(*n));
   if (n->nelements() == 0) return;
-  if (const ActScratch s = act_scratch(n); s.used() && is_compute(n)) {
+  if (const ActScratch s = placed_act_scratch(n); s.used() && is_compute(n)) {
     enc_act_quant(dev, n, s, 0, out);
     if (s.mix_from) enc_act_quant(dev, n, s, 1, out);
   }

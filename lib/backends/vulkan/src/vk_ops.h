@@ -37,6 +37,10 @@ struct ActScratch {
   size_t end() const { return offset + form_bytes * (mix_from ? 2 : 1); }
 };
 ActScratch act_scratch(const Tensor* n);
+// act_scratch of a node placed in memory that has it: device-local memory (the pinned host type
+// keeps natural sizes, since the CPU computes in it with its own plan). A node elsewhere (a
+// result pinned to host memory) reads its activations unrounded.
+ActScratch placed_act_scratch(const Tensor* n);
 
 // One unit of work in a split: a node or a fused group, with what it touches.
 struct Unit {
