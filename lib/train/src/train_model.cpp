@@ -46,13 +46,6 @@ std::unique_ptr<TrainModel> TrainModel::open(const std::string& path, const Trai
   std::unique_ptr<TrainModel> m(new TrainModel());
   m->model_ = Model::load(path, lo);
   Model& model = *m->model_;
-  // gpt-oss's attention sinks (SOFT_MAX with sinks) and expert activation (SWIGLU_OAI) have no
-  // gradient rule yet; every op of the other architectures' forward has one
-  const Arch arch = model.hparams().arch;
-  LOOM_CHECK(arch != Arch::gpt_oss, unsupported,
-             "{}: gpt-oss is not supported for training (SOFT_MAX with attention sinks and SWIGLU_OAI have no "
-             "gradient rule; loom-train trains {})",
-             path, "llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3");
   const gguf::File& f = model.file();
   for (const TensorSpec& spec : arch_tensors(model.hparams())) {
     const gguf::TensorInfo* info = f.find_tensor(spec.name);
