@@ -1,6 +1,6 @@
 // Device-side helpers shared by the kernels: a tensor view passed by value (data, shape, byte
 // strides, type), element loads and stores for the plain float types, and per-element
-// dequantization of the block types (byte layouts as lib/core/quants.h defines them).
+// dequantization of the block types (block_decode.h).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -25,44 +25,8 @@ __device__ __forceinline__ const char* at(const TView& t, int64_t i0, int64_t i1
 }
 
 // Element e of a row of a block type (e counted from the row start).
-__device__ inline float dequant_at(int type, const char* row, int64_t e) {
-  switch (type) {
-    case kQ8_0: {
-      const char* b = row + (e / 32) * 34;
-      return f16_at(b) * (float)(int8_t)b[2 + e % 32];
-    }
-    case kQ4_0: {
-      const char* b = row + (e / 32) * 18;
-      const int j = (int)(e % 32);
-      const uint8_t q = (uint8_t)b[2 + (j & 15)];
-      return f16_at(b) * (float)((j < 16 ? (q & 15) : (q >> 4)) - 8);
-    }
-    case kQ4_K: {
-      const char* b = row + (e / 256) * 144;
-      const int i = (int)(e % 256), c = i / 64, hi = (i % 64) / 32, l = i % 32;
-      const uint8_t* sc = reinterpret_cast<const uint8_t*>(b + 4);
-      const int j = 2 * c + hi;
-      int s, m;
-      if (j < 4) {
-        s = sc[j] & 63;
-        m = sc[j + 4] & 63;
-      } else {
-        s = (sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4);
-        m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-      }
-      const uint8_t q = (uint8_t)b[16 + 32 * c + l];
-      return f16_at(b) * (float)s * (float)(hi ? (q >> 4) : (q & 15)) - f16_at(b + 2) * (float)m;
-    }
-    case kQ6_K: {
-      const char* b = row + (e / 256) * 210;
-      const int i = (int)(e % 256), h = i / 128, l = i % 32, kq = (i % 128) / 32;
-      const uint8_t lo = (uint8_t)b[64 * h + l + 32 * (kq & 1)];
-      const uint8_t hb = (uint8_t)b[128 + 32 * h + l];
-      const int q = ((kq < 2 ? (lo & 15) : (lo >> 4)) | (((hb >> (2 * kq)) & 3) << 4)) - 32;
-      return f16_at(b + 208) * (float)(int8_t)b[192 + i / 16] * (float)q;
-    }
-    default: return 0.0f;
-  }
+__device__ __forceinline__ float dequant_at(int type, const char* row, int64_t e) {
+  return block_value(type, reinterpret_cast<const uint8_t*>(row), e);
 }
 
 // Element (i0, i1, i2, i3) of t as f32: plain floats through their strides, block types by

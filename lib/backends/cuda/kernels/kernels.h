@@ -7,10 +7,9 @@
 
 #include <cstdint>
 
-namespace loom::cuda::k {
+#include "block_decode.h"  // TypeCode: the type ids the kernels understand
 
-// GGUF type ids (the same numbers as loom::DType) the kernels understand.
-enum TypeCode : int { kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14, kI32 = 26, kBF16 = 30 };
+namespace loom::cuda::k {
 
 struct TView {
   char* data;

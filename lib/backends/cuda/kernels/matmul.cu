@@ -1,6 +1,6 @@
 // Products the weights' own type reads in place: quantized mat-vec (decode), the experts'
-// MUL_MAT_ID and OUT_PROD. Rows are cut into 32-element units (a Q8_0/Q4_0 block, or a K-quant
-// sub-block); lanes of a warp take units in turn, so a warp reads a row's bytes in order.
+// MUL_MAT_ID and OUT_PROD. Rows are cut into 32-element units (a 32-element block, or a slice of a
+// 256-element one); lanes of a warp take units in turn, so a warp reads a row's bytes in order.
 // Larger products of quantized weights go through cuBLAS after dequantization (dispatch.cpp).
 #include "common.cuh"
 
@@ -12,62 +12,16 @@ constexpr int kCols = 8;  // columns of b one warp multiplies per pass
 
 // The 32 values of unit u of a row (block types: dim 0 contiguous; plain types by stride).
 __device__ void unit_values(const TView& t, const char* row, int64_t u, float* out) {
-  switch (t.type) {
-    case kQ8_0: {
-      const char* b = row + u * 34;
-      const float d = f16_at(b);
-      for (int i = 0; i < 32; ++i) out[i] = d * (float)(int8_t)b[2 + i];
-      return;
-    }
-    case kQ4_0: {
-      const char* b = row + u * 18;
-      const float d = f16_at(b);
-      for (int i = 0; i < 16; ++i) {
-        const uint8_t q = (uint8_t)b[2 + i];
-        out[i] = d * (float)((q & 15) - 8);
-        out[i + 16] = d * (float)((q >> 4) - 8);
-      }
-      return;
-    }
-    case kQ4_K: {
-      const char* b = row + (u / 8) * 144;
-      const int j = (int)(u % 8), c = j / 2, hi = j % 2;
-      const uint8_t* sc = reinterpret_cast<const uint8_t*>(b + 4);
-      int s, m;
-      if (j < 4) {
-        s = sc[j] & 63;
-        m = sc[j + 4] & 63;
-      } else {
-        s = (sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4);
-        m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-      }
-      const float d = f16_at(b) * (float)s, dm = f16_at(b + 2) * (float)m;
-      const uint8_t* qs = reinterpret_cast<const uint8_t*>(b + 16 + 32 * c);
-      for (int i = 0; i < 32; ++i) out[i] = d * (float)(hi ? (qs[i] >> 4) : (qs[i] & 15)) - dm;
-      return;
-    }
-    case kQ6_K: {
-      const char* b = row + (u / 8) * 210;
-      const int j = (int)(u % 8), h = j / 4, kq = j % 4;
-      const float d = f16_at(b + 208);
-      const uint8_t* ql = reinterpret_cast<const uint8_t*>(b + 64 * h + 32 * (kq & 1));
-      const uint8_t* qh = reinterpret_cast<const uint8_t*>(b + 128 + 32 * h);
-      const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192 + 2 * j);
-      for (int i = 0; i < 32; ++i) {
-        const int q = ((kq < 2 ? (ql[i] & 15) : (ql[i] >> 4)) | (((qh[i] >> (2 * kq)) & 3) << 4)) - 32;
-        out[i] = d * (float)scales[i / 16] * (float)q;
-      }
-      return;
-    }
-    default: {
-      const int64_t e0 = u * 32;
-      for (int i = 0; i < 32; ++i) {
-        const int64_t e = e0 + i;
-        const char* p = row + e * t.nb[0];
-        out[i] = e >= t.ne[0] ? 0.0f : t.type == kF32 ? *reinterpret_cast<const float*>(p)
-                                     : t.type == kF16 ? f16_at(p) : bf16_at(p);
-      }
-    }
+  if (block_shape(t.type).elems) {
+    decode_unit(t.type, reinterpret_cast<const uint8_t*>(row), u, out);
+    return;
+  }
+  const int64_t e0 = u * 32;
+  for (int i = 0; i < 32; ++i) {
+    const int64_t e = e0 + i;
+    const char* p = row + e * t.nb[0];
+    out[i] = e >= t.ne[0] ? 0.0f : t.type == kF32 ? *reinterpret_cast<const float*>(p)
+                                 : t.type == kF16 ? f16_at(p) : bf16_at(p);
   }
 }
 

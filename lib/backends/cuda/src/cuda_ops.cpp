@@ -29,9 +29,7 @@ TView view_of(const Tensor* t) {
 }
 
 bool plain(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
-bool kernel_type(DType t) {
-  return plain(t) || t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q6_K;
-}
+bool kernel_type(DType t) { return plain(t) || k::block_shape((int)t).elems > 0; }
 bool block_type(DType t) { return dtype_info(t).block_size > 1; }
 bool f32(const Tensor* t) { return t && t->type == DType::F32; }
 bool unit(const Tensor* t) { return t && t->nb[0] == dtype_info(t->type).type_size; }
