@@ -12,6 +12,7 @@
 
 #include "loom/core/error.h"
 #include "loom/model/model_file.h"
+#include "loom/model/quantize.h"
 #include "loom/model/session.h"
 #include "loom/backend/registry.h"
 
@@ -166,15 +167,33 @@ TEST(CpuWeights, LoadedByDefaultMappedWithMmap) {
   std::filesystem::remove(path);
 }
 
-// Q8_0 / Q4_0 / Q4_K matrices repacked for the CPU kernels (the default where the CPU level has
-// them) give the logits of the file's layout (--no-repack) to float rounding, through both the
-// decode rows (one column) and the int8 GEMM (a 40-token prompt); token embeddings are never
-// repacked.
+// A tiny llama in `type`: written so (Q8_0 / Q4_0 / Q4_K), or quantized with --pure from F32 (the
+// types `loom-gguf new` does not write).
+std::string make_model_of_type(DType type, const std::string& tag) {
+  if (type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_K) return make_model(Arch::llama, tag, type);
+  const std::string f32 = make_model(Arch::llama, tag + "-f32");
+  QuantizeOptions o;
+  o.input = f32;
+  o.output = f32.substr(0, f32.size() - 9) + ".gguf";  // without "-f32.gguf"
+  o.type = type == DType::MXFP4 ? "MXFP4_MOE" : dtype_name(type);
+  o.pure = true;
+  o.n_threads = 2;
+  o.log = nullptr;
+  quantize_model(o);
+  std::filesystem::remove(f32);
+  return o.output;
+}
+
+// Matrices repacked for the CPU kernels (the default where the CPU level has them) give the
+// logits of the file's layout (--no-repack) to float rounding, through both the decode rows (one
+// column) and the GEMMs (a 40-token prompt); token embeddings are never repacked.
 TEST(CpuWeights, RepackedMatricesGiveTheFileLayoutsLogits) {
   int types_without = 0;
-  for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_K}) {
+  const DType types[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K,   DType::Q3_K,   DType::IQ4_XS, DType::Q2_K,
+                         DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::MXFP4};
+  for (DType type : types) {
     SCOPED_TRACE(dtype_name(type));
-    const std::string path = make_model(Arch::llama, std::string("repack-") + dtype_name(type), type);
+    const std::string path = make_model_of_type(type, std::string("repack-") + dtype_name(type));
     struct RemoveAtExit {  // also when the type has no repacked kernels or an assertion fails
       std::string path;
       ~RemoveAtExit() { std::filesystem::remove(path); }
@@ -201,7 +220,7 @@ TEST(CpuWeights, RepackedMatricesGiveTheFileLayoutsLogits) {
       }
     for (const auto& [t, n] : matrices) EXPECT_TRUE(n.second == 0 || n.second == n.first) << dtype_name(t);
     EXPECT_EQ(matrices[type].second, matrices[type].first);
-    if (type != DType::Q4_K) {
+    if (dtype_info(type).block_size == 32) {  // no fallbacks: every matrix in the type
       EXPECT_EQ(n_repacked, 7 * (int)repacked->layers.size() + (repacked->output != repacked->tok_embd ? 1 : 0));
     }
     auto logits = [](Model& m, std::vector<int32_t>& tokens) {
@@ -226,13 +245,19 @@ TEST(CpuWeights, RepackedMatricesGiveTheFileLayoutsLogits) {
     std::vector<int32_t> ta, tb;
     const auto a = logits(*repacked, ta), b = logits(*file_layout, tb);
     EXPECT_EQ(ta, tb);
+    // Per step, the largest difference relative to the step's largest logit. The prompt's GEMMs
+    // decode the same values in the same order: float rounding only. The decode steps' repacked
+    // kernels add in another order, and a rounding difference that moves an activation across
+    // an int8 rounding boundary moves logits by ~1/127 of their scale (a wrong layout: by O(1)).
     for (size_t i = 0; i < a.size(); ++i) {
-      float scale = 0;
+      float scale = 1e-1f;
+      double worst = 0;
       for (float v : b[i]) scale = std::max(scale, std::abs(v));
-      for (size_t j = 0; j < a[i].size(); ++j) ASSERT_NEAR(a[i][j], b[i][j], 1e-4f * scale + 1e-5f) << i << " " << j;
+      for (size_t j = 0; j < a[i].size(); ++j) worst = std::max(worst, (double)std::abs(a[i][j] - b[i][j]) / scale);
+      EXPECT_LE(worst, i == 0 ? 1e-5 : 2e-2) << "step " << i;
     }
   }
-  if (types_without == 3) GTEST_SKIP() << "this CPU level has no repacked kernels";
+  if (types_without == (int)std::size(types)) GTEST_SKIP() << "this CPU level has no repacked kernels";
 }
 
 }  // namespace

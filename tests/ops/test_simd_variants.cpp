@@ -234,11 +234,15 @@ TEST_P(KernelTest, RowsDotOfRandomBlocksMatchesScalar) {
   }
 }
 
-// Repacked Q8_0 / Q4_0 / Q4_K / Q6_K rows (cpu_repack.h): the layout round-trips, and each level's
-// rows_dot_r8 gives the scalar GGUF-row kernel's results.
+// Every type with a repacked layout (cpu_repack.h).
+const DType kRepackTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K, DType::Q4_1,  DType::Q5_0,  DType::Q5_1,
+                              DType::Q2_K, DType::Q3_K, DType::Q5_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
+
+// Repacked rows (cpu_repack.h): the layout round-trips, and each level's rows_dot_r8 gives the
+// scalar GGUF-row kernel's results.
 TEST_P(KernelTest, RepackedRowsDotMatchesScalar) {
   std::mt19937 rng(15);
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
+  for (DType t : kRepackTypes)
     for (int64_t kb : {1L, 3L, 11L})
       for (int64_t nr : {8L, 24L}) {
         const int64_t K = kb * dtype_info(t).block_size;
@@ -281,7 +285,7 @@ TEST_P(KernelTest, RepackedRowsDotMatchesScalar) {
 // Matrices of 4 MiB and more are repacked on every core (the groups split between threads).
 TEST(RepackLayout, BigMatricesRoundTripOnAllThreads) {
   std::mt19937 rng(16);
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType t : kRepackTypes) {
     const int64_t K = 4096, nrows = 1032, nblk = K / dtype_info(t).block_size;  // 129 groups
     const size_t bytes = (size_t)nrows * (size_t)nblk * dtype_info(t).type_size * (t == DType::Q8_0 ? 1 : 2);
     const int64_t rows = (int64_t)(bytes / ((size_t)nblk * dtype_info(t).type_size));  // > 4 MiB
@@ -560,10 +564,11 @@ TEST_P(MatmulLevelTest, SharedPackedColumnsForPlainFloats) {
     }
 }
 
-// Q8_0 / Q4_0 / Q4_K / Q6_K weights repacked as the model loader places them (where the level has the
-// kernels): the dot path (N < 16) and the int8 GEMM (N >= 16), M a multiple of 8 but not of 16.
+// Weights repacked as the model loader places them (where the level has the kernels): the dot
+// path (N < 16) and the GEMM (N >= 16: int8 tiles, or f32 ones decoding the groups), M a multiple
+// of 8 but not of 16.
 TEST_P(MatmulLevelTest, RepackedWeightsDotAndGemm) {
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K})
+  for (DType t : kRepackTypes)
     for (int64_t N : {1L, 3L, 8L, 16L, 29L})
       for (int th : {1, 2}) {
         const int64_t K = dtype_info(t).block_size == 256 ? 512 : 96, M = 40;
@@ -621,10 +626,7 @@ TEST_P(MatmulLevelTest, ConvertedBStridedABroadcast) {
 TEST_P(MatmulLevelTest, ExpertsMixCrowdedAndSparse) {
   std::vector<std::pair<DType, bool>> cases;  // (type, repacked experts where the level has them)
   for (DType t : kWeightTypes) cases.emplace_back(t, false);
-  cases.emplace_back(DType::Q8_0, true);
-  cases.emplace_back(DType::Q4_0, true);
-  cases.emplace_back(DType::Q4_K, true);
-  cases.emplace_back(DType::Q6_K, true);
+  for (DType t : kRepackTypes) cases.emplace_back(t, true);
   for (auto [t, repack] : cases) {
     OpRunner r;
     const int64_t bs = dtype_info(t).block_size;

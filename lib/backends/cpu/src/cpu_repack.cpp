@@ -1,9 +1,10 @@
-// Repacked Q8_0 / Q4_0 / Q4_K / Q6_K rows (cpu_repack.h): the layout conversions, the reference kernel, and
+// Repacked rows (cpu_repack.h): the layout conversions, the reference kernel, and
 // the entry point the model loader calls to place a weight repacked.
 #include "cpu_repack.h"
 
 #include <algorithm>
 #include <cstring>
+#include <span>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -66,11 +67,84 @@ void get_block_q6k(const uint8_t* p, int i, uint8_t* blk) {
   std::memcpy(blk, &w, sizeof(w));
 }
 
+// The field layouts (cpu_repack.h) of the newer types; empty for the others.
+std::span<const RepackField> repack_fields(DType type) {
+  switch (type) {
+    case DType::Q4_1:
+      return kQ4_1Fields;
+    case DType::Q5_0:
+      return kQ5_0Fields;
+    case DType::Q5_1:
+      return kQ5_1Fields;
+    case DType::IQ4_NL:
+      return kIq4NlFields;
+    case DType::MXFP4:
+      return kMxfp4Fields;
+    case DType::Q2_K:
+      return kQ2KFields;
+    case DType::Q3_K:
+      return kQ3KFields;
+    case DType::Q5_K:
+      return kQ5KFields;
+    case DType::IQ4_XS:
+      return kIq4XsFields;
+    default:
+      return {};
+  }
+}
+
+// Q5_0 / Q5_1's qh word: byte t bit b <- bit 4b + t (and back).
+uint32_t transpose_qh(uint32_t v) {
+  uint32_t r = 0;
+  for (int n = 0; n < 32; ++n) r |= ((v >> n) & 1u) << (8 * (n % 4) + n / 4);
+  return r;
+}
+uint32_t untranspose_qh(uint32_t v) {
+  uint32_t r = 0;
+  for (int n = 0; n < 32; ++n) r |= ((v >> (8 * (n % 4) + n / 4)) & 1u) << n;
+  return r;
+}
+
+// GGUF block <-> row i of a group block at p, field by field.
+void put_fields(std::span<const RepackField> fields, const uint8_t* blk, int i, uint8_t* p) {
+  for (const RepackField& f : fields) {
+    for (int c = 0; c < f.bytes / f.grain; ++c) {
+      uint8_t* dst = p + (size_t)(c * kRepackRows + i) * f.grain;
+      if (f.bit_transpose) {
+        uint32_t v;
+        std::memcpy(&v, blk + f.at, 4);
+        v = transpose_qh(v);
+        std::memcpy(dst, &v, 4);
+      } else {
+        std::memcpy(dst, blk + f.at + c * f.grain, f.grain);
+      }
+    }
+    p += (size_t)kRepackRows * f.bytes;
+  }
+}
+void get_fields(std::span<const RepackField> fields, const uint8_t* p, int i, uint8_t* blk) {
+  for (const RepackField& f : fields) {
+    for (int c = 0; c < f.bytes / f.grain; ++c) {
+      const uint8_t* src = p + (size_t)(c * kRepackRows + i) * f.grain;
+      if (f.bit_transpose) {
+        uint32_t v;
+        std::memcpy(&v, src, 4);
+        v = untranspose_qh(v);
+        std::memcpy(blk + f.at, &v, 4);
+      } else {
+        std::memcpy(blk + f.at + c * f.grain, src, f.grain);
+      }
+    }
+    p += (size_t)kRepackRows * f.bytes;
+  }
+}
+
 // GGUF block (34 / 18 bytes) <-> row i of a group block at p: the scale, then 4 bytes per quad
 // (Q8_0 flipped to unsigned q + 128). Whole-word copies: this runs for every weight at load.
 void put_block(DType type, const uint8_t* blk, int i, uint8_t* p) {
   if (type == DType::Q4_K) return put_block_q4k(blk, i, p);
   if (type == DType::Q6_K) return put_block_q6k(blk, i, p);
+  if (const auto fields = repack_fields(type); !fields.empty()) return put_fields(fields, blk, i, p);
   std::memcpy(p + 2 * i, blk, sizeof(fp16_t));
   uint8_t qs[32];
   const int n = 4 * quads(type);
@@ -82,6 +156,7 @@ void put_block(DType type, const uint8_t* blk, int i, uint8_t* p) {
 void get_block(DType type, const uint8_t* p, int i, uint8_t* blk) {
   if (type == DType::Q4_K) return get_block_q4k(p, i, blk);
   if (type == DType::Q6_K) return get_block_q6k(p, i, blk);
+  if (const auto fields = repack_fields(type); !fields.empty()) return get_fields(fields, p, i, blk);
   std::memcpy(blk, p + 2 * i, sizeof(fp16_t));
   uint8_t qs[32];
   for (int q = 0; q < quads(type); ++q) std::memcpy(qs + 4 * q, p + 16 + (q * kRepackRows + i) * 4, 4);
@@ -119,7 +194,8 @@ ScaleMin repacked_q4k_scale_min(const uint8_t* p, int i, int j) {
 }
 
 bool repack_type(DType type) {
-  return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_K || type == DType::Q6_K;
+  return type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_K || type == DType::Q6_K ||
+         !repack_fields(type).empty();
 }
 
 bool repacked_kernels(DType type) {
@@ -178,10 +254,10 @@ void repacked_to_f32(DType type, const uint8_t* group, int i, int64_t b0, int64_
       block_to_f32<DType::Q8_0>(p, i, out);
     } else if (type == DType::Q4_0) {
       block_to_f32<DType::Q4_0>(p, i, out);
-    } else {  // K-quants: rare (the f32 GEMM of a level without the int8 tiles), so through GGUF
-      alignas(8) uint8_t w[std::max(sizeof(BlockQ4_K), sizeof(BlockQ6_K))];
+    } else {  // the f32 GEMM of the other types (or of a level without the int8 tiles), through GGUF
+      alignas(8) uint8_t w[sizeof(BlockQ6_K)];
       get_block(type, p, i, w);
-      dtype_info(type).to_float(w, out, kQK_K);
+      dtype_info(type).to_float(w, out, block_values(type));
     }
   }
 }

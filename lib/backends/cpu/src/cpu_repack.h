@@ -22,6 +22,12 @@
 //        16 steps s = 8h + q (h < 2, q < 8) of three 32-byte quads (row i at i * 4): ql quad
 //        16h + q, ql quad 16h + 8 + q, qh quad 8h + q -- the order the kernels read them, so
 //        that the group streams front to back.
+//   The newer types (Q5_K, Q3_K, IQ4_XS, Q2_K, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4): the GGUF block's
+//   fields (repack_fields) one after another, each as the 8 rows' copies interleaved `grain`
+//   bytes at a time -- chunk c of row i at field + (c * 8 + i) * grain -- so one 32-byte load
+//   holds a 4-byte word of every row (its scales decode lane-wise for 8 rows) and the quants
+//   are quads as above. Q5_0 / Q5_1's qh word is stored bit-transposed (byte t, bit b: element
+//   4b + t), so that quad q's fifth bits are one shift and mask away.
 // A repacked tensor carries kFlagRepacked; only MUL_MAT / MUL_MAT_ID (as their weights) read it.
 #pragma once
 
@@ -35,7 +41,30 @@ namespace loom::cpu {
 
 inline constexpr int kRepackRows = 8;
 
-// Whether `type` has a repacked layout (Q8_0, Q4_0, Q4_K, Q6_K).
+// One field of a GGUF block in a group block (see above): `at` its offset in the GGUF block.
+struct RepackField {
+  uint16_t at, bytes, grain;
+  bool bit_transpose = false;  // a 4-byte qh word: byte t bit b = bit 4b + t of the GGUF word
+};
+// Fields in group-block order (what the kernels stream first comes first).
+inline constexpr RepackField kQ4_1Fields[] = {{0, 2, 2}, {2, 2, 2}, {4, 16, 4}};              // d, m, qs
+inline constexpr RepackField kQ5_0Fields[] = {{0, 2, 2}, {2, 4, 4, true}, {6, 16, 4}};        // d, qh, qs
+inline constexpr RepackField kQ5_1Fields[] = {{0, 2, 2}, {2, 2, 2}, {4, 4, 4, true}, {8, 16, 4}};  // d, m, qh, qs
+inline constexpr RepackField kIq4NlFields[] = {{0, 2, 2}, {2, 16, 4}};                        // d, qs
+inline constexpr RepackField kMxfp4Fields[] = {{0, 1, 1}, {1, 16, 4}};                        // e, qs
+inline constexpr RepackField kQ2KFields[] = {{80, 2, 2}, {82, 2, 2}, {0, 16, 4}, {16, 64, 4}};  // d, dmin, scales, qs
+inline constexpr RepackField kQ3KFields[] = {{108, 2, 2}, {96, 12, 4}, {0, 32, 4}, {32, 64, 4}};  // d, scales, hmask, qs
+inline constexpr RepackField kQ5KFields[] = {{0, 2, 2}, {2, 2, 2}, {4, 12, 4}, {16, 32, 4}, {48, 128, 4}};
+inline constexpr RepackField kIq4XsFields[] = {{0, 2, 2}, {2, 2, 2}, {4, 4, 4}, {8, 128, 4}};  // d, scales_h/_l, qs
+// Offset of field k in a group block.
+template <size_t N>
+constexpr size_t r8_field(const RepackField (&fields)[N], size_t k) {
+  size_t at = 0;
+  for (size_t f = 0; f < k; ++f) at += (size_t)kRepackRows * fields[f].bytes;
+  return at;
+}
+
+// Whether `type` has a repacked layout (Q8_0, Q4_0, Q4_K, Q6_K and those of repack_fields).
 bool repack_type(DType type);
 // Whether the active level reads repacked `type`: its rows_dot_r8 (the GEMMs pack from either
 // layout).

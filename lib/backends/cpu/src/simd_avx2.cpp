@@ -216,7 +216,7 @@ const WeightKernels kKernels[] = {
      rows_dot_q4_k_avx2, nullptr, rows_dot_q4_k_r8_avx2},
     {DType::Q6_K, kQK_K, sizeof(BlockQ6_K), dot_cols<DecQ6_K>, to_f32<DecQ6_K>, nullptr, ActType::q8k,
      rows_dot_q6_k_avx2, nullptr, rows_dot_q6_k_r8_avx2},
-    LOOM_EXTRA_QUANT_KERNELS(LOOM_ROWS_AVX2),
+    LOOM_EXTRA_QUANT_KERNELS(LOOM_ROWS_AVX2, LOOM_R8_AVX2),
 };
 
 }  // namespace

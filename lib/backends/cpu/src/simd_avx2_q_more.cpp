@@ -12,10 +12,14 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 #include "simd_q_more.h"
+#define LOOM_R8_VNNI 0
+#include "simd_r8_more.h"
+#undef LOOM_R8_VNNI
 
 namespace loom::cpu {
 
 LOOM_DEFINE_ROWS_DOT_MORE(avx2)
+LOOM_DEFINE_ROWS_DOT_R8_MORE(avx2)
 
 }  // namespace loom::cpu
 

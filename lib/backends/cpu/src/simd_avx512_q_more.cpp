@@ -18,10 +18,14 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 #include "simd_q_more.h"
+#define LOOM_R8_VNNI 1
+#include "simd_r8_more.h"
+#undef LOOM_R8_VNNI
 
 namespace loom::cpu {
 
 LOOM_DEFINE_ROWS_DOT_MORE(avx512)
+LOOM_DEFINE_ROWS_DOT_R8_MORE(avx512)
 
 }  // namespace loom::cpu
 

@@ -52,6 +52,20 @@ LOOM_ROWS_DOT_Q(avx512)
   LOOM_ROWS_DOT_ONE(iq4_xs, level)
 LOOM_ROWS_DOT_MORE(avx2)
 LOOM_ROWS_DOT_MORE(avx512)
+// Their repacked rows (simd_r8_more.h).
+#define LOOM_ROWS_DOT_R8_MORE(level) \
+  LOOM_ROWS_DOT_ONE(q4_1_r8, level)   \
+  LOOM_ROWS_DOT_ONE(q5_0_r8, level)   \
+  LOOM_ROWS_DOT_ONE(q5_1_r8, level)   \
+  LOOM_ROWS_DOT_ONE(iq4_nl_r8, level) \
+  LOOM_ROWS_DOT_ONE(mxfp4_r8, level)  \
+  LOOM_ROWS_DOT_ONE(q2_k_r8, level)   \
+  LOOM_ROWS_DOT_ONE(q3_k_r8, level)   \
+  LOOM_ROWS_DOT_ONE(q5_k_r8, level)   \
+  LOOM_ROWS_DOT_ONE(iq4_xs_r8, level)
+LOOM_ROWS_DOT_R8_MORE(avx2)
+LOOM_ROWS_DOT_R8_MORE(avx512)
+#undef LOOM_ROWS_DOT_R8_MORE
 #undef LOOM_ROWS_DOT_MORE
 #undef LOOM_ROWS_DOT_ONE
 

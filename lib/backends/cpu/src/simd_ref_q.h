@@ -218,34 +218,39 @@ void rows_dot_q(int64_t K, const void* a, size_t lda, int64_t nr, const void* co
 }
 
 // Table rows of the types: `rows(name, Block, X, dot)` names each type's rows_dot (the scalar
-// level: rows_dot_q<Block, X, dot>; the SIMD levels: their rows_dot_<name>_<level>).
-#define LOOM_EXTRA_QUANT_KERNEL(T, Block, N, deq, act, rows)                                                        \
+// level: rows_dot_q<Block, X, dot>; the SIMD levels: their rows_dot_<name>_<level>), `r8(name, T)`
+// its rows_dot_r8 for the types with repacked kernels (cpu_repack.h; the scalar level: the
+// reference rows_dot_r8<DType::T>; the SIMD levels: rows_dot_<name>_r8_<level>).
+#define LOOM_EXTRA_QUANT_KERNEL(T, Block, N, deq, act, rows, r8)                                                    \
   {                                                                                                                 \
     DType::T, N, sizeof(Block), dot_cols<DecRef<Block, N, deq>>, to_f32<DecRef<Block, N, deq>>, nullptr, act, rows, \
-        nullptr                                                                                                     \
+        nullptr, r8                                                                                                 \
   }
-#define LOOM_EXTRA_QUANT_KERNELS(rows)                                                       \
-  LOOM_EXTRA_QUANT_KERNEL(Q4_1, BlockQ4_1, 32, dequantize_q4_1_row, ActType::q8,             \
-                          rows(q4_1, BlockQ4_1, BlockQ8A, dot_q4_1)),                        \
-      LOOM_EXTRA_QUANT_KERNEL(Q5_0, BlockQ5_0, 32, dequantize_q5_0_row, ActType::q8,         \
-                              rows(q5_0, BlockQ5_0, BlockQ8A, dot_q5_0)),                    \
-      LOOM_EXTRA_QUANT_KERNEL(Q5_1, BlockQ5_1, 32, dequantize_q5_1_row, ActType::q8,         \
-                              rows(q5_1, BlockQ5_1, BlockQ8A, dot_q5_1)),                    \
-      LOOM_EXTRA_QUANT_KERNEL(IQ4_NL, BlockIQ4_NL, 32, dequantize_iq4_nl_row, ActType::q8,   \
-                              rows(iq4_nl, BlockIQ4_NL, BlockQ8A, dot_iq4_nl)),              \
-      LOOM_EXTRA_QUANT_KERNEL(MXFP4, BlockMXFP4, 32, dequantize_mxfp4_row, ActType::q8,      \
-                              rows(mxfp4, BlockMXFP4, BlockQ8A, dot_mxfp4)),                 \
-      LOOM_EXTRA_QUANT_KERNEL(Q2_K, BlockQ2_K, 256, dequantize_q2_k_row, ActType::q8k,       \
-                              rows(q2_k, BlockQ2_K, BlockQ8KA, dot_q2_k)),                   \
-      LOOM_EXTRA_QUANT_KERNEL(Q3_K, BlockQ3_K, 256, dequantize_q3_k_row, ActType::q8k,       \
-                              rows(q3_k, BlockQ3_K, BlockQ8KA, dot_q3_k)),                   \
-      LOOM_EXTRA_QUANT_KERNEL(Q5_K, BlockQ5_K, 256, dequantize_q5_k_row, ActType::q8k,       \
-                              rows(q5_k, BlockQ5_K, BlockQ8KA, dot_q5_k)),                   \
-      LOOM_EXTRA_QUANT_KERNEL(IQ4_XS, BlockIQ4_XS, 256, dequantize_iq4_xs_row, ActType::q8k, \
-                              rows(iq4_xs, BlockIQ4_XS, BlockQ8KA, dot_iq4_xs))
+#define LOOM_EXTRA_QUANT_KERNELS(rows, r8)                                                              \
+  LOOM_EXTRA_QUANT_KERNEL(Q4_1, BlockQ4_1, 32, dequantize_q4_1_row, ActType::q8,                        \
+                          rows(q4_1, BlockQ4_1, BlockQ8A, dot_q4_1), r8(q4_1, Q4_1)),                          \
+      LOOM_EXTRA_QUANT_KERNEL(Q5_0, BlockQ5_0, 32, dequantize_q5_0_row, ActType::q8,                    \
+                              rows(q5_0, BlockQ5_0, BlockQ8A, dot_q5_0), r8(q5_0, Q5_0)),                      \
+      LOOM_EXTRA_QUANT_KERNEL(Q5_1, BlockQ5_1, 32, dequantize_q5_1_row, ActType::q8,                    \
+                              rows(q5_1, BlockQ5_1, BlockQ8A, dot_q5_1), r8(q5_1, Q5_1)),                      \
+      LOOM_EXTRA_QUANT_KERNEL(IQ4_NL, BlockIQ4_NL, 32, dequantize_iq4_nl_row, ActType::q8,              \
+                              rows(iq4_nl, BlockIQ4_NL, BlockQ8A, dot_iq4_nl), r8(iq4_nl, IQ4_NL)),                \
+      LOOM_EXTRA_QUANT_KERNEL(MXFP4, BlockMXFP4, 32, dequantize_mxfp4_row, ActType::q8,                 \
+                              rows(mxfp4, BlockMXFP4, BlockQ8A, dot_mxfp4), r8(mxfp4, MXFP4)),                   \
+      LOOM_EXTRA_QUANT_KERNEL(Q2_K, BlockQ2_K, 256, dequantize_q2_k_row, ActType::q8k,                  \
+                              rows(q2_k, BlockQ2_K, BlockQ8KA, dot_q2_k), r8(q2_k, Q2_K)),                     \
+      LOOM_EXTRA_QUANT_KERNEL(Q3_K, BlockQ3_K, 256, dequantize_q3_k_row, ActType::q8k,                  \
+                              rows(q3_k, BlockQ3_K, BlockQ8KA, dot_q3_k), r8(q3_k, Q3_K)),                     \
+      LOOM_EXTRA_QUANT_KERNEL(Q5_K, BlockQ5_K, 256, dequantize_q5_k_row, ActType::q8k,                  \
+                              rows(q5_k, BlockQ5_K, BlockQ8KA, dot_q5_k), r8(q5_k, Q5_K)),              \
+      LOOM_EXTRA_QUANT_KERNEL(IQ4_XS, BlockIQ4_XS, 256, dequantize_iq4_xs_row, ActType::q8k,            \
+                              rows(iq4_xs, BlockIQ4_XS, BlockQ8KA, dot_iq4_xs), r8(iq4_xs, IQ4_XS))
 #define LOOM_ROWS_REF(name, Block, X, dot) rows_dot_q<Block, X, dot>
 #define LOOM_ROWS_AVX2(name, Block, X, dot) rows_dot_##name##_avx2
 #define LOOM_ROWS_AVX512(name, Block, X, dot) rows_dot_##name##_avx512
+#define LOOM_R8_REF(name, T) rows_dot_r8<DType::T>
+#define LOOM_R8_AVX2(name, T) rows_dot_##name##_r8_avx2
+#define LOOM_R8_AVX512(name, T) rows_dot_##name##_r8_avx512
 
 }  // namespace
 }  // namespace loom::cpu
