@@ -1,10 +1,11 @@
 // The tools on Vulkan0 as a user runs them: a tiny model gives the CPU's greedy tokens on
-// Vulkan0 alone and split with the CPU; -dev Vulkan7 is a usage error (2); a device with too
+// Vulkan0 alone and split with the CPU (llama and qwen3moe in Q8_0, Q4_0, Q4_K too); -dev Vulkan7 is a usage error (2); a device with too
 // little memory is exit 4 naming it. Skips without the tools or a Vulkan device.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <string>
+#include <tuple>
 
 #include "../e2e/tool_runner.h"
 
@@ -47,6 +48,35 @@ TEST_F(VulkanTools, TokensEqualTheCpusOnVulkanAndSplitWithTheCpu) {
     EXPECT_EQ(v.out, cpu.out) << spec;
   }
 }
+
+// Quantized weights: the mat-mul shaders round the activations as the CPU's kernels do (int8
+// blocks of 32 or 256 values), so the near-flat logits of a random model pick the CPU's tokens
+// on Vulkan0 alone, in a layer split with the CPU and split by tensor.
+class VulkanQuantTokens : public VulkanTools, public ::testing::WithParamInterface<std::tuple<const char*, const char*>> {};
+
+TEST_P(VulkanQuantTokens, EqualTheCpus) {
+  const auto [arch, type] = GetParam();
+  const std::string gguf = std::string(LOOM_BIN_DIR) + "/loom-gguf";
+  model_ = (dir_ / (std::string(arch) + "-" + type + ".gguf")).string();
+  const ToolResult g = loom::test::run_command(
+      quote(gguf) + " new --arch " + arch + " --preset tiny --seed 1 --type " + type + " -o " + quote(model_), dir_);
+  ASSERT_EQ(g.rc, 0) << g.err;
+  const std::string gen = "-p 'hello world' -n 24 --temp 0 ";
+  const ToolResult cpu = run(gen);
+  ASSERT_EQ(cpu.rc, 0) << cpu.err;
+  for (const char* spec : {"-ngl 99 -dev Vulkan0", "-ngl 2 -dev Vulkan0,CPU", "-sm tensor -dev Vulkan0,CPU -ts 1,1"}) {
+    const ToolResult v = run(gen + spec);
+    ASSERT_EQ(v.rc, 0) << spec << ": " << v.err;
+    EXPECT_EQ(v.out, cpu.out) << arch << " " << type << " " << spec;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyModels, VulkanQuantTokens,
+                         ::testing::Combine(::testing::Values("llama", "qwen3moe"),
+                                            ::testing::Values("q8_0", "q4_0", "q4_k")),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+                         });
 
 // The CPU computes in Vulkan0's pinned host memory, so inputs and outputs cross as transfers on
 // the queue (async_copies) and the host waits once per step: syncs == steps.

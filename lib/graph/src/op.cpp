@@ -52,7 +52,7 @@ constexpr OpInfo kOps[] = {
     {K::ARGSORT, "ARGSORT", 1, false, false, false},
     {K::TOP_K, "TOP_K", 1, false, false, false},
     {K::COUNT_EQUAL, "COUNT_EQUAL", 2, false, false, false},
-    {K::MUL_MAT, "MUL_MAT", 2, false, false, false},
+    {K::MUL_MAT, "MUL_MAT", 2, false, false, true},  // devices may keep rounded activations
     {K::MUL_MAT_ID, "MUL_MAT_ID", 3, false, false, true},  // devices may keep per-expert scratch
     {K::OUT_PROD, "OUT_PROD", 2, false, false, false},
     {K::ROPE, "ROPE", 2, false, true, false},

@@ -108,6 +108,8 @@ void PlacedCase::fill_leaf(Tensor* t, uint64_t ordinal) {
       }
     } else if (init.kind == LeafInit::Kind::constant) {
       std::fill(v.begin(), v.end(), (int32_t)init.a);
+    } else if (init.kind == LeafInit::Kind::values) {
+      for (size_t i = 0; i < v.size(); ++i) v[i] = (int32_t)init.list[i % init.list.size()];
     } else {
       std::uniform_int_distribution<int64_t> d((int64_t)init.a, (int64_t)init.b - 1);
       for (int32_t& x : v) x = (int32_t)d(rng);

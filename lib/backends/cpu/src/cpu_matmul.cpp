@@ -19,6 +19,7 @@
 #include "cpu_vec_dot.h"
 #include "kernels.h"
 #include "loom/core/error.h"
+#include "loom/cpu/cpu.h"
 #include "simd_gemm.h"
 #include "simd_units.h"
 
@@ -509,6 +510,23 @@ bool supports_matmul(const Tensor* node) {
     default:
       return false;
   }
+}
+
+MatmulActivations matmul_activations(DType type, int64_t K) {
+  const WeightKernels* wk = weight_kernels(type);
+  if (!wk) return {};
+  auto rounding = [](ActType act) {
+    return act == ActType::q8 ? ActRounding::q8_32 : act == ActType::q8k ? ActRounding::q8_256 : ActRounding::none;
+  };
+  MatmulActivations m;
+  m.small = m.large = rounding(wk->act);  // the dot path (choose_path for unit-stride rows)
+  if (const GemmKernels* gk = gemm_kernels(active_isa())) {
+    m.large = gemm_q8_supported(gk, type)      ? ActRounding::q8_32
+              : gemm_bf16_pairs(*gk, type, K) ? ActRounding::bf16
+                                              : ActRounding::none;
+    m.large_from = kGemmMinCols;
+  }
+  return m;
 }
 
 bool matmul_b_prepared_by(const Tensor* prev, const Tensor* node, int nth) {

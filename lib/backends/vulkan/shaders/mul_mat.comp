@@ -1,6 +1,8 @@
 #version 450
 // MUL_MAT and MUL_MAT_ID: one invocation per output element (row m of a, column n of b), the
-// K loop over a's blocks dequantized with TYPE_*'s DEQUANT; b is F32, F16 or BF16 (b_type).
+// K loop over a's blocks dequantized with TYPE_*'s DEQUANT; b is F32, F16 or BF16 (b_type), or
+// act_quant.comp's rounded f32 columns. MUL_MAT_ID with mix_from > 0: b holds two roundings, the
+// one at b2_off for the experts that mix_from or more columns use (the CPU's path per expert).
 #include "common.glsl"
 #include "dequant.glsl"
 
@@ -17,7 +19,22 @@ layout(push_constant) uniform PC {
   uint b_nb0, b_nb1, b_nb2, b_nb3;
   uint d_nb1, d_nb2, d_nb3;
   uint ids_nb1, b_type, is_id, bn;
+  uint b2_off, mix_from;
 } p;
+
+shared uint s_count;
+
+// Columns (expert slots of every token) that route to expert e; every invocation of the group calls it.
+uint expert_columns(uint e) {
+  if (gl_LocalInvocationIndex == 0u) s_count = 0u;
+  barrier();
+  uint c = 0u;
+  for (uint i = gl_LocalInvocationIndex; i < p.N * p.ne12; i += 64u)
+    c += uint(uint(I32(ids, p.ids_off + (i % p.N) * 4u + (i / p.N) * p.ids_nb1)) == e);
+  atomicAdd(s_count, c);
+  barrier();
+  return s_count;
+}
 
 DEFINE_DEQUANT(a)
 
@@ -31,15 +48,17 @@ void main() {
   const uint m = gl_GlobalInvocationID.x;
   const uint n = gl_WorkGroupID.y;
   const uint z = gl_WorkGroupID.z;
-  if (m >= p.M) return;
   uint a_base, b_base, d_base;
   if (p.is_id != 0u) {
     // n: the expert slot (0..n_used), z: the token
     const uint e = uint(I32(ids, p.ids_off + n * 4u + z * p.ids_nb1));
+    const bool second = p.mix_from > 0u && expert_columns(e) >= p.mix_from;
+    if (m >= p.M) return;
     a_base = p.a_off + e * p.a_nb2;
-    b_base = p.b_off + (n % p.bn) * p.b_nb1 + z * p.b_nb2;
+    b_base = (second ? p.b2_off : p.b_off) + (n % p.bn) * p.b_nb1 + z * p.b_nb2;
     d_base = p.d_off + m * 4u + n * p.d_nb1 + z * p.d_nb2;
   } else {
+    if (m >= p.M) return;
     const uint i2 = z % p.ne12, i3 = z / p.ne12;
     a_base = p.a_off + (i2 / (p.ne12 / p.ne02)) * p.a_nb2 + (i3 / (p.ne13 / p.ne03)) * p.a_nb3;
     b_base = p.b_off + n * p.b_nb1 + i2 * p.b_nb2 + i3 * p.b_nb3;

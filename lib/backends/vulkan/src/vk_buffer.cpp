@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "vk_internal.h"
+#include "vk_ops.h"
 
 namespace loom::vulkan {
 
@@ -24,6 +25,12 @@ size_t VulkanBufferType::alignment() const {
 size_t VulkanBufferType::max_size() const { return dev_.max_allocation(); }
 
 Device& VulkanBufferType::device() const { return dev_; }
+
+size_t VulkanBufferType::alloc_size(const Tensor* t) const {
+  if (host_) return t->nbytes();  // the CPU computes in pinned memory with its own sizes
+  const ActScratch s = act_scratch(t);
+  return s.used() ? s.end() : t->nbytes();
+}
 
 Status VulkanBufferType::alloc(size_t size, std::unique_ptr<Buffer>& out) const {
   Allocation a;

@@ -82,6 +82,9 @@ class VulkanBufferType final : public BufferType {
   bool is_host() const override { return host_; }
   Status alloc(size_t size, std::unique_ptr<Buffer>& out) const override;
   Device& device() const override;
+  // MUL_MAT / MUL_MAT_ID results that round their activations carry the rounded columns after
+  // their bytes (act_scratch in vk_ops.h).
+  size_t alloc_size(const Tensor* t) const override;
   bool host() const { return host_; }
 
  private:
@@ -109,7 +112,7 @@ class VulkanBuffer final : public Buffer {
 // get_rows_* follow CMakeLists.txt's list and typed() in src/vk_ops.cpp.
 enum class Shader : int {
   elementwise, copy, set_rows, norm, soft_max, rope, flash_attn, argsort, topk_moe, opt_step, out_prod,
-  train_rows,
+  train_rows, act_quant,
   mul_mat_f32, mul_mat_f16, mul_mat_bf16, mul_mat_q8_0, mul_mat_q4_0, mul_mat_q4_k, mul_mat_q6_k, mul_mat_q4_1,
   mul_mat_q5_0, mul_mat_q5_1, mul_mat_q2_k, mul_mat_q3_k, mul_mat_q5_k, mul_mat_iq4_nl, mul_mat_iq4_xs, mul_mat_mxfp4,
   get_rows_f32, get_rows_f16, get_rows_bf16, get_rows_q8_0, get_rows_q4_0, get_rows_q4_k, get_rows_q6_k, get_rows_q4_1,

@@ -7,6 +7,7 @@
 #include <bit>
 #include <iterator>
 
+#include "loom/cpu/cpu.h"
 #include "loom/graph/ops.h"
 
 namespace loom::vulkan {
@@ -236,12 +237,38 @@ void enc_rope(VulkanDevice& dev, const Tensor* n, Dispatch& d) {
   grid_1d(d, (uint64_t)(a->ne[0] / 2) * (uint64_t)a->nrows(), 128);
 }
 
+// Binds bytes [from, from + bytes) of n's allocation (past its natural size: alloc_size's).
+uint32_t bind_past(VulkanDevice& dev, Dispatch& d, int slot, const Tensor* n, size_t from, size_t bytes) {
+  TensorLoc loc;
+  LOOM_CHECK(dev.locate(n, loc) && loc.offset + from + bytes <= loc.alloc->size, internal,
+             "{}: '{}' has no room for its scratch", dev.name(), n->name);
+  uint32_t rel = 0;
+  d.bindings[(size_t)slot] = dev.bind(*loc.alloc, loc.offset + from, bytes, rel);
+  return rel;
+}
+
+// The activations of n rounded as the CPU rounds them (act_quant.comp), rounding `form` of s.
+void enc_act_quant(VulkanDevice& dev, const Tensor* n, const ActScratch& s, int form, std::vector<Dispatch>& out) {
+  const Tensor* b = n->src[1];
+  const uint32_t block = form == 0 ? s.first : s.second;
+  const uint64_t blocks = (uint64_t)b->nelements() / std::max(block, 1u);
+  Dispatch d;
+  Push p{d};
+  p.u(bind(dev, d, 0, b)).u(bind_past(dev, d, 1, n, s.offset + (size_t)form * s.form_bytes, s.form_bytes));
+  p.u((uint64_t)b->ne[0]).u((uint64_t)b->ne[1]).u((uint64_t)b->ne[2]).u(blocks).nb(b);
+  p.u(float_code(b->type)).u(block);
+  d.pipeline = dev.pipeline(Shader::act_quant);
+  grid_1d(d, blocks, 64);
+  out.push_back(d);
+}
+
 // rows >= 0: only a's rows [r0, r0 + rows) and the output's (a weight larger than one binding).
 void enc_mul_mat(VulkanDevice& dev, const Tensor* n, Dispatch& d, int64_t r0 = 0, int64_t rows = -1) {
   const bool is_id = n->op == OpKind::MUL_MAT_ID;
   const Tensor* a = n->src[0];
   const Tensor* b = n->src[1];
   const Tensor* ids = is_id ? n->src[2] : nullptr;
+  const ActScratch s = placed_act_scratch(n);
   uint32_t a_rel = 0, d_rel = 0;
   if (rows < 0) {
     rows = a->ne[1];
@@ -255,10 +282,20 @@ void enc_mul_mat(VulkanDevice& dev, const Tensor* n, Dispatch& d, int64_t r0 = 0
     d.bindings[3] = dev.bind(*ld.alloc, ld.offset + (size_t)r0 * 4, n->nbytes() - (size_t)r0 * 4, d_rel);
   }
   Push p{d};
-  p.u(a_rel).u(bind(dev, d, 1, b)).u(d_rel).u(ids ? bind(dev, d, 2, ids) : 0);
+  const uint32_t b_rel = s.used() ? bind_past(dev, d, 1, n, s.offset, s.end() - s.offset) : bind(dev, d, 1, b);
+  p.u(a_rel).u(b_rel).u(d_rel).u(ids ? bind(dev, d, 2, ids) : 0);
   p.u((uint64_t)a->ne[0]).u((uint64_t)rows).u((uint64_t)n->ne[1]);
   p.u((uint64_t)a->ne[2]).u((uint64_t)a->ne[3]).u((uint64_t)b->ne[2]).u((uint64_t)b->ne[3]);
-  p.nb(a).nb(b).nb(n, 1).u(ids ? ids->nb[1] : 0).u(float_code(b->type)).u(is_id ? 1 : 0).u((uint64_t)b->ne[1]);
+  p.nb(a);
+  if (s.used()) {  // the rounded columns: contiguous f32
+    const uint64_t col = 4 * (uint64_t)b->ne[0];
+    p.u(4).u(col).u(col * (uint64_t)b->ne[1]).u(col * (uint64_t)b->ne[1] * (uint64_t)b->ne[2]);
+  } else {
+    p.nb(b);
+  }
+  p.nb(n, 1).u(ids ? ids->nb[1] : 0).u(s.used() ? 0 : float_code(b->type)).u(is_id ? 1 : 0).u((uint64_t)b->ne[1]);
+  p.u(b_rel + s.form_bytes).u(s.mix_from);
+  d.barrier_before = s.used() && r0 == 0;
   d.pipeline = dev.pipeline(typed(Shader::mul_mat_f32, a->type));
   d.groups[0] = (uint32_t)((rows + 63) / 64);
   d.groups[1] = (uint32_t)n->ne[1];
@@ -319,12 +356,55 @@ void enc_topk_moe(VulkanDevice& dev, const FusedGroup& g, Dispatch& d) {
 
 bool is_compute(const Tensor* n) { return n->op != OpKind::NONE && !op_info(n->op).is_view; }
 
+uint32_t act_code(cpu::ActRounding r) {
+  switch (r) {
+    case cpu::ActRounding::bf16: return 1;
+    case cpu::ActRounding::q8_32: return 32;
+    case cpu::ActRounding::q8_256: return 256;
+    default: return 0;
+  }
+}
+
 }  // namespace
+
+ActScratch act_scratch(const Tensor* n) {
+  ActScratch s;
+  if (n->op != OpKind::MUL_MAT && n->op != OpKind::MUL_MAT_ID) return s;
+  const Tensor* a = n->src[0];
+  const Tensor* b = n->src[1];
+  if (!a || !b || !is_float(b->type) || !rows_contiguous(a)) return s;  // strided a: the CPU multiplies in f32
+  const cpu::MatmulActivations m = cpu::matmul_activations(a->type, a->ne[0]);
+  // MUL_MAT: the columns of one matrix; MUL_MAT_ID: each expert's, the CPU's choice per expert.
+  const int64_t cols = n->op == OpKind::MUL_MAT ? b->ne[1] : n->ne[1] * n->ne[2];
+  if (n->op == OpKind::MUL_MAT_ID && cols >= m.large_from && m.small != m.large) {  // experts differ by their columns
+    s.first = act_code(m.small);
+    s.second = act_code(m.large);
+    s.mix_from = (uint32_t)m.large_from;
+  } else {
+    s.first = act_code(cols < m.large_from ? m.small : m.large);
+    if (s.first == 0) return s;  // b read as it is
+  }
+  s.offset = (n->nbytes() + 255) / 256 * 256;
+  s.form_bytes = 4 * (size_t)b->nelements();
+  return s;
+}
+
+ActScratch placed_act_scratch(const Tensor* n) {
+  if (n->buffer) {
+    const auto* bt = dynamic_cast<const VulkanBufferType*>(&n->buffer->type());
+    if (!bt || bt->host()) return {};
+  }
+  return act_scratch(n);
+}
 
 bool op_supported(const VulkanDevice& dev, const Tensor* n) {
   for (int i = 0; i < kMaxSrc; ++i)
     if (!fits(dev, n->src[i]) && !(i == 0 && mul_mat_chunk_rows(dev, n) > 0)) return false;
   if (!fits(dev, n)) return false;
+  if (const ActScratch s = act_scratch(n); s.used()) {  // bound in one range after n's bytes, offsets in 32 bits
+    if (n->view_src || s.end() - s.offset + dev.limits().minStorageBufferOffsetAlignment > dev.limits().maxStorageBufferRange)
+      return false;
+  }
   const Tensor* a = n->src[0];
   const Tensor* b = n->src[1];
   switch (n->op) {
@@ -472,6 +552,8 @@ std::vector<Unit> make_units(const VulkanDevice* dev, std::span<Tensor* const> n
       for (const Tensor* s : nodes[j]->src)
         if (s) u.reads.push_back(range_of(s));
       u.writes.push_back(range_of(nodes[j]));
+      if (const ActScratch s = placed_act_scratch(nodes[j]); s.used() && nodes[j]->data)  // its rounded activations
+        u.writes.push_back({(uintptr_t)nodes[j]->data + s.offset, (uintptr_t)nodes[j]->data + s.end()});
       if (nodes[j]->op == OpKind::OPT_STEP_ADAMW)  // AdamW's moments, updated in place
         for (int k : {2, 3}) u.writes.push_back(range_of(nodes[j]->src[k]));
     }
@@ -497,6 +579,10 @@ void encode(VulkanDevice& dev, const Unit& u, std::vector<Dispatch>& out) {
   LOOM_CHECK(op_supported(dev, n), unsupported, "{}: no kernel for {} '{}' ({})", dev.name(), op_name(n->op), n->name,
              describe(*n));
   if (n->nelements() == 0) return;
+  if (const ActScratch s = placed_act_scratch(n); s.used() && is_compute(n)) {
+    enc_act_quant(dev, n, s, 0, out);
+    if (s.mix_from) enc_act_quant(dev, n, s, 1, out);
+  }
   if (const int64_t chunk = mul_mat_chunk_rows(dev, n); chunk > 0) return enc_mul_mat_chunked(dev, n, chunk, out);
   switch (n->op) {
     case OpKind::CPY:

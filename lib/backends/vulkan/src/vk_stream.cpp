@@ -222,6 +222,10 @@ class VulkanStream final : public Stream {
       }
       since.push_back(&units[i]);
       for (Dispatch& d : per_unit[i]) {
+        if (d.barrier_before) {
+          barrier(r.cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT);
+          ++r.barriers;
+        }
         VkDescriptorSetAllocateInfo sai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
         sai.descriptorPool = r.pool;
         sai.descriptorSetCount = 1;

@@ -3,6 +3,7 @@
 // live in host memory.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "loom/backend/device.h"
@@ -61,6 +62,19 @@ bool supports(const Tensor* node);
 // groups of 8) and flags it kFlagRepacked; false (nothing written) when there is no such layout
 // for it. Only for weights that MUL_MAT / MUL_MAT_ID alone read (not token embeddings).
 bool repack_weight(Tensor& t, const void* src);
+
+// How MUL_MAT / MUL_MAT_ID round the activations (b) before their products with weights of a
+// type: not at all, to bf16 (nearest even), or to int8 blocks of 32 or 256 values (d = amax / 127
+// in f32, q = x * (127 / amax) rounded to nearest even), which depends on the columns one weight matrix meets (one
+// expert's for MUL_MAT_ID): `small` below `large_from` columns, `large` from there. Another
+// device that wants the CPU's numerics (Vulkan) rounds its activations the same way.
+enum class ActRounding : uint8_t { none, bf16, q8_32, q8_256 };
+struct MatmulActivations {
+  ActRounding small = ActRounding::none, large = ActRounding::none;
+  int64_t large_from = INT64_MAX;
+};
+// For K x M weights of `type` at the active kernel level (all none for a type the CPU cannot multiply).
+MatmulActivations matmul_activations(DType type, int64_t K);
 
 // Allocates one host buffer holding every tensor of the context that has no data yet (views
 // are bound to their source). For tests and tools that need no memory reuse.
