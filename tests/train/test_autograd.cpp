@@ -51,6 +51,8 @@ TEST(Autograd, UnaryOps) {
       {"scale", [](Context& c, Tensor* x) { return scale(c, x, -1.5f, 0.25f); }, -2, 2},
       {"silu", [](Context& c, Tensor* x) { return silu(c, x); }, -3, 3},
       {"gelu", [](Context& c, Tensor* x) { return gelu(c, x); }, -3, 3},
+      {"tanh", [](Context& c, Tensor* x) { return tanh(c, x); }, -2, 2},
+      {"softcap", [](Context& c, Tensor* x) { return scale(c, tanh(c, scale(c, x, 1.0f / 1.5f)), 1.5f); }, -3, 3},
       {"sigmoid", [](Context& c, Tensor* x) { return sigmoid(c, x); }, -3, 3},
       {"softplus", [](Context& c, Tensor* x) { return softplus(c, x); }, -3, 3},
       {"exp", [](Context& c, Tensor* x) { return exp(c, x); }, -1, 1},
@@ -68,6 +70,26 @@ TEST(Autograd, UnaryOps) {
 TEST(Autograd, Swiglu) {
   GradCase gc;
   check_gradients(gc, swiglu(gc.ctx, gc.param({8, 3}), gc.param({8, 3})));
+}
+
+// gpt-oss's activation, its clamps crossed: values keep clear of +-limit by more than the
+// finite-difference step (the derivative jumps there).
+TEST(Autograd, SwigluOai) {
+  GradCase gc;
+  const float limit = 1.5f;
+  auto clear_of_kinks = [limit](Tensor* t, std::mt19937& r) {
+    std::uniform_real_distribution<float> d(-3.0f, 3.0f);
+    std::vector<float> v((size_t)t->nelements());
+    for (float& x : v)
+      do x = d(r);
+      while (std::fabs(std::fabs(x) - limit) < 0.1f);
+    GradCase::set(t, v);
+  };
+  Tensor* a = gc.param({8, 3});
+  gc.fills.back().second = clear_of_kinks;
+  Tensor* b = gc.param({8, 3});
+  gc.fills.back().second = clear_of_kinks;
+  check_gradients(gc, swiglu_oai(gc.ctx, a, b, 1.702f, limit));
 }
 
 TEST(Autograd, NormsTimesWeight) {
@@ -210,14 +232,48 @@ TEST(Autograd, Rope) {
   }
 }
 
-TEST(Autograd, SoftMaxWithMaskAndScale) {
-  GradCase gc;
-  Tensor* mask = gc.input(DType::F32, {5, 4}, [](Tensor* t, std::mt19937&) {
+// Llama 3 / phi3 frequency divisors, linear scaling, YaRN with its magnitude (the factors are
+// constants: loom-train does not train them).
+TEST(Autograd, RopeWithFactorsAndScaling) {
+  for (bool yarn : {false, true}) {
+    SCOPED_TRACE(yarn ? "yarn" : "linear");
+    GradCase gc;
+    Tensor* pos = gc.input(DType::I32, {3}, ids_in(50));
+    Tensor* factors = gc.input(DType::F32, {4}, [](Tensor* t, std::mt19937& r) { GradCase::fill_float(t, r, 0, 1, 8); });
+    RopeParams p;
+    p.n_dims = 8;
+    p.mode = kRopeNeox;
+    p.freq_base = 1000.0f;
+    p.freq_scale = 0.25f;
+    p.n_ctx_orig = 16;
+    p.attn_factor = 1.2f;
+    p.ext_factor = yarn ? 1.0f : 0.0f;
+    check_gradients(gc, rope(gc.ctx, gc.param({8, 2, 3}), pos, factors, p));
+  }
+}
+
+// A {5, 4} mask: query i sees keys 0..i+1.
+Tensor* causal_mask(GradCase& gc) {
+  return gc.input(DType::F32, {5, 4}, [](Tensor* t, std::mt19937&) {
     auto* m = static_cast<float*>(t->data);
     for (int i = 0; i < 4; ++i)
       for (int j = 0; j < 5; ++j) m[i * 5 + j] = j <= i + 1 ? 0.0f : -std::numeric_limits<float>::infinity();
   });
+}
+
+TEST(Autograd, SoftMaxWithMaskAndScale) {
+  GradCase gc;
+  Tensor* mask = causal_mask(gc);
   check_gradients(gc, soft_max(gc.ctx, gc.param({5, 4, 3, 2}), mask, 0.7f));
+}
+
+// gpt-oss's attention sinks: one more logit per head in each row's sum; the sinks train too.
+TEST(Autograd, SoftMaxWithSinks) {
+  GradCase gc;
+  Tensor* mask = causal_mask(gc);
+  Tensor* logits = gc.param({5, 4, 3, 2});
+  Tensor* sinks = gc.param({3});
+  check_gradients(gc, soft_max(gc.ctx, logits, mask, 0.7f, 0.0f, sinks));
 }
 
 TEST(Autograd, CrossEntropyLoss) {
@@ -327,7 +383,8 @@ TEST(Autograd, EveryForwardOpHasARule) {
                     OpKind::SWIGLU, OpKind::RESHAPE, OpKind::VIEW, OpKind::PERMUTE, OpKind::TRANSPOSE, OpKind::CONT,
                     OpKind::CPY, OpKind::CROSS_ENTROPY_LOSS, OpKind::SUM, OpKind::SUM_ROWS, OpKind::MEAN,
                     OpKind::SQR, OpKind::SQRT, OpKind::EXP, OpKind::LOG, OpKind::SIGMOID, OpKind::SOFTPLUS,
-                    OpKind::GELU, OpKind::CONCAT, OpKind::REPEAT, OpKind::ALL_REDUCE})
+                    OpKind::GELU, OpKind::TANH, OpKind::SWIGLU_OAI, OpKind::ADD_ID, OpKind::CONCAT, OpKind::REPEAT,
+                    OpKind::ALL_REDUCE})
     EXPECT_TRUE(op_has_grad_rule(op)) << op_name(op);
   EXPECT_FALSE(op_has_grad_rule(OpKind::FLASH_ATTN_EXT));  // training uses the unfused path
   EXPECT_FALSE(op_has_grad_rule(OpKind::TOP_K));

@@ -43,8 +43,17 @@ inline HParams small_hparams(Arch arch, int64_t n_layer = 1) {
   }
   hp.n_vocab = 300;
   hp.n_ctx_train = 64;
+  // windows of 8-16 tokens reach past the sliding window and (phi3, gpt-oss) the original
+  // context; every layer pattern has a local and a global layer
+  if (hp.n_swa > 0) hp.n_swa = 4;
+  if (hp.swa_period > 1) hp.n_layer = std::max(hp.n_layer, hp.swa_period);
+  if (hp.n_ctx_orig > 0) hp.n_ctx_orig = 8;
   return hp;
 }
+
+// The architectures loom-train trains.
+inline constexpr Arch kTrainedArchs[] = {Arch::llama,  Arch::qwen2,  Arch::qwen3, Arch::qwen3moe,
+                                         Arch::gemma2, Arch::gemma3, Arch::phi3,  Arch::gpt_oss};
 
 inline std::string write_model(const fs::path& dir, const HParams& hp, uint64_t seed = 5, DType type = DType::F32,
                                const std::string& name = "model.gguf") {

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cmath>
+#include <limits>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -246,6 +247,33 @@ void grad_log(Backprop& b, Tensor* y, Tensor* g) { b.add(y->src[0], div(b.c, g, 
 void grad_sqr(Backprop& b, Tensor* y, Tensor* g) { b.add(y->src[0], mul(b.c, g, scale(b.c, y->src[0], 2.0f))); }
 void grad_sqrt(Backprop& b, Tensor* y, Tensor* g) { b.add(y->src[0], div(b.c, scale(b.c, g, 0.5f), y)); }
 
+// 1 where t < limit, 0 elsewhere: limit - t rounds to a positive float whenever t < limit (at
+// least limit 2^-25 near it), which 2^100 lifts to 1 or more before the clamp.
+Tensor* below(Context& c, Tensor* t, float limit) {
+  LOOM_CHECK(limit >= 0x1p-70f, unsupported, "[autograd] a clamp limit of {} is too small for its gradient", limit);
+  return clamp(c, scale(c, scale(c, t, -1.0f, limit), 0x1p100f), 0.0f, 1.0f);
+}
+
+// gpt-oss: out = x s (u + 1), x = min(a, L), s = sigmoid(alpha x), u = clamp(b, -L, L):
+// d/da = [a < L] (s + alpha x s (1 - s)) (u + 1), d/db = [-L < b < L] x s.
+void grad_swiglu_oai(Backprop& b, Tensor* y, Tensor* g) {
+  Context& c = b.c;
+  Tensor* a = y->src[0];
+  Tensor* up = y->src[1];
+  const float alpha = y->param_f32(0), limit = y->param_f32(1);
+  Tensor* x = clamp(c, a, -std::numeric_limits<float>::max(), limit);
+  Tensor* s = sigmoid(c, scale(c, x, alpha));
+  if (b.wants(a)) {
+    Tensor* ds = add(c, s, mul(c, scale(c, x, alpha), mul(c, s, scale(c, s, -1.0f, 1.0f))));
+    Tensor* u1 = scale(c, clamp(c, up, -limit, limit), 1.0f, 1.0f);
+    b.add(a, mul(c, mul(c, g, below(c, a, limit)), mul(c, ds, u1)));
+  }
+  if (b.wants(up)) {
+    Tensor* inside = mul(c, below(c, up, limit), below(c, scale(c, up, -1.0f), limit));
+    b.add(up, mul(c, mul(c, g, inside), mul(c, x, s)));
+  }
+}
+
 void grad_swiglu(Backprop& b, Tensor* y, Tensor* g) {
   Tensor* gate = y->src[0];
   Tensor* up = y->src[1];
@@ -397,10 +425,18 @@ void grad_soft_max_back(Backprop& b, Tensor* y, Tensor* g) {
   }
 }
 
+// With sinks y is the softmax over a row's logits and its head's sink, the sink's share left out:
+// the logits' gradient is the same soft_max_back, and head h's sink gets
+// -sum over its rows of (1 - sum(y)) sum(g y) (the sink's share times the row's g . y).
 void grad_soft_max(Backprop& b, Tensor* y, Tensor* g) {
+  Context& c = b.c;
   LOOM_CHECK(!b.wants(y->src[1]), unsupported, "[autograd] SOFT_MAX '{}': no gradient for the mask", y->name);
-  LOOM_CHECK(!y->src[2], unsupported, "[autograd] SOFT_MAX '{}': no gradient rule with attention sinks", y->name);
-  b.add(y->src[0], soft_max_back(b.c, g, y, y->param_f32(0), y->param_f32(1)));
+  if (b.wants(y->src[0])) b.add(y->src[0], soft_max_back(c, g, y, y->param_f32(0), y->param_f32(1)));
+  Tensor* sinks = y->src[2];
+  if (!b.wants(sinks)) return;
+  Tensor* sink_share = scale(c, sum_rows(c, y), -1.0f, 1.0f);                    // {1, n1, heads, n3}
+  Tensor* per_row = mul(c, scale(c, sum_rows(c, mul(c, g, y)), -1.0f), sink_share);
+  b.add(sinks, repeat_back(c, per_row, b.shape_of(1, 1, y->ne[2], 1)));
 }
 
 void grad_cross_entropy(Backprop& b, Tensor* y, Tensor* g) {
@@ -453,6 +489,7 @@ constexpr std::array<Rule, kOpCount> make_rules() {
   set(OpKind::SQR, grad_sqr);
   set(OpKind::SQRT, grad_sqrt);
   set(OpKind::SWIGLU, grad_swiglu);
+  set(OpKind::SWIGLU_OAI, grad_swiglu_oai);
   set(OpKind::SILU_BACK, grad_silu_back);
   set(OpKind::RMS_NORM_BACK, grad_rms_norm_back);
   set(OpKind::OUT_PROD, grad_out_prod);

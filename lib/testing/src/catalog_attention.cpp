@@ -111,6 +111,9 @@ void add_soft_maxes(std::vector<OpCase>& out) {
       ops::soft_max_back(b.ctx(), b.input(DType::F32, {ne[0], ne[1], ne[2], ne[3]}),
                          b.input(DType::F32, {ne[0], ne[1], ne[2], ne[3]}, LeafInit::uniform(0.0, 0.2)), 0.5f);
     });
+  add_case(out, "SOFT_MAX", "type=f32,ne=[9,4,3,1],mask=none,scale=0.5,sinks=1,grad=1", kModeGrad, [](CaseBuilder& b) {
+    ops::soft_max(b.ctx(), b.param({9, 4, 3}), nullptr, 0.5f, 0.0f, b.param({3}, LeafInit::normal(0.0, 2.0)));
+  }).max_nmse = 1e-6;
   add_case(out, "SOFT_MAX_BACK", "type=f32,ne=[6,3,1,1],scale=1,grad=1", kModeGrad, [](CaseBuilder& b) {
     ops::soft_max_back(b.ctx(), b.param({6, 3}), b.param({6, 3}, LeafInit::uniform(0.0, 0.3)), 1.0f);
   });

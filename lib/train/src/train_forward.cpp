@@ -17,8 +17,11 @@ ForwardGraph build_train_forward(Context& c, const Model& model, const BatchShap
   shape.n_outputs = T;
   shape.n_seq = s.n_seq;
   shape.flash_attn = false;  // the fused kernel has no gradient rule
+  KvCache kv;
+  kv.size = s.n_ctx;  // the context a window sees: phi3 picks its long or short RoPE factors by it
   ForwardGraph fg;
-  fg.in = build_forward(c, forward_model(model), KvCache{}, shape);
+  fg.in = build_forward(c, forward_model(model), kv, shape);
+  fg.n_swa = hp.n_swa;
   fg.logits = fg.in.logits;
   fg.logits->flags &= ~kFlagOutput;  // read by the loss only
   fg.targets = c.new_tensor(DType::F32, {hp.n_vocab, T}, "inp_targets");
@@ -56,10 +59,15 @@ void fill_inputs(const ForwardGraph& g, const BatchShape& s, const std::vector<c
       ids[t] = next[(size_t)w][i];
       onehot[t * V + ids[t]] = 1.0f;
     }
-  auto* mask = static_cast<float*>(g.in.mask->data);
+  // causal within a window; the sliding-window layers' mask also hides keys n_swa or more back
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < L; ++i)
-    for (int64_t j = 0; j < L; ++j) mask[i * L + j] = j <= i ? 0.0f : neg_inf;
+  for (Tensor* m : {g.in.mask, g.in.mask_swa}) {
+    if (!m) continue;
+    auto* mask = static_cast<float*>(m->data);
+    const int64_t window = m == g.in.mask_swa ? g.n_swa : L;
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t j = 0; j < L; ++j) mask[i * L + j] = j <= i && i - j < window ? 0.0f : neg_inf;
+  }
 }
 
 }  // namespace loom::train

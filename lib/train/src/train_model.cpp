@@ -33,6 +33,10 @@ std::unique_ptr<TrainModel> TrainModel::open(const std::string& path, const Trai
   lo.placement.repack = false;  // the backward pass reads frozen matrices in the file's layout
   lo.ignore_prefix = "opt.";    // a checkpoint's optimizer state
   lo.trainable = [&](const TensorSpec& spec, DType file_type) {
+    // RoPE's frequency divisors (Llama 3, phi3) are the context scaling's constants, not weights
+    if (spec.role == TensorRole::rope_freqs || spec.role == TensorRole::rope_factors_long ||
+        spec.role == TensorRole::rope_factors_short)
+      return false;
     if (!opt.trainable) return dtype_info(file_type).is_float && (!re || std::regex_search(spec.name, *re));
     if (!saved.count(spec.name)) return false;
     LOOM_CHECK(file_type == DType::F32, invalid_input, "{}: trained tensor '{}' must be f32 in a checkpoint", path,
@@ -42,12 +46,6 @@ std::unique_ptr<TrainModel> TrainModel::open(const std::string& path, const Trai
   std::unique_ptr<TrainModel> m(new TrainModel());
   m->model_ = Model::load(path, lo);
   Model& model = *m->model_;
-  // gemma's post norms and soft-capping, phi3's fused projections and gpt-oss's sinks and
-  // SWIGLU_OAI are not trained yet (sinks and SWIGLU_OAI have no gradient rule)
-  const Arch arch = model.hparams().arch;
-  LOOM_CHECK(arch == Arch::llama || arch == Arch::qwen2 || arch == Arch::qwen3 || arch == Arch::qwen3moe, unsupported,
-             "{}: {} is not supported for training (loom-train trains llama, qwen2, qwen3, qwen3moe)", path,
-             arch_name(arch));
   const gguf::File& f = model.file();
   for (const TensorSpec& spec : arch_tensors(model.hparams())) {
     const gguf::TensorInfo* info = f.find_tensor(spec.name);

@@ -23,7 +23,8 @@ struct BatchShape {
 // Inputs are created flagged kFlagInput (filled by the caller with fill_inputs once memory is
 // bound), outputs flagged kFlagOutput.
 struct ForwardGraph {
-  ForwardInputs in;             // tokens, positions (0..n_ctx-1 per window), causal mask {n_ctx, n_ctx}
+  ForwardInputs in;             // tokens, positions (0..n_ctx-1 per window), causal masks {n_ctx, n_ctx}
+  int64_t n_swa = 0;            // keys the sliding-window mask (in.mask_swa, if any) lets each query see
   Tensor* targets = nullptr;    // F32 {n_vocab, T}: one-hot next tokens
   Tensor* target_ids = nullptr; // I32 {T}
   Tensor* logits = nullptr;     // F32 {n_vocab, T}
