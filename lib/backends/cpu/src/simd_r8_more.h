@@ -164,38 +164,43 @@ void q5_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, R8Cols
 }
 
 // ---- Q3_K and Q2_K: 2-bit levels (bits 2k of qs[32h + l]), 16-value groups --------------------
-// Element 128h + 32k + l: quad q = 8h + l / 4, group g = 8h + 2k + l / 16. Per (h, k, half) one
-// group's 4 quads; per group one convert and FMA by d * scale. The offsets (Q3_K: -4 sc_g per x,
-// Q2_K: -m_g dmin per x) are sum_g (int16 pair) times x's 16-value sums.
+// Element 128h + 32k + l: quad q = 8h + l / 4, group g = 8h + 2k + l / 16. A group's sum (4
+// quads) fits 16 bits, so the two groups of each (h, k) go into one int16 pair per row and one
+// vpdpwssd by their scale pair applies both scales exactly: the block stays integer to its end.
+// The offsets (Q3_K: -4 sc_g per x, Q2_K: -m_g dmin per x) are the scale or min pairs times x's
+// 16-value sums.
 
-// The 16 groups' sums of a Q2_K / Q3_K group block times scf[g] (d * scale) into bacc: qs the
-// 2-bit quads, hmask (Q3_K) the third bits' quads or nullptr (Q2_K).
+// isum[c] = sum_g sc_g * (group g's sum) over a Q2_K / Q3_K group block: qs the 2-bit quads, hmask
+// (Q3_K) the third bits' quads or nullptr (Q2_K), scp[t] the (sc 2t, sc 2t + 1) int16 pairs.
 template <int NC, int kMax>
-inline void r8_groups16(const uint8_t* qs, const uint8_t* hmask, const __m256 (&scf)[16], R8Cols<BlockQ8KA> x,
-                        int64_t i, __m256* bacc) {
+inline void r8_groups16(const uint8_t* qs, const uint8_t* hmask, const __m256i (&scp)[8], R8Cols<BlockQ8KA> x,
+                        int64_t i, __m256i* isum) {
   const __m256i lo2 = _mm256_set1_epi8(3);
-  for (int c = 0; c < NC; ++c) bacc[c] = _mm256_setzero_ps();
-  for (int h = 0; h < 2; ++h)
-    for (int half = 0; half < 2; ++half) {
-      __m256i qv[4], hm[4];
-      for (int t = 0; t < 4; ++t) {
-        qv[t] = r8_load(qs + 32 * (8 * h + 4 * half + t));
-        if (hmask) hm[t] = r8_load(hmask + 32 * (4 * half + t));
-      }
-      for (int k = 0; k < 4; ++k) {
+  for (int c = 0; c < NC; ++c) isum[c] = _mm256_setzero_si256();
+  for (int h = 0; h < 2; ++h) {
+    __m256i qv[8], hm[8];
+    for (int t = 0; t < 8; ++t) {
+      qv[t] = r8_load(qs + 32 * (8 * h + t));
+      if (hmask) hm[t] = r8_load(hmask + 32 * t);
+    }
+    for (int k = 0; k < 4; ++k) {
+      __m256i s[2][NC];
+      for (int half = 0; half < 2; ++half) {  // group 8h + 2k + half: quads 4 half .. 4 half + 3
         __m256i u[4];
         for (int t = 0; t < 4; ++t) {
-          u[t] = _mm256_and_si256(_mm256_srli_epi16(qv[t], 2 * k), lo2);
-          if (hmask) u[t] = _mm256_or_si256(u[t], r8_bit(hm[t], 4 * h + k, 2));
+          u[t] = _mm256_and_si256(_mm256_srli_epi16(qv[4 * half + t], 2 * k), lo2);
+          if (hmask) u[t] = _mm256_or_si256(u[t], r8_bit(hm[4 * half + t], 4 * h + k, 2));
         }
-        const int g = 8 * h + 2 * k + half;
 #pragma GCC unroll 8
-        for (int c = 0; c < NC; ++c) {
-          const int8_t* xq = x[c][i].qs + 128 * h + 32 * k + 16 * half;
-          bacc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(r8_quad_sums<4, kMax>(u, xq)), scf[g], bacc[c]);
-        }
+        for (int c = 0; c < NC; ++c)
+          s[half][c] = r8_quad_sums<4, kMax>(u, x[c][i].qs + 128 * h + 32 * k + 16 * half);
       }
+#pragma GCC unroll 8
+      for (int c = 0; c < NC; ++c)
+        isum[c] = r8_pair_sums(isum[c], _mm256_blend_epi16(s[0][c], _mm256_slli_epi32(s[1][c], 16), 0xaa),
+                               scp[4 * h + k]);
     }
+  }
 }
 
 // Q3_K: q = q2 | hmask bit << 2 (0..7), x = d (sc - 32) (q - 4), sc 6 bits (q3_k_scale).
@@ -212,17 +217,14 @@ void q3_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, R8Cols
                           _mm256_or_si256(_mm256_and_si256(a1, lo4), hi2(2)),
                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(a0, 4), lo4), hi2(4)),
                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(a1, 4), lo4), hi2(6))};
-    __m256 scf[16];    // d * (sc - 32)
     __m256i pairs[8];  // (sc 2t - 32, sc 2t + 1 - 32)
-    for (int t = 0; t < 8; ++t) {
-      const __m256i s0 = _mm256_sub_epi32(r8_byte(v[t / 2], 2 * (t % 2)), bias);
-      const __m256i s1 = _mm256_sub_epi32(r8_byte(v[t / 2], 2 * (t % 2) + 1), bias);
-      scf[2 * t] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(s0));
-      scf[2 * t + 1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(s1));
-      pairs[t] = r8_pair(s0, s1);
-    }
+    for (int t = 0; t < 8; ++t)
+      pairs[t] = r8_pair(_mm256_sub_epi32(r8_byte(v[t / 2], 2 * (t % 2)), bias),
+                         _mm256_sub_epi32(r8_byte(v[t / 2], 2 * (t % 2) + 1), bias));
+    __m256i isum[NC];
+    r8_groups16<NC, 7>(p + kQs, p + kHmask, pairs, x, i, isum);
     __m256 bacc[NC];
-    r8_groups16<NC, 7>(p + kQs, p + kHmask, scf, x, i, bacc);
+    for (int c = 0; c < NC; ++c) bacc[c] = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[c]), d);
     r8_finish_k<NC>(pairs, _mm256_mul_ps(d, _mm256_set1_ps(4.0f)), x, i, bacc, acc);
   });
 }
@@ -234,19 +236,19 @@ void q2_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, R8Cols
   const __m256i lo4 = _mm256_set1_epi32(15), hi4 = _mm256_set1_epi32(0xf0000);
   r8_groups<BlockQ2_K, NC>(nblk, a, lda, nr, out, [&](const uint8_t* p, int64_t i, __m256* acc) {
     const __m256 d = r8_halves(p), dmin = r8_halves(p + 16);
-    __m256 scf[16];  // d * (sc & 15)
-    __m256i mp[8];   // (m 2t, m 2t + 1)
+    __m256i sp[8], mp[8];  // (sc 2t & 15, sc 2t + 1 & 15), (their high nibbles)
     for (int w = 0; w < 4; ++w) {  // scales bytes 4w .. 4w + 3
       const __m256i sw = r8_load(p + kScales + 32 * w);
-      for (int b = 0; b < 4; ++b)
-        scf[4 * w + b] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(sw, 8 * b), lo4)));
-      for (int e = 0; e < 2; ++e) {  // bytes 2e, 2e + 1: their high nibbles as an int16 pair
-        const __m256i m = _mm256_srli_epi32(sw, 16 * e + 4);
+      for (int e = 0; e < 2; ++e) {  // bytes 2e, 2e + 1
+        const __m256i s = _mm256_srli_epi32(sw, 16 * e), m = _mm256_srli_epi32(s, 4);
+        sp[2 * w + e] = _mm256_or_si256(_mm256_and_si256(s, lo4), _mm256_and_si256(_mm256_slli_epi32(s, 8), hi4));
         mp[2 * w + e] = _mm256_or_si256(_mm256_and_si256(m, lo4), _mm256_and_si256(_mm256_slli_epi32(m, 8), hi4));
       }
     }
+    __m256i isum[NC];
+    r8_groups16<NC, 3>(p + kQs, nullptr, sp, x, i, isum);
     __m256 bacc[NC];
-    r8_groups16<NC, 3>(p + kQs, nullptr, scf, x, i, bacc);
+    for (int c = 0; c < NC; ++c) bacc[c] = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[c]), d);
     r8_finish_k<NC>(mp, dmin, x, i, bacc, acc);
   });
 }
