@@ -115,9 +115,13 @@ TEST_F(TrainDevices, Sim0EqualsTheCpuForEveryArchitecture) {
   }
 }
 
+// The layer split: one layer on SIM0 (-ngl 1), the rest on the CPU.
 TEST_F(TrainDevices, SomeLayersOnSim0EqualTheCpu) {
-  const std::string path = write_model(dir_, small_hparams(Arch::qwen3, 2), 14);
-  expect_same(train(path, placement(false), 3), train(path, placement(true, 1), 3));
+  for (Arch arch : kTrainedArchs) {
+    SCOPED_TRACE(arch_name(arch));
+    const std::string path = write_model(dir_, small_hparams(arch, 2), 14);
+    expect_same(train(path, placement(false), 3), train(path, placement(true, 1), 3));
+  }
 }
 
 TEST_F(TrainDevices, WeightsGradientsAndOptimizerStateLiveOnTheDevice) {

@@ -1,10 +1,14 @@
 // The tools on Vulkan0 as a user runs them: a tiny model gives the CPU's greedy tokens on
 // Vulkan0 alone and split with the CPU (llama and qwen3moe in Q8_0, Q4_0, Q4_K too); -dev Vulkan7 is a usage error (2); a device with too
-// little memory is exit 4 naming it. Skips without the tools or a Vulkan device.
+// little memory is exit 4 naming it; loom-train -dev Vulkan0 gives the CPU's losses. Skips without
+// the tools or a Vulkan device.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 #include <tuple>
 
 #include "../e2e/tool_runner.h"
@@ -89,6 +93,54 @@ TEST_F(VulkanTools, InputsCrossAsyncAndTheHostWaitsOncePerStep) {
   ASSERT_EQ(v.rc, 0) << v.err;
   EXPECT_GT(number(v.out, "async_copies"), 0) << v.out;
   EXPECT_EQ(number(v.out, "syncs"), 8) << "one wait per step (prompt + 7 decode steps): " << v.out;
+}
+
+// loom-train -dev Vulkan0 on the architectures whose ops came last to training (gemma2's
+// soft-capping, gpt-oss's sinks and SWIGLU_OAI, their gradients built from ordinary ops): each
+// step's loss and gradient norm are the CPU's to the CSV's digits (float sums in another order).
+TEST_F(VulkanTools, TrainingOnVulkanGivesTheCpusLosses) {
+  const std::string train = std::string(LOOM_BIN_DIR) + "/loom-train";
+  const std::string gguf = std::string(LOOM_BIN_DIR) + "/loom-gguf";
+  if (!fs::exists(train)) GTEST_SKIP() << "loom-train is not built";
+  const std::string text = (dir_ / "text.txt").string();
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 30; ++i) f << "The quick brown fox jumps over the lazy dog. ";
+  }
+  // step,epoch,loss,accuracy,lr,grad_norm: loss and grad_norm of every step
+  auto columns = [](const std::string& csv) {
+    std::vector<double> out;
+    std::ifstream f(csv);
+    for (std::string line; std::getline(f, line);) {
+      if (line.empty() || !std::isdigit((unsigned char)line[0])) continue;
+      std::vector<std::string> cells;
+      for (size_t at = 0, next; at <= line.size(); at = next + 1) {
+        next = std::min(line.find(',', at), line.size());
+        cells.push_back(line.substr(at, next - at));
+      }
+      out.push_back(std::stod(cells.at(2)));
+      out.push_back(std::stod(cells.at(5)));
+    }
+    return out;
+  };
+  for (const char* arch : {"gemma2", "gpt-oss"}) {
+    SCOPED_TRACE(arch);
+    const std::string m = (dir_ / (std::string(arch) + ".gguf")).string();
+    ASSERT_EQ(loom::test::run_command(quote(gguf) + " new --arch " + arch + " --preset tiny --seed 1 -o " + quote(m), dir_).rc, 0);
+    std::vector<double> got[2];
+    for (int vk = 0; vk < 2; ++vk) {
+      const std::string csv = (dir_ / (std::string(arch) + (vk ? "-vk.csv" : "-cpu.csv"))).string();
+      const ToolResult r = loom::test::run_command(
+          quote(train) + " -m " + quote(m) + " -f " + quote(text) + " -c 16 -b 2 --steps 2 -lr 3e-3 -t 1 --log-csv " +
+              quote(csv) + (vk ? " -dev Vulkan0" : " -dev CPU") + " -o " + quote((dir_ / "out.gguf").string()),
+          dir_);
+      ASSERT_EQ(r.rc, 0) << r.err;
+      got[vk] = columns(csv);
+    }
+    ASSERT_EQ(got[0].size(), 4u);
+    ASSERT_EQ(got[1].size(), 4u);
+    for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(got[1][i], got[0][i], 1e-4 * std::fabs(got[0][i])) << "value " << i;
+  }
 }
 
 TEST_F(VulkanTools, UnknownDeviceIsAUsageErrorAndTooLittleMemoryExitsFour) {

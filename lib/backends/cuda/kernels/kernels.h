@@ -58,9 +58,10 @@ int max_head_dim();  // flash_attn's limit on D and Dv
 // ---- matrix products (matmul.cu) ----------------------------------------------------------------
 // dst {M, N, b2, b3} = a^T b for a block type a {K, M, a2, a3} and F32 b, read in place
 // (decode-sized N; one warp per row of a).
-void mul_mat_q(cudaStream_t s, const TView& a, const TView& b, const TView& dst);
+// act: how b is rounded first (ActMode, act_round.h: the CPU's rounding for a's type).
+void mul_mat_q(cudaStream_t s, const TView& a, const TView& b, const TView& dst, int act);
 // Experts: as {K, M, E}, b F32 {K, bn, T}, ids I32 {n_used, T}: dst {M, n_used, T}.
-void mul_mat_id(cudaStream_t s, const TView& as, const TView& b, const TView& ids, const TView& dst);
+void mul_mat_id(cudaStream_t s, const TView& as, const TView& b, const TView& ids, const TView& dst, int act);
 // dst[m, n] = sum_k a[m, k] * b[n, k] (F32 only; small shapes in training).
 void out_prod(cudaStream_t s, const TView& a, const TView& b, const TView& dst);
 

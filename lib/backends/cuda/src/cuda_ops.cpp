@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "../kernels/act_round.h"
 #include "../kernels/kernels.h"
 #include "loom/core/error.h"
+#include "loom/cpu/cpu.h"
 #include "loom/graph/ops.h"
 
 namespace loom::cuda {
@@ -115,6 +117,16 @@ void mul_mat_blas(const OpContext& c, Tensor* n) {
                               CUDA_R_32F, (int)(n->nb[1] / sizeof(float)), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmEx");
     }
+}
+
+// How the mat-vec kernels round b for a's type: as the CPU's kernels do for the same columns
+// (cpu::matmul_activations). MUL_MAT_ID rounds for the columns one expert can meet at most (one
+// per token): exact below `large_from` tokens, as in decode and short prompts.
+int act_mode(const Tensor* a, int64_t cols) {
+  static_assert((int)cpu::ActRounding::none == k::kActNone && (int)cpu::ActRounding::bf16 == k::kActBf16 &&
+                (int)cpu::ActRounding::q8_32 == k::kActQ8_32 && (int)cpu::ActRounding::q8_256 == k::kActQ8_256);
+  const cpu::MatmulActivations m = cpu::matmul_activations(a->type, a->ne[0]);
+  return (int)(cols < m.large_from ? m.small : m.large);
 }
 
 void copy_bytes(const OpContext& c, void* dst, const void* src, size_t n) {
@@ -291,9 +303,11 @@ void run_op(const OpContext& c, Tensor* n) {
       if (matmul_via_cublas(n))
         mul_mat_blas(c, n);
       else
-        k::mul_mat_q(s, va, vb, vd);
+        k::mul_mat_q(s, va, vb, vd, act_mode(a, n->src[1]->ne[1]));
       break;
-    case OpKind::MUL_MAT_ID: k::mul_mat_id(s, va, vb, view_of(n->src[2]), vd); break;
+    case OpKind::MUL_MAT_ID:
+      k::mul_mat_id(s, va, vb, view_of(n->src[2]), vd, act_mode(a, n->src[2]->ne[1]));
+      break;
     case OpKind::OUT_PROD: k::out_prod(s, va, vb, vd); break;
     case OpKind::ARGSORT: k::argsort(s, va, vd, n->param_i32(0) == (int32_t)ops::SortOrder::descending, (int)a->ne[0]); break;
     case OpKind::TOP_K: k::argsort(s, va, vd, true, (int)n->ne[0]); break;
