@@ -398,45 +398,24 @@ void r8_rows32(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, R8Cols<Bl
     }
   });
 }
-template <int NC>
-void q4_1_r8_rows(int64_t n, const uint8_t* a, size_t lda, int64_t nr, R8Cols<BlockQ8A> x, float* const* out) {
-  r8_rows32<R8Q4_1, NC>(n, a, lda, nr, x, out);
-}
-template <int NC>
-void q5_0_r8_rows(int64_t n, const uint8_t* a, size_t lda, int64_t nr, R8Cols<BlockQ8A> x, float* const* out) {
-  r8_rows32<R8Q5_0, NC>(n, a, lda, nr, x, out);
-}
-template <int NC>
-void q5_1_r8_rows(int64_t n, const uint8_t* a, size_t lda, int64_t nr, R8Cols<BlockQ8A> x, float* const* out) {
-  r8_rows32<R8Q5_1, NC>(n, a, lda, nr, x, out);
-}
-template <int NC>
-void iq4_nl_r8_rows(int64_t n, const uint8_t* a, size_t lda, int64_t nr, R8Cols<BlockQ8A> x, float* const* out) {
-  r8_rows32<R8IQ4_NL, NC>(n, a, lda, nr, x, out);
-}
-template <int NC>
-void mxfp4_r8_rows(int64_t n, const uint8_t* a, size_t lda, int64_t nr, R8Cols<BlockQ8A> x, float* const* out) {
-  r8_rows32<R8MXFP4, NC>(n, a, lda, nr, x, out);
-}
-
 }  // namespace
 }  // namespace loom::cpu
 
 // The level's entry points (declared in simd_isa.h).
-#define LOOM_R8_MORE_ROWS_DOT(name, level, X, block, kernel)                                                        \
+#define LOOM_R8_MORE_ROWS_DOT(name, level, X, block, call)                                                          \
   void rows_dot_##name##_r8_##level(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, \
                                     float* const* out) {                                                            \
     const auto* pa = static_cast<const uint8_t*>(a);                                                                \
     const auto x = reinterpret_cast<R8Cols<X>>(b);                                                                  \
-    with_count<kMaxDotCols>(nc, [&]<int NC>() { kernel<NC>(K / (block), pa, lda, nr, x, out); });                   \
+    with_count<kMaxDotCols>(nc, [&]<int NC>() { call(K / (block), pa, lda, nr, x, out); });                         \
   }
-#define LOOM_DEFINE_ROWS_DOT_R8_MORE(level)                                  \
-  LOOM_R8_MORE_ROWS_DOT(q4_1, level, BlockQ8A, 32, q4_1_r8_rows)             \
-  LOOM_R8_MORE_ROWS_DOT(q5_0, level, BlockQ8A, 32, q5_0_r8_rows)             \
-  LOOM_R8_MORE_ROWS_DOT(q5_1, level, BlockQ8A, 32, q5_1_r8_rows)             \
-  LOOM_R8_MORE_ROWS_DOT(iq4_nl, level, BlockQ8A, 32, iq4_nl_r8_rows)         \
-  LOOM_R8_MORE_ROWS_DOT(mxfp4, level, BlockQ8A, 32, mxfp4_r8_rows)           \
-  LOOM_R8_MORE_ROWS_DOT(q2_k, level, BlockQ8KA, 256, q2_k_r8_rows)           \
-  LOOM_R8_MORE_ROWS_DOT(q3_k, level, BlockQ8KA, 256, q3_k_r8_rows)           \
-  LOOM_R8_MORE_ROWS_DOT(q5_k, level, BlockQ8KA, 256, q5_k_r8_rows)           \
-  LOOM_R8_MORE_ROWS_DOT(iq4_xs, level, BlockQ8KA, 256, iq4_xs_r8_rows)
+#define LOOM_DEFINE_ROWS_DOT_R8_MORE(level)                                     \
+  LOOM_R8_MORE_ROWS_DOT(q4_1, level, BlockQ8A, 32, (r8_rows32<R8Q4_1, NC>))     \
+  LOOM_R8_MORE_ROWS_DOT(q5_0, level, BlockQ8A, 32, (r8_rows32<R8Q5_0, NC>))     \
+  LOOM_R8_MORE_ROWS_DOT(q5_1, level, BlockQ8A, 32, (r8_rows32<R8Q5_1, NC>))     \
+  LOOM_R8_MORE_ROWS_DOT(iq4_nl, level, BlockQ8A, 32, (r8_rows32<R8IQ4_NL, NC>)) \
+  LOOM_R8_MORE_ROWS_DOT(mxfp4, level, BlockQ8A, 32, (r8_rows32<R8MXFP4, NC>))   \
+  LOOM_R8_MORE_ROWS_DOT(q2_k, level, BlockQ8KA, 256, q2_k_r8_rows<NC>)          \
+  LOOM_R8_MORE_ROWS_DOT(q3_k, level, BlockQ8KA, 256, q3_k_r8_rows<NC>)          \
+  LOOM_R8_MORE_ROWS_DOT(q5_k, level, BlockQ8KA, 256, q5_k_r8_rows<NC>)          \
+  LOOM_R8_MORE_ROWS_DOT(iq4_xs, level, BlockQ8KA, 256, iq4_xs_r8_rows<NC>)
