@@ -1,5 +1,7 @@
 // NCCL communicator: one rank per CUDA device of this process. Data is staged through the
-// device (the executor hands host memory); the sum is ncclAllReduce (ncclSum, float).
+// device (the executor hands host memory); the sum is ncclAllReduce (ncclSum, float), or, for
+// sums set to travel as BF16, a gather of every rank's BF16-rounded contribution summed in rank
+// order in f32 (the bits the in-process and MPI communicators give).
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -7,6 +9,7 @@
 #include <vector>
 
 #include "loom/core/error.h"
+#include "loom/core/fp16.h"
 #include "loom/meta/comm.h"
 
 namespace loom::meta {
@@ -38,6 +41,7 @@ class NcclComm final : public Communicator {
   void all_reduce_sum(float* data, size_t n) override {
     count(n);
     if (n == 0) return;
+    if (use_bf16(n)) return all_reduce_bf16(data, n);
     stage(n);
     check_cuda(cudaMemcpyAsync(buf_, data, n * sizeof(float), cudaMemcpyHostToDevice, stream_), "upload");
     check_nccl(ncclAllReduce(buf_, buf_, n, ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
@@ -71,6 +75,27 @@ class NcclComm final : public Communicator {
   }
 
  private:
+  // Half the bytes of f32 on the wire; each contribution rounded once, the sum exact in rank order.
+  void all_reduce_bf16(float* data, size_t n) {
+    halves_.resize(n * (size_t)(size_ + 1));
+    uint16_t* mine = halves_.data();
+    for (size_t i = 0; i < n; ++i) mine[i] = f32_to_bf16(data[i]);
+    stage((n * (size_t)(size_ + 1) + 1) / 2);
+    auto* send = static_cast<uint16_t*>(buf_);
+    uint16_t* recv = send + n;
+    check_cuda(cudaMemcpyAsync(send, mine, n * sizeof(uint16_t), cudaMemcpyHostToDevice, stream_), "upload");
+    check_nccl(ncclAllGather(send, recv, n, ncclBfloat16, comm_, stream_), "ncclAllGather");
+    uint16_t* all = halves_.data() + n;
+    check_cuda(cudaMemcpyAsync(all, recv, n * (size_t)size_ * sizeof(uint16_t), cudaMemcpyDeviceToHost, stream_),
+               "download");
+    check_cuda(cudaStreamSynchronize(stream_), "sync");
+    for (size_t i = 0; i < n; ++i) {
+      float sum = 0.0f;
+      for (int r = 0; r < size_; ++r) sum += bf16_to_f32(all[(size_t)r * n + i]);
+      data[i] = sum;
+    }
+  }
+
   // Makes this rank's GPU current for the calling thread, then grows the staging buffer to n floats.
   void stage(size_t n) {
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
@@ -85,6 +110,7 @@ class NcclComm final : public Communicator {
   void* buf_ = nullptr;
   size_t cap_ = 0;
   std::vector<float> host_;  // all_gather staging
+  std::vector<uint16_t> halves_;  // BF16 sums: this rank's contribution, then every rank's
 };
 
 }  // namespace

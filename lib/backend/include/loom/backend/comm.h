@@ -35,7 +35,7 @@ class Communicator {
   virtual void end_compute() {}
 
   // (option) sums of at least min_elements travel as BF16: half the bytes, each contribution
-  // rounded to 8 mantissa bits before the (f32, rank-order) sum. Default: never. NCCL ignores it.
+  // rounded to 8 mantissa bits before the (f32, rank-order) sum. Default: never.
   void set_bf16_min_elements(size_t min_elements) { bf16_min_ = min_elements; }
 
   uint64_t n_all_reduce() const { return n_all_reduce_; }  // calls on this rank so far
