@@ -106,25 +106,48 @@ LOOM_HD int q3_k_scale_at(const uint8_t* sc, int j) {
 // The 2-bit field of element e (0..255) in Q2_K / Q3_K's qs.
 LOOM_HD int k_2bit(const uint8_t* qs, int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3; }
 
+// 32-element block types: x = level * d + m, the CPU's order of operations (m is 0 but for
+// Q4_1 / Q5_1). The block's scales, decoded once per block, and element i's integer level.
+struct Scale32 {
+  float d, m;
+};
+LOOM_HD Scale32 block32_scale(int type, const uint8_t* b) {
+  switch (type) {
+    case kMXFP4: return {e8m0_half(b[0]), 0.0f};
+    case kQ4_1:
+    case kQ5_1: return {half_at(b), half_at(b + 2)};
+    default: return {half_at(b), 0.0f};
+  }
+}
+LOOM_HD int block32_level(int type, const uint8_t* b, int i) {
+  const int l = i % 16, hi = i / 16;  // nibble l, high half hi
+  switch (type) {
+    case kQ8_0: return (int8_t)b[2 + i];
+    case kQ4_0: return ((b[2 + l] >> (4 * hi)) & 15) - 8;
+    case kQ4_1: return (b[4 + l] >> (4 * hi)) & 15;
+    case kQ5_0:
+    case kQ5_1: {
+      const int o = type == kQ5_0 ? 2 : 4;
+      const int q = ((b[o + 4 + l] >> (4 * hi)) & 15) | (((b[o + i / 8] >> (i % 8)) & 1) << 4);
+      return type == kQ5_0 ? q - 16 : q;
+    }
+    case kIQ4_NL: return iq4nl_level((b[2 + l] >> (4 * hi)) & 15);
+    case kMXFP4: return mxfp4_level((b[1 + l] >> (4 * hi)) & 15);
+    default: return 0;
+  }
+}
+
 // Element e of a row of a block type (e counted from the row start).
 LOOM_HD float block_value(int type, const uint8_t* row, int64_t e) {
   const BlockShape bs = block_shape(type);
   if (bs.elems == 0) return 0.0f;
   const uint8_t* b = row + (e / bs.elems) * bs.bytes;
   const int i = (int)(e % bs.elems);
-  const int l = i % 16, hi = i / 16;  // 32-element types: nibble l, high half hi
+  if (bs.elems == 32) {
+    const Scale32 s = block32_scale(type, b);
+    return (float)block32_level(type, b, i) * s.d + s.m;
+  }
   switch (type) {
-    case kQ8_0: return (float)(int8_t)b[2 + i] * half_at(b);
-    case kQ4_0: return (float)(((b[2 + l] >> (4 * hi)) & 15) - 8) * half_at(b);
-    case kQ4_1: return (float)((b[4 + l] >> (4 * hi)) & 15) * half_at(b) + half_at(b + 2);
-    case kQ5_0:
-    case kQ5_1: {
-      const int o = type == kQ5_0 ? 2 : 4;
-      const int q = ((b[o + 4 + l] >> (4 * hi)) & 15) | (((b[o + i / 8] >> (i % 8)) & 1) << 4);
-      return type == kQ5_0 ? (float)(q - 16) * half_at(b) : (float)q * half_at(b) + half_at(b + 2);
-    }
-    case kIQ4_NL: return half_at(b) * (float)iq4nl_level((b[2 + l] >> (4 * hi)) & 15);
-    case kMXFP4: return (float)mxfp4_level((b[1 + l] >> (4 * hi)) & 15) * e8m0_half(b[0]);
     case kQ2_K: {
       const uint8_t sc = b[i / 16];
       return half_at(b + 80) * (float)(sc & 15) * (float)k_2bit(b + 16, i) - half_at(b + 82) * (float)(sc >> 4);
@@ -167,7 +190,8 @@ LOOM_HD void decode_unit(int type, const uint8_t* row, int64_t u, float* out) {
   const BlockShape bs = block_shape(type);
   if (bs.elems == 32) {
     const uint8_t* b = row + u * bs.bytes;
-    for (int i = 0; i < 32; ++i) out[i] = block_value(type, b, i);
+    const Scale32 s = block32_scale(type, b);
+    for (int i = 0; i < 32; ++i) out[i] = (float)block32_level(type, b, i) * s.d + s.m;
     return;
   }
   const uint8_t* b = row + (u / 8) * bs.bytes;

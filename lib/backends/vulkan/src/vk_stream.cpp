@@ -200,13 +200,7 @@ class VulkanStream final : public Stream {
     dpi.poolSizeCount = 1;
     dpi.pPoolSizes = &ps;
     LOOM_VK_CHECK(vkCreateDescriptorPool(dev_.vk(), &dpi, nullptr, &r.pool), dev_.name() + ": descriptor pool");
-    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-    ai.commandPool = pool_;
-    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-    ai.commandBufferCount = 1;
-    LOOM_VK_CHECK(vkAllocateCommandBuffers(dev_.vk(), &ai, &r.cb), dev_.name() + ": command buffer");
-    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-    vkBeginCommandBuffer(r.cb, &bi);
+    r.cb = begin_commands();
     // Earlier submissions and host writes (inputs, copies) before anything of this split.
     barrier(r.cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_HOST_BIT,
             VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_HOST_WRITE_BIT);
@@ -265,19 +259,26 @@ class VulkanStream final : public Stream {
     return r;
   }
 
+  // A primary command buffer from the stream's pool, recording.
+  VkCommandBuffer begin_commands() {
+    VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    ai.commandPool = pool_;
+    ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    ai.commandBufferCount = 1;
+    VkCommandBuffer cb = VK_NULL_HANDLE;
+    LOOM_VK_CHECK(vkAllocateCommandBuffers(dev_.vk(), &ai, &cb), dev_.name() + ": command buffer");
+    VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    vkBeginCommandBuffer(cb, &bi);
+    return cb;
+  }
+
   // A buffer-to-buffer transfer, recorded once per (source, destination, size) and resubmitted.
   void enqueue_copy(const TensorLoc& s, const TensorLoc& d, size_t n) {
     uint64_t key = mix(0xc09c09ull, (uint64_t)(uintptr_t)s.alloc->buffer);
     key = mix(mix(mix(mix(key, s.offset), (uint64_t)(uintptr_t)d.alloc->buffer), d.offset), n);
     submit_cached(key, [&] {
       Recording r;
-      VkCommandBufferAllocateInfo ai{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-      ai.commandPool = pool_;
-      ai.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-      ai.commandBufferCount = 1;
-      LOOM_VK_CHECK(vkAllocateCommandBuffers(dev_.vk(), &ai, &r.cb), dev_.name() + ": command buffer");
-      VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-      vkBeginCommandBuffer(r.cb, &bi);
+      r.cb = begin_commands();
       VkMemoryBarrier before{VK_STRUCTURE_TYPE_MEMORY_BARRIER};  // earlier dispatches, transfers, host writes
       before.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
                              VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_WRITE_BIT;
