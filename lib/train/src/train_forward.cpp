@@ -2,7 +2,6 @@
 #include "loom/train/train_forward.h"
 
 #include <cstring>
-#include <limits>
 
 #include "loom/graph/ops.h"
 
@@ -21,7 +20,7 @@ ForwardGraph build_train_forward(Context& c, const Model& model, const BatchShap
   kv.size = s.n_ctx;  // the context a window sees: phi3 picks its long or short RoPE factors by it
   ForwardGraph fg;
   fg.in = build_forward(c, forward_model(model), kv, shape);
-  fg.n_swa = hp.n_swa;
+  fg.hp = &hp;
   fg.logits = fg.in.logits;
   fg.logits->flags &= ~kFlagOutput;  // read by the loss only
   fg.targets = c.new_tensor(DType::F32, {hp.n_vocab, T}, "inp_targets");
@@ -59,15 +58,7 @@ void fill_inputs(const ForwardGraph& g, const BatchShape& s, const std::vector<c
       ids[t] = next[(size_t)w][i];
       onehot[t * V + ids[t]] = 1.0f;
     }
-  // causal within a window; the sliding-window layers' mask also hides keys n_swa or more back
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  for (Tensor* m : {g.in.mask, g.in.mask_swa}) {
-    if (!m) continue;
-    auto* mask = static_cast<float*>(m->data);
-    const int64_t window = m == g.in.mask_swa ? g.n_swa : L;
-    for (int64_t i = 0; i < L; ++i)
-      for (int64_t j = 0; j < L; ++j) mask[i * L + j] = j <= i && i - j < window ? 0.0f : neg_inf;
-  }
+  fill_masks(g.in, *g.hp, 0, L, L);  // causal within a window, sliding-window layers as in inference
 }
 
 }  // namespace loom::train

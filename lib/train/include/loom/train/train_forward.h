@@ -24,7 +24,7 @@ struct BatchShape {
 // bound), outputs flagged kFlagOutput.
 struct ForwardGraph {
   ForwardInputs in;             // tokens, positions (0..n_ctx-1 per window), causal masks {n_ctx, n_ctx}
-  int64_t n_swa = 0;            // keys the sliding-window mask (in.mask_swa, if any) lets each query see
+  const HParams* hp = nullptr;  // the model's (the masks' sliding window)
   Tensor* targets = nullptr;    // F32 {n_vocab, T}: one-hot next tokens
   Tensor* target_ids = nullptr; // I32 {T}
   Tensor* logits = nullptr;     // F32 {n_vocab, T}
