@@ -100,32 +100,32 @@ TEST(TpComm, MissingBackendsSayNotCompiledIn) {
 TEST(TpLayout, RolesSplitTheWayTheArchitectureDeclares) {
   EXPECT_EQ(tp_split_of(TensorRole::attn_q), TpSplit::rows);
   EXPECT_EQ(tp_split_of(TensorRole::ffn_up_exps), TpSplit::rows);
-  EXPECT_EQ(tp_split_of(TensorRole::attn_output), TpSplit::columns);
-  EXPECT_EQ(tp_split_of(TensorRole::ffn_down_exps), TpSplit::columns);
+  EXPECT_EQ(tp_split_of(TensorRole::attn_output), TpSplit::rows);  // by embedding rows: no partial sums
+  EXPECT_EQ(tp_split_of(TensorRole::ffn_down_exps), TpSplit::rows);
+  EXPECT_EQ(tp_split_of(TensorRole::ffn_down_exps_bias), TpSplit::vector_rows);
   EXPECT_EQ(tp_split_of(TensorRole::attn_norm), TpSplit::mirrored);
   EXPECT_EQ(tp_split_of(TensorRole::ffn_gate_inp), TpSplit::mirrored);
   EXPECT_EQ(tp_split_of(TensorRole::token_embd), TpSplit::host);
   EXPECT_EQ(tp_split_of(TensorRole::attn_k_bias), TpSplit::vector_rows);
 }
 
-TEST(TpLayout, HeadGroupsKeepAttnOutputColumnsOnQuantBlocks) {
-  HParams hp = preset_hparams(Arch::llama, "tiny");  // 8 heads, 4 KV heads of 32
-  Context c;
-  std::vector<Tensor*> w;
-  for (const TensorSpec& s : arch_tensors(hp)) {
-    DType t = tensor_role_is_vector(s.role) ? DType::F32 : DType::Q4_K;
-    if (s.role == TensorRole::ffn_down) t = DType::Q8_0;
-    w.push_back(c.new_tensor(t, s.n_dims, s.ne, s.name));
-  }
-  const TpLayout l = make_tp_layout(hp, w, 3, {1, 1, 1});
-  // a KV head carries 2 query heads = 64 columns of attn_output; Q4_K blocks are 256: 4 KV heads
-  EXPECT_EQ(l.head_granule, 4);
-  EXPECT_EQ(l.ff_granule, 32);
+TEST(TpLayout, RowRangesStartOnWholeRepackGroups) {
+  HParams hp = preset_hparams(Arch::llama, "tiny");  // 4 KV heads
+  const TpLayout l = make_tp_layout(hp, 3, {1, 1, 1});
+  EXPECT_EQ(l.row_granule, 16);
   int64_t heads = 0;
   for (auto& r : l.head_kv) heads += r.size();
   EXPECT_EQ(heads, hp.n_head_kv);
-  for (auto& r : l.ff) EXPECT_EQ(r.begin % 32, 0);
-  EXPECT_THROW(make_tp_layout(hp, w, 3, {1, 1}), Error);
+  for (const auto* axis : {&l.ff, &l.embd, &l.vocab}) {
+    int64_t next = 0;
+    for (auto& r : *axis) {
+      EXPECT_EQ(r.begin, next);  // contiguous, in member order
+      EXPECT_EQ(r.begin % 16, 0);
+      next = r.end;
+    }
+  }
+  EXPECT_EQ(l.embd.back().end, hp.n_embd);
+  EXPECT_THROW(make_tp_layout(hp, 3, {1, 1}), Error);
 }
 
 }  // namespace

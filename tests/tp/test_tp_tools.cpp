@@ -62,7 +62,7 @@ TEST_F(TensorParallelTools, SplitInspectJsonReportsEveryMember) {
   const auto& t = b["tensor_parallel"];
   EXPECT_EQ(t["device"], "META");
   EXPECT_EQ(t["n_members"], 2);
-  EXPECT_EQ(t["all_reduce_per_step"], 2 * 2);  // tiny: 2 layers
+  EXPECT_EQ(t["all_reduce_per_step"], 4 * 2);  // tiny: 2 layers, 4 joins each
   EXPECT_EQ(t["members"][1]["device"], "SIM1");
   EXPECT_EQ(t["members"][1]["head_kv"][1], 4);
 }

@@ -1,5 +1,6 @@
 // The tools on Vulkan0 as a user runs them: a tiny model gives the CPU's greedy tokens on
-// Vulkan0 alone and split with the CPU (llama and qwen3moe in Q8_0, Q4_0, Q4_K too); -dev Vulkan7 is a usage error (2); a device with too
+// Vulkan0 alone, split with the CPU by layers and by tensor (llama, qwen2, qwen3, qwen3moe in F32, F16,
+// Q8_0, Q4_0, Q4_K); -dev Vulkan7 is a usage error (2); a device with too
 // little memory is exit 4 naming it; loom-train -dev Vulkan0 gives the CPU's losses. Skips without
 // the tools or a Vulkan device.
 #include <gtest/gtest.h>
@@ -53,9 +54,10 @@ TEST_F(VulkanTools, TokensEqualTheCpusOnVulkanAndSplitWithTheCpu) {
   }
 }
 
-// Quantized weights: the mat-mul shaders round the activations as the CPU's kernels do (int8
-// blocks of 32 or 256 values), so the near-flat logits of a random model pick the CPU's tokens
-// on Vulkan0 alone, in a layer split with the CPU and split by tensor.
+// The matrix: every arch and weight type, on Vulkan0 alone, in a layer split with the
+// CPU and split by tensor. Quantized weights: the mat-mul shaders round the activations as the
+// CPU's kernels do (int8 blocks of 32 or 256 values), and tensor parallelism joins whole dot
+// products (no partial sums), so the near-flat logits of a random model pick the CPU's tokens.
 class VulkanQuantTokens : public VulkanTools, public ::testing::WithParamInterface<std::tuple<const char*, const char*>> {};
 
 TEST_P(VulkanQuantTokens, EqualTheCpus) {
@@ -68,7 +70,7 @@ TEST_P(VulkanQuantTokens, EqualTheCpus) {
   const std::string gen = "-p 'hello world' -n 24 --temp 0 ";
   const ToolResult cpu = run(gen);
   ASSERT_EQ(cpu.rc, 0) << cpu.err;
-  for (const char* spec : {"-ngl 99 -dev Vulkan0", "-ngl 2 -dev Vulkan0,CPU", "-sm tensor -dev Vulkan0,CPU -ts 1,1"}) {
+  for (const char* spec : {"-ngl 99 -dev Vulkan0", "-ngl 1 -dev Vulkan0,CPU", "-sm tensor -dev Vulkan0,CPU -ts 1,1"}) {
     const ToolResult v = run(gen + spec);
     ASSERT_EQ(v.rc, 0) << spec << ": " << v.err;
     EXPECT_EQ(v.out, cpu.out) << arch << " " << type << " " << spec;
@@ -76,8 +78,8 @@ TEST_P(VulkanQuantTokens, EqualTheCpus) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, VulkanQuantTokens,
-                         ::testing::Combine(::testing::Values("llama", "qwen3moe"),
-                                            ::testing::Values("q8_0", "q4_0", "q4_k")),
+                         ::testing::Combine(::testing::Values("llama", "qwen2", "qwen3", "qwen3moe"),
+                                            ::testing::Values("f32", "f16", "q8_0", "q4_0", "q4_k")),
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
                          });

@@ -300,6 +300,8 @@ void grad_silu_back(Backprop& b, Tensor* y, Tensor* g) {
 // y = sum over the group of x: each member's x reaches every member's y, so its gradient is
 // the group's sum of g (the identity on one device).
 void grad_all_reduce(Backprop& b, Tensor* y, Tensor* g) {
+  LOOM_CHECK(y->ne[0] == y->src[0]->ne[0], unsupported, "[backward] '{}': all_gather_rows has no gradient rule",
+             y->name);
   b.add(y->src[0], all_reduce(b.c, g->is_contiguous() && g->type == DType::F32 ? g : b.cont_f32(g)));
 }
 

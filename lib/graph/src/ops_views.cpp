@@ -1,5 +1,6 @@
 // Builders of view ops and data-movement ops (see ops.h for each op's definition).
 #include <algorithm>
+#include <cstdint>
 
 #include "ops_build.h"
 
@@ -103,6 +104,17 @@ Tensor* all_reduce(Context& c, Tensor* a) {
   LOOM_CHECK(a->type == DType::F32 && a->is_contiguous(), invalid_input, "[all_reduce] '{}' must be contiguous f32 (is {})",
              a->name, dtype_name(a->type));
   return make(c, OpKind::ALL_REDUCE, a->type, a->ne, {a});
+}
+
+Tensor* all_gather_rows(Context& c, Tensor* a, int64_t begin, int64_t total) {
+  LOOM_CHECK(a->type == DType::F32 && a->is_contiguous(), invalid_input,
+             "[all_gather_rows] '{}' must be contiguous f32 (is {})", a->name, dtype_name(a->type));
+  LOOM_CHECK(begin >= 0 && begin + a->ne[0] <= total && total <= INT32_MAX, invalid_input,
+             "[all_gather_rows] rows [{}, {}) outside a result of {}", begin, begin + a->ne[0], total);
+  const int64_t ne[4] = {total, a->ne[1], a->ne[2], a->ne[3]};
+  Tensor* t = make(c, OpKind::ALL_REDUCE, a->type, ne, {a});
+  t->set_param_i32(0, (int32_t)begin);
+  return t;
 }
 
 Tensor* concat(Context& c, Tensor* a, Tensor* b, int dim) {

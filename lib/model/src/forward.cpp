@@ -88,7 +88,42 @@ AttendedKv window_kv(Context& c, const ForwardModel& fm, const QkvHeads& h, cons
   return {k, v};
 }
 
-Tensor* moe_ffn(Context& c, const HParams& hp, const LayerWeights& l, Tensor* x, int64_t T, ForwardInputs& in) {
+// Tensor parallelism joins the members' row blocks of a result: all_gather_rows, exact (each
+// element is one member's whole dot product). On one device a result passes through whole.
+struct Join {
+  Context& c;
+  ForwardInputs& in;
+  bool tensor_parallel;
+  Tensor* operator()(Tensor* part, int64_t begin, int64_t total, const std::string& name) const {
+    if (!tensor_parallel) return part;
+    Tensor* r = all_gather_rows(c, part, begin, total);
+    r->name = name;
+    in.all_reduces.push_back(r);
+    return r;
+  }
+};
+
+// What a member without rows of a result adds to its join (at row 0): zeros {1, like's other dims}.
+Tensor* zero_rows(Context& c, Tensor* like) {
+  if (like->ne[0] != 1) {
+    LOOM_ASSERT(like->ne[2] == 1 && like->ne[3] == 1, "zero rows like {}", describe(*like));
+    like = cont(c, view_2d(c, like, 1, like->ne[1], like->nb[1], 0));
+  }
+  return scale(c, like, 0.0f);
+}
+
+// The k experts' outputs d {n_embd here, k, T} weighted by w {1, k, T} and summed: {n_embd here, T}.
+Tensor* weighted_sum(Context& c, Tensor* d, Tensor* w) {
+  d = mul(c, d, w);
+  const int64_t n = d->ne[0], k = d->ne[1], T = d->ne[2];
+  Tensor* out = view_2d(c, d, n, T, d->nb[2], 0);
+  for (int64_t i = 1; i < k; ++i) out = add(c, out, view_2d(c, d, n, T, d->nb[2], (size_t)i * d->nb[1]));
+  return out;
+}
+
+Tensor* moe_ffn(Context& c, const ForwardModel& fm, const LayerWeights& l, Tensor* x, int64_t T, ForwardInputs& in,
+                const Join& join, int64_t il) {
+  const HParams& hp = *fm.hp;
   const int64_t k = hp.n_expert_used;
   Tensor* router = mul_mat(c, l.ffn_gate_inp, x);                        // {n_expert, T}
   Tensor* probs = soft_max(c, router, nullptr, 1.0f);
@@ -98,41 +133,38 @@ Tensor* moe_ffn(Context& c, const HParams& hp, const LayerWeights& l, Tensor* x,
   w = div(c, w, reshape(c, w_sum, {1, 1, T}));                           // renormalize the k weights
   in.expand_first.push_back(w);
   Tensor* xe = reshape(c, x, {hp.n_embd, 1, T});
-  Tensor* g = mul_mat_id(c, l.ffn_gate_exps, xe, ids);  // {n_ff_exp, k, T}
-  Tensor* u = mul_mat_id(c, l.ffn_up_exps, xe, ids);
-  Tensor* d = mul_mat_id(c, l.ffn_down_exps, swiglu(c, g, u), ids);  // {n_embd, k, T}
-  d = mul(c, d, w);
-  Tensor* out = view_2d(c, d, hp.n_embd, T, d->nb[2], 0);
-  for (int64_t i = 1; i < k; ++i) out = add(c, out, view_2d(c, d, hp.n_embd, T, d->nb[2], (size_t)i * d->nb[1]));
-  return out;
+  Tensor* h = l.ffn_gate_exps  // {n_ff_exp here, k, T}
+                   ? swiglu(c, mul_mat_id(c, l.ffn_gate_exps, xe, ids), mul_mat_id(c, l.ffn_up_exps, xe, ids))
+                   : zero_rows(c, w);
+  h = join(h, l.ffn_gate_exps ? fm.first_ff_exp : 0, hp.n_ff_exp, fmt::format("blk.{}.ffn_exp_gather", il));
+  if (!l.ffn_down_exps) return zero_rows(c, x);
+  return weighted_sum(c, mul_mat_id(c, l.ffn_down_exps, h, ids), w);  // {n_embd here, T}
 }
 
 // gpt-oss: top-k of the biased router logits, softmax over the k chosen, experts with biases and
 // SWIGLU_OAI (alpha 1.702, limit 7 as llama.cpp computes them).
-Tensor* moe_ffn_oai(Context& c, const HParams& hp, const LayerWeights& l, Tensor* x, int64_t T) {
+Tensor* moe_ffn_oai(Context& c, const ForwardModel& fm, const LayerWeights& l, Tensor* x, int64_t T, const Join& join,
+                    int64_t il) {
+  const HParams& hp = *fm.hp;
   const int64_t k = hp.n_expert_used;
   Tensor* logits = add(c, mul_mat(c, l.ffn_gate_inp, x), l.ffn_gate_inp_b);  // {n_expert, T}
   Tensor* ids = top_k(c, logits, k);                                          // {k, T}
   Tensor* w = get_rows(c, reshape(c, logits, {1, hp.n_expert, T}), ids);      // {1, k, T}
   w = reshape(c, soft_max(c, reshape(c, w, {k, T}), nullptr, 1.0f), {1, k, T});
   Tensor* xe = reshape(c, x, {hp.n_embd, 1, T});
-  Tensor* u = add_id(c, mul_mat_id(c, l.ffn_up_exps, xe, ids), l.ffn_up_exps_b, ids);  // {n_ff_exp, k, T}
-  Tensor* g = add_id(c, mul_mat_id(c, l.ffn_gate_exps, xe, ids), l.ffn_gate_exps_b, ids);
-  Tensor* d = mul_mat_id(c, l.ffn_down_exps, swiglu_oai(c, g, u, 1.702f, 7.0f), ids);  // {n_embd, k, T}
-  if (l.ffn_down_exps_b) d = add_id(c, d, l.ffn_down_exps_b, ids);  // tensor parallel: one member's
-  d = mul(c, d, w);
-  Tensor* out = view_2d(c, d, hp.n_embd, T, d->nb[2], 0);
-  for (int64_t i = 1; i < k; ++i) out = add(c, out, view_2d(c, d, hp.n_embd, T, d->nb[2], (size_t)i * d->nb[1]));
-  return out;
-}
-
-// Tensor parallel: the partial sum x is summed over the members right after this node runs
-// (an explicit node, so plans show it and tests count it).
-Tensor* all_reduce(Context& c, Tensor* x, ForwardInputs& in, const std::string& name) {
-  Tensor* r = ops::all_reduce(c, x);
-  r->name = name;
-  in.all_reduces.push_back(r);
-  return r;
+  Tensor* h = nullptr;  // {n_ff_exp here, k, T}
+  if (l.ffn_gate_exps) {
+    Tensor* u = add_id(c, mul_mat_id(c, l.ffn_up_exps, xe, ids), l.ffn_up_exps_b, ids);
+    Tensor* g = add_id(c, mul_mat_id(c, l.ffn_gate_exps, xe, ids), l.ffn_gate_exps_b, ids);
+    h = swiglu_oai(c, g, u, 1.702f, 7.0f);
+  } else {
+    h = zero_rows(c, w);
+  }
+  h = join(h, l.ffn_gate_exps ? fm.first_ff_exp : 0, hp.n_ff_exp, fmt::format("blk.{}.ffn_exp_gather", il));
+  if (!l.ffn_down_exps) return zero_rows(c, x);
+  Tensor* d = mul_mat_id(c, l.ffn_down_exps, h, ids);  // {n_embd here, k, T}
+  if (l.ffn_down_exps_b) d = add_id(c, d, l.ffn_down_exps_b, ids);
+  return weighted_sum(c, d, w);
 }
 
 }  // namespace
@@ -163,6 +195,10 @@ ForwardModel forward_model(const Model& model, const TpShard& shard) {
   fm.rope_short = shard.rope_short;
   fm.layers = &shard.layers;
   fm.tensor_parallel = true;
+  fm.first_q = shard.first_q;
+  fm.first_embd = shard.first_embd;
+  fm.first_ff = shard.first_ff;
+  fm.first_ff_exp = shard.first_ff_exp;
   return fm;
 }
 
@@ -206,24 +242,31 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
   Tensor* x = get_rows(c, model.tok_embd, in.tokens);  // {n_embd, T}
   x->name = "inp_embd";
   if (gemma) x = scale(c, x, std::sqrt((float)hp.n_embd));
+  const Join join{c, in, model.tensor_parallel};
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     const size_t first_tensor = c.size();
     const LayerWeights& l = (*model.layers)[(size_t)il];
     const bool swa = hp.is_swa_layer(il);
     Tensor* cur = norm_mul(c, x, l.attn_norm, hp.rms_eps);
     cur->name = fmt::format("blk.{}.attn_norm-out", il);
-    if (model.n_head_kv == 0) {  // a member without heads adds nothing to the sum
-      cur = scale(c, cur, 0.0f);
+    Tensor* attn = nullptr;  // {n_embd_q here, T}
+    if (model.n_head_kv == 0) {  // a member without heads
+      attn = zero_rows(c, cur);
     } else {
       const QkvHeads h = project_qkv(c, hp, l, cur, model.n_head, model.n_head_kv, in.positions,
                                      rope_params(hp, swa), rope_factors);
       const AttendedKv a = windows ? window_kv(c, model, h, s) : cached_kv(c, model, kv, il, h, in.kv_slots, s);
-      cur = attention(c, model, h.q, a.k, a.v, swa ? in.mask_swa : in.mask, l.sinks, s);
-      cur = mul_mat(c, l.wo, cur);
-      if (l.bo) cur = add(c, cur, l.bo);  // tensor parallel: held by one member
+      attn = attention(c, model, h.q, a.k, a.v, swa ? in.mask_swa : in.mask, l.sinks, s);
     }
+    attn = join(attn, model.n_head_kv > 0 ? model.first_q : 0, hp.n_embd_q(), fmt::format("blk.{}.attn_gather", il));
+    if (l.wo) {
+      cur = mul_mat(c, l.wo, attn);
+      if (l.bo) cur = add(c, cur, l.bo);
+    } else {
+      cur = zero_rows(c, cur);
+    }
+    cur = join(cur, l.wo ? model.first_embd : 0, hp.n_embd, fmt::format("blk.{}.attn_out_gather", il));
     cur->name = fmt::format("blk.{}.attn_out", il);
-    if (model.tensor_parallel) cur = all_reduce(c, cur, in, fmt::format("blk.{}.attn_all_reduce", il));
     if (il == hp.n_layer - 1 && s.n_outputs < T) {  // only the requested rows go on
       in.out_rows = c.new_tensor(DType::I32, {s.n_outputs}, "inp_out_rows");
       in.out_rows->flags |= kFlagInput;
@@ -235,16 +278,17 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
     cur = norm_mul(c, ffn_in, l.ffn_norm, hp.rms_eps);
     cur->name = fmt::format("blk.{}.ffn_norm-out", il);
     const int64_t t_out = ffn_in->ne[1];
-    if (l.ffn_gate_inp ? !l.ffn_down_exps : !l.ffn_down) {  // a member without FFN rows
-      cur = scale(c, cur, 0.0f);
-    } else if (l.ffn_gate_inp_b) {
-      cur = moe_ffn_oai(c, hp, l, cur, t_out);
+    if (l.ffn_gate_inp_b) {
+      cur = moe_ffn_oai(c, model, l, cur, t_out, join, il);
     } else if (l.ffn_gate_inp) {
-      cur = moe_ffn(c, hp, l, cur, t_out, in);
+      cur = moe_ffn(c, model, l, cur, t_out, in, join, il);
     } else {
-      cur = dense_ffn(c, l, cur, gemma);
+      Tensor* h = l.ffn_up ? dense_ffn_hidden(c, l, cur, gemma) : zero_rows(c, cur);  // {n_ff here, T}
+      h = join(h, l.ffn_up ? model.first_ff : 0, hp.n_ff, fmt::format("blk.{}.ffn_gather", il));
+      cur = l.ffn_down ? mul_mat(c, l.ffn_down, h) : zero_rows(c, cur);
     }
-    if (model.tensor_parallel) cur = all_reduce(c, cur, in, fmt::format("blk.{}.ffn_all_reduce", il));
+    cur = join(cur, l.ffn_down || l.ffn_down_exps ? model.first_embd : 0, hp.n_embd,
+               fmt::format("blk.{}.ffn_out_gather", il));
     if (l.ffn_post_norm) cur = norm_mul(c, cur, l.ffn_post_norm, hp.rms_eps);
     ffn_in->name = fmt::format("blk.{}.ffn_inp", il);
     x = add(c, cur, ffn_in);

@@ -39,6 +39,7 @@ nlohmann::json tensor_parallel_json(const Model& model, const Session::StepPlan&
                         {"head_kv", range(lay.head_kv[(size_t)r])},
                         {"ff", range(lay.ff[(size_t)r])},
                         {"ff_exp", range(lay.ff_exp[(size_t)r])},
+                        {"embd", range(lay.embd[(size_t)r])},
                         {"vocab", range(lay.vocab[(size_t)r])}};
     for (const auto& sh : model.tp_shards())
       if (sh->rank == r) {
@@ -52,8 +53,7 @@ nlohmann::json tensor_parallel_json(const Model& model, const Session::StepPlan&
   // "META": the group presents its members as one device (CLI.md's device name under -sm tensor)
   return {{"device", "META"},
           {"n_members", lay.n_members},
-          {"head_granule", lay.head_granule},
-          {"ff_granule", lay.ff_granule},
+          {"row_granule", lay.row_granule},
           {"all_reduce_per_step", n_all_reduce},
           {"members", members}};
 }
@@ -92,13 +92,14 @@ std::string inspect_splits(Model& model, const SessionParams& params, bool decod
                        sched::format_bytes(m.compute_bytes));
   if (model.tensor_parallel()) {
     const nlohmann::json tp = tensor_parallel_json(model, step);
-    out += fmt::format("tensor parallel: META over {} members, {} AllReduce per step; the plan below is member 0's\n",
+    out += fmt::format("tensor parallel: META over {} members, {} AllReduce (row joins) per step; the plan below is member 0's\n",
                        tp["n_members"].get<int>(), tp["all_reduce_per_step"].get<int>());
     for (const auto& m : tp["members"])
-      out += fmt::format("  member {}  {:<6}  kv heads {}-{}  ffn rows {}-{}  vocab rows {}-{}\n", m["rank"].get<int>(),
-                         m.value("device", std::string("?")), m["head_kv"][0].get<int64_t>(),
+      out += fmt::format("  member {}  {:<6}  kv heads {}-{}  ffn rows {}-{}  embd rows {}-{}  vocab rows {}-{}\n",
+                         m["rank"].get<int>(), m.value("device", std::string("?")), m["head_kv"][0].get<int64_t>(),
                          m["head_kv"][1].get<int64_t>(), m["ff"][0].get<int64_t>(), m["ff"][1].get<int64_t>(),
-                         m["vocab"][0].get<int64_t>(), m["vocab"][1].get<int64_t>());
+                         m["embd"][0].get<int64_t>(), m["embd"][1].get<int64_t>(), m["vocab"][0].get<int64_t>(),
+                         m["vocab"][1].get<int64_t>());
   }
   // the plan's own device list repeats what the lines above say with more detail: skip it
   const std::string plan_text = sched::describe(step.plan);

@@ -48,17 +48,21 @@ QkvHeads project_qkv(Context& c, const HParams& hp, const LayerWeights& l, Tenso
   return {q, k, v};
 }
 
-Tensor* dense_ffn(Context& c, const LayerWeights& l, Tensor* x, bool gelu_gate) {
+Tensor* dense_ffn_hidden(Context& c, const LayerWeights& l, Tensor* x, bool gelu_gate) {
   if (!l.ffn_gate) {  // phi3: gate rows, then up rows, in ffn_up
     Tensor* gu = mul_mat(c, l.ffn_up, x);
     const int64_t n_ff = gu->ne[0] / 2, T = gu->ne[1];
     Tensor* g = view_2d(c, gu, n_ff, T, gu->nb[1], 0);
     Tensor* u = view_2d(c, gu, n_ff, T, gu->nb[1], (size_t)n_ff * sizeof(float));
-    return mul_mat(c, l.ffn_down, swiglu(c, g, u));
+    return swiglu(c, g, u);
   }
   Tensor* g = mul_mat(c, l.ffn_gate, x);
   Tensor* u = mul_mat(c, l.ffn_up, x);
-  return mul_mat(c, l.ffn_down, gelu_gate ? mul(c, gelu(c, g), u) : swiglu(c, g, u));
+  return gelu_gate ? mul(c, gelu(c, g), u) : swiglu(c, g, u);
+}
+
+Tensor* dense_ffn(Context& c, const LayerWeights& l, Tensor* x, bool gelu_gate) {
+  return mul_mat(c, l.ffn_down, dense_ffn_hidden(c, l, x, gelu_gate));
 }
 
 Tensor* logit_softcap(Context& c, Tensor* x, float cap) {

@@ -21,18 +21,22 @@ TpSplit tp_split_of(TensorRole role) {
     case TensorRole::attn_q:
     case TensorRole::attn_k:
     case TensorRole::attn_v:
+    case TensorRole::attn_output:
     case TensorRole::ffn_gate:
     case TensorRole::ffn_up:
+    case TensorRole::ffn_down:
     case TensorRole::ffn_gate_exps:
     case TensorRole::ffn_up_exps:
-      return TpSplit::rows;
-    case TensorRole::attn_output:
-    case TensorRole::ffn_down:
     case TensorRole::ffn_down_exps:
-      return TpSplit::columns;
+      return TpSplit::rows;
     case TensorRole::attn_q_bias:
     case TensorRole::attn_k_bias:
     case TensorRole::attn_v_bias:
+    case TensorRole::attn_output_bias:
+    case TensorRole::attn_sinks:          // one per query head
+    case TensorRole::ffn_gate_exps_bias:  // {n_ff_exp, n_expert}: the member's expert rows
+    case TensorRole::ffn_up_exps_bias:
+    case TensorRole::ffn_down_exps_bias:  // {n_embd, n_expert}: the member's embedding rows
       return TpSplit::vector_rows;
     case TensorRole::output_norm:
     case TensorRole::attn_norm:
@@ -49,51 +53,26 @@ TpSplit tp_split_of(TensorRole role) {
       return TpSplit::mirrored;
     case TensorRole::attn_qkv:  // phi3: the member's q, k and v row ranges (its gate|up ffn_up likewise)
       return TpSplit::fused_rows;
-    case TensorRole::attn_sinks:  // one per query head
-      return TpSplit::vector_rows;
-    case TensorRole::ffn_gate_exps_bias:  // {n_ff_exp, n_expert}: the member's expert rows
-    case TensorRole::ffn_up_exps_bias:
-      return TpSplit::vector_rows;
-    case TensorRole::attn_output_bias:  // added once: the first member holds it
-    case TensorRole::ffn_down_exps_bias:
-      return TpSplit::first_member;
   }
   return TpSplit::mirrored;
 }
 
-TpLayout make_tp_layout(const HParams& hp, const std::vector<Tensor*>& weights, int n_members,
-                        const std::vector<float>& proportions) {
+TpLayout make_tp_layout(const HParams& hp, int n_members, const std::vector<float>& proportions) {
   LOOM_CHECK((int)proportions.size() == n_members, usage, "-ts has {} values for {} tensor-parallel members",
              proportions.size(), n_members);
-  std::unordered_map<std::string, DType> type_of;
-  for (const Tensor* t : weights) type_of.emplace(t->name, t->type);
-  int64_t wo_block = 1, ff_block = 1, ff_exp_block = 1;
-  for (const TensorSpec& spec : arch_tensors(hp)) {
-    auto it = type_of.find(spec.name);
-    if (it == type_of.end()) continue;
-    const int64_t blk = dtype_info(it->second).block_size;
-    if (spec.role == TensorRole::attn_output) wo_block = std::max(wo_block, blk);
-    if (spec.role == TensorRole::ffn_down) ff_block = std::max(ff_block, blk);
-    if (spec.role == TensorRole::ffn_down_exps) ff_exp_block = std::max(ff_exp_block, blk);
-  }
   TpLayout l;
   l.n_members = n_members;
-  // KV heads per unit: attn_output's columns of a unit must start on a quant-block boundary
-  const int64_t q_per_kv = hp.n_head / hp.n_head_kv;
-  l.head_granule = hp.n_head_kv;
-  for (int64_t k = 1; k <= hp.n_head_kv; ++k)
-    if ((k * q_per_kv * hp.head_dim) % wo_block == 0) {
-      l.head_granule = k;
-      break;
-    }
-  l.ff_granule = ff_block;
-  l.head_kv = tp::split_axis(hp.n_head_kv, l.head_granule, proportions);
-  l.ff = tp::split_axis(hp.n_ff, ff_block, proportions);
+  // Row ranges start on multiples of 16: whole groups of the CPU's 8-row repacked layout, so a
+  // member's rows are computed by the same kernel, in the same order, as on one device.
+  l.row_granule = 16;
+  l.head_kv = tp::split_axis(hp.n_head_kv, 1, proportions);
+  l.ff = tp::split_axis(hp.n_ff, l.row_granule, proportions);
   if (hp.n_ff_exp > 0)
-    l.ff_exp = tp::split_axis(hp.n_ff_exp, ff_exp_block, proportions);
+    l.ff_exp = tp::split_axis(hp.n_ff_exp, l.row_granule, proportions);
   else
     l.ff_exp.assign((size_t)n_members, {});
-  l.vocab = tp::split_axis(hp.n_vocab, 1, proportions);
+  l.embd = tp::split_axis(hp.n_embd, l.row_granule, proportions);
+  l.vocab = tp::split_axis(hp.n_vocab, l.row_granule, proportions);
   return l;
 }
 
@@ -154,7 +133,7 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
   }
   LOOM_CHECK((int)props.size() == n_members, usage, "-ts has {} values for {} tensor-parallel members", props.size(),
              n_members);
-  tp_layout_ = make_tp_layout(hp, weight_tensors(), n_members, props);
+  tp_layout_ = make_tp_layout(hp, n_members, props);
 
   // Bookkeeping of the other split modes: everything "lives" on the host; shards are extra.
   placement_ = WeightPlacement{};
@@ -181,6 +160,10 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
     s.n_ff = tp_layout_.ff[(size_t)r].size();
     s.n_ff_exp = tp_layout_.ff_exp[(size_t)r].size();
     s.n_vocab = tp_layout_.vocab[(size_t)r].size();
+    s.first_q = heads.begin * q_per_kv * hd;
+    s.first_embd = tp_layout_.embd[(size_t)r].begin;
+    s.first_ff = tp_layout_.ff[(size_t)r].begin;
+    s.first_ff_exp = tp_layout_.ff_exp[(size_t)r].begin;
     s.layers.resize((size_t)hp.n_layer);
     std::vector<Slice> slices;
     auto add = [&](const Tensor* src, int axis, tp::Range range, std::vector<tp::Range> more = {}) -> Tensor* {
@@ -196,20 +179,22 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
     for (const TensorSpec& spec : arch_tensors(hp)) {
       if (spec.layer < 0) continue;
       const Tensor* src = by_name.at(spec.name);
-      const bool ffn_exp = spec.role == TensorRole::ffn_gate_exps || spec.role == TensorRole::ffn_up_exps ||
-                           spec.role == TensorRole::ffn_down_exps;
-      const bool ffn =
-          spec.role == TensorRole::ffn_gate || spec.role == TensorRole::ffn_up || spec.role == TensorRole::ffn_down;
-      const bool ffn_exp_b = spec.role == TensorRole::ffn_gate_exps_bias || spec.role == TensorRole::ffn_up_exps_bias;
-      const bool q = spec.role == TensorRole::attn_q || spec.role == TensorRole::attn_q_bias ||
-                     spec.role == TensorRole::attn_output;
+      const TensorRole role = spec.role;
+      const bool embd_rows = role == TensorRole::attn_output || role == TensorRole::attn_output_bias ||
+                             role == TensorRole::ffn_down || role == TensorRole::ffn_down_exps ||
+                             role == TensorRole::ffn_down_exps_bias;
+      const bool ffn_exp = role == TensorRole::ffn_gate_exps || role == TensorRole::ffn_up_exps ||
+                           role == TensorRole::ffn_gate_exps_bias || role == TensorRole::ffn_up_exps_bias;
+      const bool ffn = role == TensorRole::ffn_gate || role == TensorRole::ffn_up;
+      const bool q = role == TensorRole::attn_q || role == TensorRole::attn_q_bias;
       const tp::Range q_rows{heads.begin * q_per_kv * hd, heads.end * q_per_kv * hd};
       const tp::Range kv_rows{heads.begin * hd, heads.end * hd};
-      tp::Range range = ffn_exp || ffn_exp_b                   ? tp_layout_.ff_exp[(size_t)r]
-                          : ffn                                  ? tp_layout_.ff[(size_t)r]
-                          : spec.role == TensorRole::attn_sinks ? tp::Range{heads.begin * q_per_kv, heads.end * q_per_kv}
-                          : q                                    ? q_rows
-                                                                 : kv_rows;
+      const tp::Range range = embd_rows                       ? tp_layout_.embd[(size_t)r]
+                              : ffn_exp                       ? tp_layout_.ff_exp[(size_t)r]
+                              : ffn                           ? tp_layout_.ff[(size_t)r]
+                              : role == TensorRole::attn_sinks ? tp::Range{heads.begin * q_per_kv, heads.end * q_per_kv}
+                              : q                             ? q_rows
+                                                              : kv_rows;
       TpSplit split = tp_split_of(spec.role);
       if (hp.arch == Arch::phi3 && spec.role == TensorRole::ffn_up) split = TpSplit::fused_rows;
       Tensor* t = nullptr;
@@ -226,10 +211,6 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
             t = add(src, 1, range, {{hp.n_ff + range.begin, hp.n_ff + range.end}});
           }
           break;
-        case TpSplit::first_member:
-          t = r == 0 ? add(src, -1, {}) : nullptr;
-          break;
-        case TpSplit::columns:
         case TpSplit::vector_rows:
           t = add(src, 0, range);
           break;
@@ -262,7 +243,10 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
       std::vector<uint8_t> bytes;
       for (const Slice& sl : slices) {
         gather_slice(sl, bytes);
-        sl.dst->buffer->set(sl.dst, bytes.data(), 0, bytes.size());
+        // Laid out for the kernels as the whole tensor would be (the CPU groups rows by 8 when
+        // all of them fit in groups), so each row meets the kernel it meets on one device.
+        const bool whole_groups = sl.src->ne[1] % 8 == 0;
+        bt.upload_weight(sl.dst, bytes.data(), p.repack && whole_groups);
       }
     }
     tp_shards_.push_back(std::move(sh));

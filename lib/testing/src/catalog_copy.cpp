@@ -1,7 +1,7 @@
 // Catalog, data movement: CPY (every type pair the CPU converts, strided sources and
 // destinations), DUP, CONT (permuted views), CONCAT (each dim), REPEAT, REPEAT_BACK, GET_ROWS
 // (every weight type, batched ids), GET_ROWS_BACK and SET_ROWS (every weight type, broadcast ids),
-// ALL_REDUCE (the identity on one device).
+// ALL_REDUCE (the identity on one device; all_gather_rows places the rows among zeros).
 #include <fmt/format.h>
 
 #include "catalog_families.h"
@@ -69,6 +69,9 @@ void add_dup_cont(std::vector<OpCase>& out) {
   // one device is a group of one: the sum over the group is the value itself
   add_case(out, "ALL_REDUCE", "type=f32,ne=[17,5,3,2]", kTG,
            [](CaseBuilder& b) { ops::all_reduce(b.ctx(), b.param({17, 5, 3, 2})); });
+  // tensor parallelism's gather: a member's rows among zeros (the sum adds the others')
+  add_case(out, "ALL_REDUCE", "type=f32,ne=[17,5,3,2],begin=6,total=40", kModeTest,
+           [](CaseBuilder& b) { ops::all_gather_rows(b.ctx(), b.input(DType::F32, {17, 5, 3, 2}), 6, 40); });
 
   const int perms[][4] = {{1, 0, 2, 3}, {0, 2, 1, 3}, {2, 1, 0, 3}, {1, 2, 0, 3}, {0, 1, 3, 2}, {3, 2, 1, 0}};
   for (const auto& p : perms)

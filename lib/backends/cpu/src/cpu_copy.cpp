@@ -144,6 +144,24 @@ void compute_cpy(const KernelArgs& args, const Tensor* src, Tensor* dst) {
   }
 }
 
+// ---- ALL_REDUCE -------------------------------------------------------------------------------
+// The local value (the executor then sums it over the group): src itself, or, for
+// all_gather_rows, src's rows at column begin of a zero row.
+void compute_all_reduce_local(const KernelArgs& args, Tensor* dst) {
+  const Tensor* src = dst->src[0];
+  if (src->ne[0] == dst->ne[0]) return compute_cpy(args, src, dst);
+  const int64_t begin = dst->param_i32(0), n = src->ne[0];
+  int64_t r0, r1;
+  split_rows(dst->nrows(), args.ith, args.nth, r0, r1);
+  for (int64_t r = r0; r < r1; ++r) {
+    auto* out = reinterpret_cast<float*>(static_cast<char*>(dst->data) + r * dst->nb[1]);
+    const auto* in = reinterpret_cast<const float*>(static_cast<const char*>(src->data) + r * src->nb[1]);
+    std::fill(out, out + begin, 0.0f);
+    std::copy(in, in + n, out + begin);
+    std::fill(out + begin + n, out + dst->ne[0], 0.0f);
+  }
+}
+
 // ---- CONCAT ------------------------------------------------------------------------------------
 // a {..}, b {..} same type, equal except in dim: dst = [a, b] along dim.
 void compute_concat(const KernelArgs& args, Tensor* dst) {
@@ -299,7 +317,10 @@ bool supports_copy(const Tensor* node) {
     case OpKind::CPY: return b && node->type == b->type && supports_cpy(a, node);
     case OpKind::DUP:
     case OpKind::CONT: return node->type == a->type && node->is_contiguous() && supports_cpy(a, node);
-    case OpKind::ALL_REDUCE: return is_f32_contiguous(a) && f32_out(node);
+    case OpKind::ALL_REDUCE:
+      return is_f32_contiguous(a) && f32_out(node) && node->param_i32(0) >= 0 &&
+             node->param_i32(0) + a->ne[0] <= node->ne[0] && a->ne[1] == node->ne[1] && a->ne[2] == node->ne[2] &&
+             a->ne[3] == node->ne[3];
     case OpKind::CONCAT: {
       if (!b || a->type != b->type || node->type != a->type || !node->is_contiguous()) return false;
       const int dim = node->param_i32(0);
@@ -348,8 +369,8 @@ void compute_copy(const KernelArgs& args, Tensor* node) {
   switch (node->op) {
     case OpKind::CPY:
     case OpKind::DUP:
-    case OpKind::CONT:
-    case OpKind::ALL_REDUCE: compute_cpy(args, node->src[0], node); break;  // the local value; the executor sums
+    case OpKind::CONT: compute_cpy(args, node->src[0], node); break;
+    case OpKind::ALL_REDUCE: compute_all_reduce_local(args, node); break;  // the local value; the executor sums
     case OpKind::CONCAT: compute_concat(args, node); break;
     case OpKind::REPEAT: compute_repeat(args, node); break;
     case OpKind::REPEAT_BACK: compute_repeat_back(args, node); break;

@@ -133,6 +133,16 @@ void copy_bytes(const OpContext& c, void* dst, const void* src, size_t n) {
   if (dst != src && n) check_cuda(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c.stream), "copy");
 }
 
+// The local value of an ALL_REDUCE: a itself, or a's rows among zeros (all_gather_rows).
+void place_rows(const OpContext& c, Tensor* n, const Tensor* a) {
+  if (a->ne[0] == n->ne[0]) return copy_bytes(c, n->data, a->data, n->nbytes());
+  check_cuda(cudaMemsetAsync(n->data, 0, n->nbytes(), c.stream), "zero");
+  const size_t begin = (size_t)n->param_i32(0) * sizeof(float), width = (size_t)a->ne[0] * sizeof(float);
+  check_cuda(cudaMemcpy2DAsync(static_cast<char*>(n->data) + begin, n->nb[1], a->data, a->nb[1], width,
+                               (size_t)a->nrows(), cudaMemcpyDeviceToDevice, c.stream),
+             "place rows");
+}
+
 }  // namespace
 
 void check_cuda(cudaError_t e, const char* what) {
@@ -183,7 +193,9 @@ bool op_supported(const Tensor* n) {
       const auto elem = [](DType t) { return plain(t) || t == DType::I32; };
       return elem(a->type) && elem(dst->type) && (a->type == DType::I32) == (dst->type == DType::I32);
     }
-    case OpKind::ALL_REDUCE: return f32(a) && a->is_contiguous() && f32(n) && n->is_contiguous();
+    case OpKind::ALL_REDUCE:  // all_gather_rows: a's rows at column param 0 of n's
+      return f32(a) && a->is_contiguous() && f32(n) && n->is_contiguous() && n->param_i32(0) >= 0 &&
+             n->param_i32(0) + a->ne[0] <= n->ne[0] && a->nrows() == n->nrows();
     case OpKind::GET_ROWS:
       return f32(n) && rows_ok(a) && b && b->type == DType::I32;
     case OpKind::SET_ROWS: {
@@ -282,7 +294,7 @@ void run_op(const OpContext& c, Tensor* n) {
         k::convert(s, va, view_of(n));
       break;
     }
-    case OpKind::ALL_REDUCE: copy_bytes(c, n->data, a->data, n->nbytes()); break;
+    case OpKind::ALL_REDUCE: place_rows(c, n, a); break;
     case OpKind::GET_ROWS: k::get_rows(s, va, vb, vd); break;
     case OpKind::SET_ROWS: k::set_rows(s, vb, view_of(n->src[2]), vd); break;
     case OpKind::RMS_NORM: k::rms_norm(s, va, TView{}, vd, n->param_f32(0)); break;

@@ -49,6 +49,11 @@ const char* SimBufferType::name() const { return device_.name().c_str(); }
 
 Device& SimBufferType::device() const { return device_; }
 
+void SimBufferType::upload_weight(Tensor* t, const void* src, bool may_transform) const {
+  if (may_transform && cpu::repack_weight(*t, src)) return;
+  t->buffer->set(t, src, 0, t->nbytes());
+}
+
 Status SimBufferType::alloc(size_t size, std::unique_ptr<Buffer>& out) const {
   const size_t a = alignment();
   const size_t bytes = (std::max<size_t>(size, 1) + a - 1) / a * a;

@@ -32,6 +32,10 @@ Tensor* cont(Context& c, Tensor* a);  // contiguous copy of a (a may be any view
 // graph. A kernel copies the local value; the executor then sums it through its Communicator,
 // so on one device (or with no group) it is the identity.
 Tensor* all_reduce(Context& c, Tensor* a);
+// The members' row blocks joined along dim 0, exactly: a holds this member's rows
+// [begin, begin + a->ne[0]) of a result of `total` rows. The kernel writes a among zeros and the
+// executor's sum fills in the other members' rows (adding zeros changes no bits).
+Tensor* all_gather_rows(Context& c, Tensor* a, int64_t begin, int64_t total);
 // Concatenate along dim (other dims equal).
 Tensor* concat(Context& c, Tensor* a, Tensor* b, int dim);
 // Tile a to like's shape (like.ne[i] % a.ne[i] == 0). Result F32.

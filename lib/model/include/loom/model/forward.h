@@ -24,7 +24,7 @@ struct ForwardInputs {
   Tensor* out_rows = nullptr;   // I32 {n_out}: rows whose logits are computed (nullptr: all)
   Tensor* logits = nullptr;     // F32 {n_vocab, n_out}: the output (tensor parallel: this member's rows; may be null)
   Tensor* last = nullptr;       // the graph's final node (logits, or the final norm when a member has no rows)
-  std::vector<Tensor*> all_reduces;  // tensor parallel: the AllReduce nodes, in order
+  std::vector<Tensor*> all_reduces;  // tensor parallel: the ALL_REDUCE (all_gather_rows) nodes, in order
   // Visited before the logits when building the graph, so that groups a backend fuses stay
   // consecutive in node order (the MoE router's softmax -> top-k -> weights of each layer).
   std::vector<Tensor*> expand_first;
@@ -55,7 +55,13 @@ struct ForwardModel {
   Tensor* rope_long = nullptr;   // phi3
   Tensor* rope_short = nullptr;
   const std::vector<LayerWeights>* layers = nullptr;
-  bool tensor_parallel = false;  // attention and FFN outputs are partial sums: add AllReduce nodes
+  // Tensor parallel: this member computes rows of each matrix product; the members' rows are
+  // joined (all_gather_rows) before the next product. Where its rows start in each result:
+  bool tensor_parallel = false;
+  int64_t first_q = 0;       // attention output {n_embd_q} (its first query head's rows)
+  int64_t first_embd = 0;    // attn_output and ffn_down results {n_embd}
+  int64_t first_ff = 0;      // dense FFN hidden {n_ff}
+  int64_t first_ff_exp = 0;  // expert FFN hidden {n_ff_exp}
 };
 ForwardModel forward_model(const Model& model);
 ForwardModel forward_model(const Model& model, const TpShard& shard);

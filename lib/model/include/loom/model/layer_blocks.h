@@ -32,6 +32,8 @@ QkvHeads project_qkv(Context& c, const HParams& hp, const LayerWeights& l, Tenso
 // down(silu(gate x) * up x); gemma: down(gelu(gate x) * up x); phi3 (no ffn_gate): gate and up
 // are the two halves of ffn_up's rows.
 Tensor* dense_ffn(Context& c, const LayerWeights& l, Tensor* x, bool gelu_gate = false);
+// The part before down: silu(gate x) * up x (gemma: gelu), {n_ff, T}.
+Tensor* dense_ffn_hidden(Context& c, const LayerWeights& l, Tensor* x, bool gelu_gate = false);
 
 // gemma2's soft-capping: cap * tanh(x / cap) (x itself when cap is 0).
 Tensor* logit_softcap(Context& c, Tensor* x, float cap);

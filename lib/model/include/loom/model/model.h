@@ -104,6 +104,8 @@ struct TpShard {
   int64_t n_head = 0;     // local query heads
   int64_t n_head_kv = 0;  // local KV heads
   int64_t n_ff = 0, n_ff_exp = 0, n_vocab = 0;
+  // where this member's rows start in the joined results (see ForwardModel)
+  int64_t first_q = 0, first_embd = 0, first_ff = 0, first_ff_exp = 0;
   std::vector<LayerWeights> layers;
   Tensor* output_norm = nullptr;
   Tensor* output = nullptr;  // vocabulary rows of this member

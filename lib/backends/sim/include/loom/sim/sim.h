@@ -28,6 +28,9 @@ class SimBufferType final : public BufferType {
   bool is_host() const override { return false; }
   Status alloc(size_t size, std::unique_ptr<Buffer>& out) const override;
   Device& device() const override;
+  // Weights in the CPU's kernel layout, as the CPU lays them out: a SIM device computes with the
+  // CPU's kernels, so its results have the CPU's bits.
+  void upload_weight(Tensor* t, const void* src, bool may_transform) const override;
 
  private:
   SimDevice& device_;
