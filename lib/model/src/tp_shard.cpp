@@ -62,9 +62,9 @@ TpLayout make_tp_layout(const HParams& hp, int n_members, const std::vector<floa
              proportions.size(), n_members);
   TpLayout l;
   l.n_members = n_members;
-  // Row ranges start on multiples of 16: whole groups of the CPU's 8-row repacked layout, so a
-  // member's rows are computed by the same kernel, in the same order, as on one device.
-  l.row_granule = 16;
+  // Row ranges start on whole groups of the CPU's repacked layout (two of them), so a member's
+  // rows are computed by the same kernel, in the same order, as on one device.
+  l.row_granule = 2 * kTpRowGroup;
   l.head_kv = tp::split_axis(hp.n_head_kv, 1, proportions);
   l.ff = tp::split_axis(hp.n_ff, l.row_granule, proportions);
   if (hp.n_ff_exp > 0)
@@ -243,9 +243,9 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
       std::vector<uint8_t> bytes;
       for (const Slice& sl : slices) {
         gather_slice(sl, bytes);
-        // Laid out for the kernels as the whole tensor would be (the CPU groups rows by 8 when
-        // all of them fit in groups), so each row meets the kernel it meets on one device.
-        const bool whole_groups = sl.src->ne[1] % 8 == 0;
+        // Laid out for the kernels as the whole tensor would be (the CPU groups rows when all
+        // of them fit in groups), so each row meets the kernel it meets on one device.
+        const bool whole_groups = sl.src->ne[1] % kTpRowGroup == 0;
         bt.upload_weight(sl.dst, bytes.data(), p.repack && whole_groups);
       }
     }

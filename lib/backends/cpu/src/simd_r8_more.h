@@ -18,15 +18,12 @@
 #include "cpu_repack.h"
 #include "cpu_vec_dot.h"
 #include "loom/core/quants.h"
+#include "simd_q_more.h"  // MoreCols, mload
 #include "simd_r8.h"
 
 namespace loom::cpu {
 namespace {
 
-template <class X>
-using R8Cols = const X* const*;
-
-inline __m256i r8_load(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 // 8 rows' fp16 field -> floats
 inline __m256 r8_halves(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -109,7 +106,7 @@ inline __m256i r8_grid_sums(const __m256i* v, const int8_t* x) {
 // The end of a 256-value group block: per column acc += x.d * (bacc - off * sum_t pairs[t] .
 // (x's 16-value sums 2t, 2t + 1)), the integer offset or mins term of the block.
 template <int NC>
-inline void r8_finish_k(const __m256i (&pairs)[8], __m256 off, R8Cols<BlockQ8KA> x, int64_t i, const __m256* bacc,
+inline void r8_finish_k(const __m256i (&pairs)[8], __m256 off, MoreCols<BlockQ8KA> x, int64_t i, const __m256* bacc,
                         __m256* acc) {
 #pragma GCC unroll 8
   for (int c = 0; c < NC; ++c) {
@@ -124,13 +121,13 @@ inline void r8_finish_k(const __m256i (&pairs)[8], __m256 off, R8Cols<BlockQ8KA>
 // Quad q of qs (sub-blocks 2(q / 8) and 2(q / 8) + 1) shares bytes with qh quad q % 8.
 
 template <int NC>
-void q5_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, R8Cols<BlockQ8KA> x, float* const* out) {
+void q5_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8KA> x, float* const* out) {
   constexpr size_t kScales = r8_field(kQ5KFields, 2), kQh = r8_field(kQ5KFields, 3), kQs = r8_field(kQ5KFields, 4);
   const __m256i lo6 = _mm256_set1_epi8(0x3f), lo4 = _mm256_set1_epi8(15), lo2 = _mm256_set1_epi8(3);
   r8_groups<BlockQ5_K, NC>(nblk, a, lda, nr, out, [&](const uint8_t* p, int64_t i, __m256* acc) {
     const __m256 d = r8_halves(p), dmin = r8_halves(p + 16);
     // q4_k_scale_min lane-wise: scales words 0-2 -> sc 0-3, 4-7 and m 0-3, 4-7 as bytes
-    const __m256i a0 = r8_load(p + kScales), a1 = r8_load(p + kScales + 32), a2 = r8_load(p + kScales + 64);
+    const __m256i a0 = mload(p + kScales), a1 = mload(p + kScales + 32), a2 = mload(p + kScales + 64);
     const __m256i sc[2] = {_mm256_and_si256(a0, lo6), _mm256_or_si256(_mm256_and_si256(a2, lo4),
                                                                       _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(a0, 6), lo2), 4))};
     const __m256i mn[2] = {_mm256_and_si256(a1, lo6),
@@ -148,7 +145,7 @@ void q5_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, R8Cols
     for (int jj = 0; jj < 4; ++jj) {  // sub-blocks 2jj (low nibbles) and 2jj + 1 (high)
       __m256i lo[8], hi[8];
       for (int q = 0; q < 8; ++q) {
-        const __m256i v = r8_load(p + kQs + 32 * (8 * jj + q)), h = r8_load(p + kQh + 32 * q);
+        const __m256i v = mload(p + kQs + 32 * (8 * jj + q)), h = mload(p + kQh + 32 * q);
         lo[q] = _mm256_or_si256(_mm256_and_si256(v, lo4), r8_bit(h, 2 * jj, 4));
         hi[q] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), lo4), r8_bit(h, 2 * jj + 1, 4));
       }
@@ -173,15 +170,15 @@ void q5_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, R8Cols
 // isum[c] = sum_g sc_g * (group g's sum) over a Q2_K / Q3_K group block: qs the 2-bit quads, hmask
 // (Q3_K) the third bits' quads or nullptr (Q2_K), scp[t] the (sc 2t, sc 2t + 1) int16 pairs.
 template <int NC, int kMax>
-inline void r8_groups16(const uint8_t* qs, const uint8_t* hmask, const __m256i (&scp)[8], R8Cols<BlockQ8KA> x,
+inline void r8_groups16(const uint8_t* qs, const uint8_t* hmask, const __m256i (&scp)[8], MoreCols<BlockQ8KA> x,
                         int64_t i, __m256i* isum) {
   const __m256i lo2 = _mm256_set1_epi8(3);
   for (int c = 0; c < NC; ++c) isum[c] = _mm256_setzero_si256();
   for (int h = 0; h < 2; ++h) {
     __m256i qv[8], hm[8];
     for (int t = 0; t < 8; ++t) {
-      qv[t] = r8_load(qs + 32 * (8 * h + t));
-      if (hmask) hm[t] = r8_load(hmask + 32 * t);
+      qv[t] = mload(qs + 32 * (8 * h + t));
+      if (hmask) hm[t] = mload(hmask + 32 * t);
     }
     for (int k = 0; k < 4; ++k) {
       __m256i s[2][NC];
@@ -205,13 +202,13 @@ inline void r8_groups16(const uint8_t* qs, const uint8_t* hmask, const __m256i (
 
 // Q3_K: q = q2 | hmask bit << 2 (0..7), x = d (sc - 32) (q - 4), sc 6 bits (q3_k_scale).
 template <int NC>
-void q3_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, R8Cols<BlockQ8KA> x, float* const* out) {
+void q3_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8KA> x, float* const* out) {
   constexpr size_t kScales = r8_field(kQ3KFields, 1), kHmask = r8_field(kQ3KFields, 2), kQs = r8_field(kQ3KFields, 3);
   const __m256i lo4 = _mm256_set1_epi8(15), lo2 = _mm256_set1_epi8(3), bias = _mm256_set1_epi32(32);
   r8_groups<BlockQ3_K, NC>(nblk, a, lda, nr, out, [&](const uint8_t* p, int64_t i, __m256* acc) {
     const __m256 d = r8_halves(p);
     // scales words 0-2 -> the 16 scales as bytes of v[g / 4] (q3_k_scale lane-wise)
-    const __m256i a0 = r8_load(p + kScales), a1 = r8_load(p + kScales + 32), a2 = r8_load(p + kScales + 64);
+    const __m256i a0 = mload(p + kScales), a1 = mload(p + kScales + 32), a2 = mload(p + kScales + 64);
     auto hi2 = [&](int s) { return _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(a2, s), lo2), 4); };
     const __m256i v[4] = {_mm256_or_si256(_mm256_and_si256(a0, lo4), hi2(0)),
                           _mm256_or_si256(_mm256_and_si256(a1, lo4), hi2(2)),
@@ -231,14 +228,14 @@ void q3_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, R8Cols
 
 // Q2_K: x = d (sc_g & 15) q - dmin (sc_g >> 4), q 0..3.
 template <int NC>
-void q2_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, R8Cols<BlockQ8KA> x, float* const* out) {
+void q2_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8KA> x, float* const* out) {
   constexpr size_t kScales = r8_field(kQ2KFields, 2), kQs = r8_field(kQ2KFields, 3);
   const __m256i lo4 = _mm256_set1_epi32(15), hi4 = _mm256_set1_epi32(0xf0000);
   r8_groups<BlockQ2_K, NC>(nblk, a, lda, nr, out, [&](const uint8_t* p, int64_t i, __m256* acc) {
     const __m256 d = r8_halves(p), dmin = r8_halves(p + 16);
     __m256i sp[8], mp[8];  // (sc 2t & 15, sc 2t + 1 & 15), (their high nibbles)
     for (int w = 0; w < 4; ++w) {  // scales bytes 4w .. 4w + 3
-      const __m256i sw = r8_load(p + kScales + 32 * w);
+      const __m256i sw = mload(p + kScales + 32 * w);
       for (int e = 0; e < 2; ++e) {  // bytes 2e, 2e + 1
         const __m256i s = _mm256_srli_epi32(sw, 16 * e), m = _mm256_srli_epi32(s, 4);
         sp[2 * w + e] = _mm256_or_si256(_mm256_and_si256(s, lo4), _mm256_and_si256(_mm256_slli_epi32(s, 8), hi4));
@@ -257,13 +254,13 @@ void q2_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, R8Cols
 // Quads 4j .. 4j + 3: low nibbles elements 32j + 4t, high ones 32j + 16 + 4t.
 
 template <int NC>
-void iq4_xs_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, R8Cols<BlockQ8KA> x, float* const* out) {
+void iq4_xs_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8KA> x, float* const* out) {
   constexpr size_t kSh = r8_field(kIq4XsFields, 1), kSl = r8_field(kIq4XsFields, 2), kQs = r8_field(kIq4XsFields, 3);
   const __m256i lo4 = _mm256_set1_epi8(15), table = r8_iq4_table();
   r8_groups<BlockIQ4_XS, NC>(nblk, a, lda, nr, out, [&](const uint8_t* p, int64_t i, __m256* acc) {
     const __m256 d = r8_halves(p);
     const __m256i sh = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kSh)));
-    const __m256i sl = r8_load(p + kSl);
+    const __m256i sl = mload(p + kSl);
     __m256 scf[8];   // d * (ls - 32)
     __m256i sp[8];   // (ls - 32, ls - 32)
     for (int j = 0; j < 8; ++j) {
@@ -279,7 +276,7 @@ void iq4_xs_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, R8Co
     for (int j = 0; j < 8; ++j) {
       __m256i v[8];
       for (int t = 0; t < 4; ++t) {
-        const __m256i w = r8_load(p + kQs + 32 * (4 * j + t));
+        const __m256i w = mload(p + kQs + 32 * (4 * j + t));
         v[t] = _mm256_shuffle_epi8(table, _mm256_and_si256(w, lo4));
         v[4 + t] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(w, 4), lo4));
       }
@@ -300,14 +297,14 @@ void iq4_xs_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, R8Co
 inline void r8_nibbles(const uint8_t* qs, __m256i (&u)[8]) {
   const __m256i lo4 = _mm256_set1_epi8(15);
   for (int t = 0; t < 4; ++t) {
-    const __m256i v = r8_load(qs + 32 * t);
+    const __m256i v = mload(qs + 32 * t);
     u[t] = _mm256_and_si256(v, lo4);
     u[4 + t] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
   }
 }
 // Q5_0 / Q5_1: the fifth bits from the bit-transposed qh word (byte t bit b: element 4b + t)
 inline void r8_fifth_bits(const uint8_t* qh, __m256i (&u)[8]) {
-  const __m256i h = r8_load(qh);
+  const __m256i h = mload(qh);
   for (int b = 0; b < 8; ++b) u[b] = _mm256_or_si256(u[b], r8_bit(h, b, 4));
 }
 
@@ -377,7 +374,7 @@ struct R8MXFP4 {
 };
 
 template <class T, int NC>
-void r8_rows32(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, R8Cols<BlockQ8A> x, float* const* out) {
+void r8_rows32(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8A> x, float* const* out) {
   r8_groups<typename T::W, NC>(nblk, a, lda, nr, out, [&](const uint8_t* p, int64_t i, __m256* acc) {
     __m256i u[8];
     T::levels(p, u);
@@ -406,7 +403,7 @@ void r8_rows32(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, R8Cols<Bl
   void rows_dot_##name##_r8_##level(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, \
                                     float* const* out) {                                                            \
     const auto* pa = static_cast<const uint8_t*>(a);                                                                \
-    const auto x = reinterpret_cast<R8Cols<X>>(b);                                                                  \
+    const auto x = reinterpret_cast<MoreCols<X>>(b);                                                                  \
     with_count<kMaxDotCols>(nc, [&]<int NC>() { call(K / (block), pa, lda, nr, x, out); });                         \
   }
 #define LOOM_DEFINE_ROWS_DOT_R8_MORE(level)                                     \

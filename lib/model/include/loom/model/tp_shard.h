@@ -27,6 +27,10 @@ enum class TpSplit {
 };
 TpSplit tp_split_of(TensorRole role);
 
+// Rows the CPU's repacked weights group together (cpu_repack.h's kRepackRows): row ranges start
+// on multiples of it and a shard is repacked exactly when the whole tensor would be.
+inline constexpr int64_t kTpRowGroup = 8;
+
 // The ranges of every member, the same in every process.
 struct TpLayout {
   int n_members = 0;
