@@ -186,7 +186,8 @@ TEST_F(Hostile, SigintDuringValidation) {
   const pid_t pid = spawn("train", "-f " + quote(file("long.txt")) + " -m " + quote(model_) +
                                        " -c 64 -b 1 --steps 1 --val-split 0.95 -t 1 -o " +
                                        quote(file("o.gguf")) + " --checkpoint " + quote(file("o.ckpt")));
-  ASSERT_TRUE(wait_for_stderr("train: ")) << slurp(file("bg.err"));  // the step's line: validation follows
+  // The step's progress line ("loom-train: " lines come before any step): validation follows.
+  ASSERT_TRUE(wait_for_stderr("train: [")) << slurp(file("bg.err"));
   const auto [rc, s] = signal_and_wait(pid, SIGINT);
   const std::string err = slurp(file("bg.err"));
   ASSERT_EQ(err.find("val: "), std::string::npos) << "validation finished before the signal: " << err;
