@@ -91,6 +91,16 @@ using RowFromF32Fn = void (*)(const float* src, void* dst, int64_t n);
 inline void prefetch_bytes(const char* p, size_t bytes) {
   for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
 }
+// Weight rows are read once per token, in memory order. The hardware prefetcher alone keeps too
+// few of their lines in flight for a core that also decodes and multiplies them: on a 2-core Xeon
+// an F16 dot-product stream read 60% of the bandwidth a plain read loop gets, 80-90% when each
+// step also asks for the line this many bytes ahead (1 KiB ahead: 70%; 4-16 KiB alike).
+inline constexpr size_t kStreamAheadBytes = 4096;
+// Asks for the lines kStreamAheadBytes past [p, p + bytes), the part of a stream being read now.
+// A prefetch never faults, so the last rows of a tensor may ask past its end.
+inline void prefetch_stream(const void* p, size_t bytes) {
+  prefetch_bytes(static_cast<const char*>(p) + kStreamAheadBytes, bytes);
+}
 // Rows whose cache lines a kernel asks for as it goes (rows j < rows at base + j * ld, `bytes`
 // from each row's start), in step with its own rows j.
 struct PrefetchRows {

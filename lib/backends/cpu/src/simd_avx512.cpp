@@ -61,15 +61,18 @@ inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
 
 // out[c] = a . b[c] for c < NC; a a row of K elements of type T, b[c] K floats.
 // NC * U accumulators of 16 lanes: U vectors of a per step keep 4+ FMAs in flight for 1-2 columns.
-template <DType T, int NC>
+// Stream: a is one of many weight rows read in memory order (prefetch_stream).
+template <DType T, int NC, bool Stream = false>
 inline void dot_row(int64_t K, const void* a, const float* const* b, float* out) {
   constexpr int U = NC == 1 ? 4 : NC == 2 ? 2 : 1;
+  constexpr size_t kElem = T == DType::F32 ? sizeof(float) : sizeof(uint16_t);
   __m512 acc[NC][U];
 #pragma GCC unroll 8  // a loop GCC would turn into a memset of the array (then reloaded)
   for (int c = 0; c < NC; ++c)
     for (int u = 0; u < U; ++u) acc[c][u] = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 16 * U <= K; k += 16 * U) {
+    if constexpr (Stream) prefetch_stream(static_cast<const char*>(a) + k * kElem, 16 * U * kElem);
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
       const __m512 x = load16<T>(a, k + 16 * u);
@@ -115,7 +118,7 @@ template <DType T, int NC>
 void rows_n(int64_t K, const uint8_t* a, size_t lda, int64_t nr, const float* const* b, float* const* out) {
   float o[NC];
   for (int64_t r = 0; r < nr; ++r) {
-    dot_row<T, NC>(K, a + r * lda, b, o);
+    dot_row<T, NC, true>(K, a + r * lda, b, o);
     for (int c = 0; c < NC; ++c) out[c][r] = o[c];
   }
 }

@@ -27,7 +27,10 @@ inline void r8_groups(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, fl
     const uint8_t* g = a + r * lda;
     __m256 acc[NC];
     for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nblk; ++i) block(g + i * kGroupBlockBytes, i, acc);
+    for (int64_t i = 0; i < nblk; ++i) {
+      prefetch_stream(g + i * kGroupBlockBytes, kGroupBlockBytes);
+      block(g + i * kGroupBlockBytes, i, acc);
+    }
     for (int c = 0; c < NC; ++c) _mm256_storeu_ps(out[c] + r, acc[c]);
   }
 }
