@@ -2,17 +2,21 @@
 """Decode speed of every weight type against the read bandwidth (docs/PERFORMANCE.md, "Decode per
 weight type", issue 23).
 
-The ~300M llama (loom-gguf new --arch llama --preset small --type f16) is quantized with --pure to
-each type, so every matrix but the fallbacks is in that type. A round runs the machine limits, then
+Per type, a llama of the small preset's shapes (n_embd 1024, n_ff 2816) with as many layers as
+make its bytes read per token at least --min-mib (default: 3x the last-level cache, so the weights
+stream from memory: a model that fits in a 300 MiB L3 decodes faster than the read bandwidth),
+written in F16 (loom-gguf new) and quantized with --pure to the type, so every matrix is in that
+type. A round runs the machine limits, then
 for each type the decode (loom-bench -p 0 -n N -r 2) followed by the limits again; each decode's
 weight bytes x tokens/s is divided by the mean read bandwidth of the limits right before and after
 it (the shared host's bandwidth drifts within minutes). Medians over rounds are reported.
 
 usage: scripts/decode-bandwidth.py [--bin build/bin] [--rounds 3] [--threads 2] [--n-gen 64]
-                                   [--models DIR] [--types F16,Q8_0,...]
+                                   [--models DIR] [--types F16,Q8_0,...] [--min-mib N] [--prepare-only]
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -20,6 +24,19 @@ import sys
 import time
 
 TYPES = "F16,Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,IQ4_NL,IQ4_XS,MXFP4"
+
+
+def last_level_cache_bytes():
+    best = 0
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    for idx in os.listdir(base) if os.path.isdir(base) else []:
+        try:
+            size = open(os.path.join(base, idx, "size")).read().strip()
+        except OSError:
+            continue
+        mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1:], 1)
+        best = max(best, int(size.rstrip("KMG")) * mult)
+    return best
 
 
 def run(cmd):
@@ -34,23 +51,46 @@ def main():
     ap.add_argument("--n-gen", default="64")
     ap.add_argument("--models", default="/tmp/loom-speed-models")
     ap.add_argument("--types", default=TYPES)
+    ap.add_argument("--prepare-only", action="store_true", help="write the models, measure nothing")
+    ap.add_argument("--min-mib", type=float, default=0, help="bytes read per token (default 3x the L3)")
     a = ap.parse_args()
     B, T = a.bin, a.threads
     types = a.types.split(",")
     os.makedirs(a.models, exist_ok=True)
-    f16 = os.path.join(a.models, "small-F16.gguf")
-    if not os.path.exists(f16):
-        run([f"{B}/loom-gguf", "new", "--arch", "llama", "--preset", "small", "--type", "f16", "-o", f16])
+    min_bytes = a.min_mib * 2**20 if a.min_mib > 0 else max(3 * last_level_cache_bytes(), 512 * 2**20)
+
+    def read_bytes_of(path):  # every weight tensor but token_embd (one row of it is read per token)
+        rows = json.loads(run([f"{B}/loom-gguf", "info", "--json", path]))["tensors"]
+        return sum(r["nbytes"] for r in rows if r["name"] != "token_embd.weight")
+
+    def make(t, n_layer, path):  # F16 with n_layer layers, then --pure quantization to t
+        if os.path.exists(path):
+            return path
+        f16 = path if t == "F16" else os.path.join(a.models, f"src-{n_layer}-F16.gguf")
+        if not os.path.exists(f16):
+            run([f"{B}/loom-gguf", "new", "--arch", "llama", "--preset", "small", "--n-layer", str(n_layer),
+                 "--type", "f16", "-o", f16])
+        if t != "F16":
+            ftype = "MXFP4_MOE" if t == "MXFP4" else t  # --pure: MXFP4_MOE's base type everywhere
+            run([f"{B}/loom-gguf", "quantize", "--pure", f16, path, ftype, T])
+            os.remove(f16)
+        return path
+
     paths, read_bytes = {}, {}
     for t in types:
-        paths[t] = os.path.join(a.models, f"small-{t}.gguf")
+        # two layer counts give the bytes per layer and the rest (output, norms)
+        b1 = read_bytes_of(make(t, 1, os.path.join(a.models, f"l1-{t}.gguf")))
+        b2 = read_bytes_of(make(t, 2, os.path.join(a.models, f"l2-{t}.gguf")))
+        n_layer = max(2, math.ceil((min_bytes - (2 * b1 - b2)) / (b2 - b1)))
+        paths[t] = os.path.join(a.models, f"l{n_layer}-{t}.gguf")
         if not os.path.exists(paths[t]):
-            ftype = "MXFP4_MOE" if t == "MXFP4" else t  # --pure: MXFP4_MOE's base type everywhere
-            run([f"{B}/loom-gguf", "quantize", "--pure", f16, paths[t], ftype, T])
-        # bytes read per generated token: every weight tensor but token_embd (one row of it is read)
-        rows = json.loads(run([f"{B}/loom-gguf", "info", "--json", paths[t]]))["tensors"]
-        read_bytes[t] = sum(r["nbytes"] for r in rows if r["name"] != "token_embd.weight")
-    print("bytes/token MiB: " + ", ".join(f"{t} {b / 2**20:.2f}" for t, b in read_bytes.items()), flush=True)
+            print(time.strftime("%H:%M:%S"), f"writing {paths[t]}", flush=True)
+        make(t, n_layer, paths[t])
+        read_bytes[t] = read_bytes_of(paths[t])
+    print(f"bytes/token MiB (at least {min_bytes / 2**20:.0f}): " +
+          ", ".join(f"{t} {b / 2**20:.2f}" for t, b in read_bytes.items()), flush=True)
+    if a.prepare_only:
+        return 0
 
     def limits():
         return json.loads(run([f"{B}/loom-bench-ops", "--limits", "--json", "-t", T]))["read_gbps"]
