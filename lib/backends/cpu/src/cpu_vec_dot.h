@@ -93,8 +93,8 @@ inline void prefetch_bytes(const char* p, size_t bytes) {
 }
 // Weight rows are read once per token, in memory order. The hardware prefetcher alone keeps too
 // few of their lines in flight for a core that also decodes and multiplies them: on a 2-core Xeon
-// an F16 dot-product stream read 60% of the bandwidth a plain read loop gets, 80-90% when each
-// step also asks for the line this many bytes ahead (1 KiB ahead: 70%; 4-16 KiB alike).
+// an F16 dot-product stream read ~60% of the bandwidth a plain read loop gets, 80-86% when each
+// step also asks for the line this many bytes ahead (2-16 KiB alike, 1 KiB about half the gain).
 inline constexpr size_t kStreamAheadBytes = 4096;
 // Asks for the lines kStreamAheadBytes past [p, p + bytes), the part of a stream being read now.
 // A prefetch never faults, so the last rows of a tensor may ask past its end.
