@@ -174,8 +174,8 @@ inline void r8_groups16(const uint8_t* qs, const uint8_t* hmask, const __m256i (
                         int64_t i, __m256i* isum) {
   const __m256i lo2 = _mm256_set1_epi8(3);
   for (int c = 0; c < NC; ++c) isum[c] = _mm256_setzero_si256();
-  // Unrolled whole, so every shift count is an immediate and qv / hm stay in registers (as loops
-  // GCC kept them on the stack and shifted by counts in registers: Q3_K decoded at half the speed).
+  // Unrolled whole, so every shift count is an immediate and qv / hm stay in registers (left as
+  // loops, GCC kept them on the stack and shifted by counts in registers: Q3_K at 60% the speed).
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
     __m256i qv[8], hm[8];
