@@ -94,12 +94,15 @@ inline void prefetch_bytes(const char* p, size_t bytes) {
 // Weight rows are read once per token, in memory order. The hardware prefetcher alone keeps too
 // few of their lines in flight for a core that also decodes and multiplies them: on a 2-core Xeon
 // an F16 dot-product stream read ~60% of the bandwidth a plain read loop gets, 80-86% when each
-// step also asks for the line this many bytes ahead (2-16 KiB alike, 1 KiB about half the gain).
-inline constexpr size_t kStreamAheadBytes = 4096;
+// step also asks for the line this many bytes ahead. The request goes to L2 only (hint T2): a
+// synthetic stream with int8-dot work per line read 5-9% more than with T0 at 4 KiB, and decode
+// of 900 MiB models was faster in 21 of 27 same-minute pairs (docs/PERFORMANCE.md).
+inline constexpr size_t kStreamAheadBytes = 8192;
 // Asks for the lines kStreamAheadBytes past [p, p + bytes), the part of a stream being read now.
 // A prefetch never faults, so the last rows of a tensor may ask past its end.
 inline void prefetch_stream(const void* p, size_t bytes) {
-  prefetch_bytes(static_cast<const char*>(p) + kStreamAheadBytes, bytes);
+  const char* ahead = static_cast<const char*>(p) + kStreamAheadBytes;
+  for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(ahead + b, 0, 1);
 }
 // Rows whose cache lines a kernel asks for as it goes (rows j < rows at base + j * ld, `bytes`
 // from each row's start), in step with its own rows j.
