@@ -207,7 +207,7 @@ TEST(TensorParallelMemory, WeightsPerMemberWithinOneGranuleOfTheirShare) {
       EXPECT_LE(std::fabs((double)sh->n_vocab - share * (double)hp.n_vocab), (double)lay.row_granule);
       const tp::Range embd = lay.embd[(size_t)sh->rank];
       EXPECT_LE(std::fabs((double)embd.size() - share * (double)hp.n_embd), (double)lay.row_granule);
-      EXPECT_EQ(sh->first_embd, embd.begin);
+      EXPECT_EQ(sh->first.embd, embd.begin);
       const LayerWeights& l = sh->layers[0];
       if (sh->n_ff > 0) {
         EXPECT_EQ(l.ffn_up->ne[1], sh->n_ff);

@@ -137,7 +137,7 @@ Tensor* moe_ffn(Context& c, const ForwardModel& fm, const LayerWeights& l, Tenso
   Tensor* h = l.ffn_gate_exps  // {n_ff_exp here, k, T}
                    ? swiglu(c, mul_mat_id(c, l.ffn_gate_exps, xe, ids), mul_mat_id(c, l.ffn_up_exps, xe, ids))
                    : zero_rows(c, w);
-  h = join(h, l.ffn_gate_exps ? fm.first_ff_exp : 0, hp.n_ff_exp, il, "ffn_exp_gather");
+  h = join(h, l.ffn_gate_exps ? fm.first.ff_exp : 0, hp.n_ff_exp, il, "ffn_exp_gather");
   if (!l.ffn_down_exps) return zero_rows(c, x);
   return weighted_sum(c, mul_mat_id(c, l.ffn_down_exps, h, ids), w);  // {n_embd here, T}
 }
@@ -161,7 +161,7 @@ Tensor* moe_ffn_oai(Context& c, const ForwardModel& fm, const LayerWeights& l, T
   } else {
     h = zero_rows(c, w);
   }
-  h = join(h, l.ffn_gate_exps ? fm.first_ff_exp : 0, hp.n_ff_exp, il, "ffn_exp_gather");
+  h = join(h, l.ffn_gate_exps ? fm.first.ff_exp : 0, hp.n_ff_exp, il, "ffn_exp_gather");
   if (!l.ffn_down_exps) return zero_rows(c, x);
   Tensor* d = mul_mat_id(c, l.ffn_down_exps, h, ids);  // {n_embd here, k, T}
   if (l.ffn_down_exps_b) d = add_id(c, d, l.ffn_down_exps_b, ids);
@@ -196,10 +196,7 @@ ForwardModel forward_model(const Model& model, const TpShard& shard) {
   fm.rope_short = shard.rope_short;
   fm.layers = &shard.layers;
   fm.tensor_parallel = true;
-  fm.first_q = shard.first_q;
-  fm.first_embd = shard.first_embd;
-  fm.first_ff = shard.first_ff;
-  fm.first_ff_exp = shard.first_ff_exp;
+  fm.first = shard.first;
   return fm;
 }
 
@@ -259,14 +256,14 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
       const AttendedKv a = windows ? window_kv(c, model, h, s) : cached_kv(c, model, kv, il, h, in.kv_slots, s);
       attn = attention(c, model, h.q, a.k, a.v, swa ? in.mask_swa : in.mask, l.sinks, s);
     }
-    attn = join(attn, model.n_head_kv > 0 ? model.first_q : 0, hp.n_embd_q(), il, "attn_gather");
+    attn = join(attn, model.n_head_kv > 0 ? model.first.q : 0, hp.n_embd_q(), il, "attn_gather");
     if (l.wo) {
       cur = mul_mat(c, l.wo, attn);
       if (l.bo) cur = add(c, cur, l.bo);
     } else {
       cur = zero_rows(c, cur);
     }
-    cur = join(cur, l.wo ? model.first_embd : 0, hp.n_embd, il, "attn_out_gather");
+    cur = join(cur, l.wo ? model.first.embd : 0, hp.n_embd, il, "attn_out_gather");
     cur->name = fmt::format("blk.{}.attn_out", il);
     if (il == hp.n_layer - 1 && s.n_outputs < T) {  // only the requested rows go on
       in.out_rows = c.new_tensor(DType::I32, {s.n_outputs}, "inp_out_rows");
@@ -285,10 +282,10 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
       cur = moe_ffn(c, model, l, cur, t_out, in, join, il);
     } else {
       Tensor* h = l.ffn_up ? dense_ffn_hidden(c, l, cur, gemma) : zero_rows(c, cur);  // {n_ff here, T}
-      h = join(h, l.ffn_up ? model.first_ff : 0, hp.n_ff, il, "ffn_gather");
+      h = join(h, l.ffn_up ? model.first.ff : 0, hp.n_ff, il, "ffn_gather");
       cur = l.ffn_down ? mul_mat(c, l.ffn_down, h) : zero_rows(c, cur);
     }
-    cur = join(cur, l.ffn_down || l.ffn_down_exps ? model.first_embd : 0, hp.n_embd, il, "ffn_out_gather");
+    cur = join(cur, l.ffn_down || l.ffn_down_exps ? model.first.embd : 0, hp.n_embd, il, "ffn_out_gather");
     if (l.ffn_post_norm) cur = norm_mul(c, cur, l.ffn_post_norm, hp.rms_eps);
     ffn_in->name = fmt::format("blk.{}.ffn_inp", il);
     x = add(c, cur, ffn_in);

@@ -160,10 +160,10 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
     s.n_ff = tp_layout_.ff[(size_t)r].size();
     s.n_ff_exp = tp_layout_.ff_exp[(size_t)r].size();
     s.n_vocab = tp_layout_.vocab[(size_t)r].size();
-    s.first_q = heads.begin * q_per_kv * hd;
-    s.first_embd = tp_layout_.embd[(size_t)r].begin;
-    s.first_ff = tp_layout_.ff[(size_t)r].begin;
-    s.first_ff_exp = tp_layout_.ff_exp[(size_t)r].begin;
+    s.first = {.q = heads.begin * q_per_kv * hd,
+               .embd = tp_layout_.embd[(size_t)r].begin,
+               .ff = tp_layout_.ff[(size_t)r].begin,
+               .ff_exp = tp_layout_.ff_exp[(size_t)r].begin};
     s.layers.resize((size_t)hp.n_layer);
     std::vector<Slice> slices;
     auto add = [&](const Tensor* src, int axis, tp::Range range, std::vector<tp::Range> more = {}) -> Tensor* {

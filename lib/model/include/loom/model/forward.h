@@ -56,12 +56,9 @@ struct ForwardModel {
   Tensor* rope_short = nullptr;
   const std::vector<LayerWeights>* layers = nullptr;
   // Tensor parallel: this member computes rows of each matrix product; the members' rows are
-  // joined (all_gather_rows) before the next product. Where its rows start in each result:
+  // joined (all_gather_rows) before the next product, its rows starting at `first`.
   bool tensor_parallel = false;
-  int64_t first_q = 0;       // attention output {n_embd_q} (its first query head's rows)
-  int64_t first_embd = 0;    // attn_output and ffn_down results {n_embd}
-  int64_t first_ff = 0;      // dense FFN hidden {n_ff}
-  int64_t first_ff_exp = 0;  // expert FFN hidden {n_ff_exp}
+  TpRowStarts first;
 };
 ForwardModel forward_model(const Model& model);
 ForwardModel forward_model(const Model& model, const TpShard& shard);

@@ -97,6 +97,14 @@ Tensor** role_slot(Weights& m, LayerWeights* l, TensorRole role) {
   }
 }
 
+// Tensor parallel: where one member's rows start in each joined result (all_gather_rows).
+struct TpRowStarts {
+  int64_t q = 0;       // attention output {n_embd_q} (its first query head's rows)
+  int64_t embd = 0;    // attn_output and ffn_down results {n_embd}
+  int64_t ff = 0;      // dense FFN hidden {n_ff}
+  int64_t ff_exp = 0;  // expert FFN hidden {n_ff_exp}
+};
+
 // One member's weights. Tensors absent (nullptr) when the member's range is empty.
 struct TpShard {
   int rank = 0;
@@ -104,8 +112,7 @@ struct TpShard {
   int64_t n_head = 0;     // local query heads
   int64_t n_head_kv = 0;  // local KV heads
   int64_t n_ff = 0, n_ff_exp = 0, n_vocab = 0;
-  // where this member's rows start in the joined results (see ForwardModel)
-  int64_t first_q = 0, first_embd = 0, first_ff = 0, first_ff_exp = 0;
+  TpRowStarts first;  // where this member's rows start in the joined results
   std::vector<LayerWeights> layers;
   Tensor* output_norm = nullptr;
   Tensor* output = nullptr;  // vocabulary rows of this member
