@@ -45,7 +45,7 @@ using Cols = const X* const*;
 template <int NC>
 void q8_0_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8A> x, float* const* out) {
   for (int64_t r = 0; r < nr; ++r) {
-    prefetch_stream(a + r * lda, lda);  // the row 4 KiB ahead (cpu_vec_dot.h)
+    prefetch_stream(a + r * lda, lda);  // the row kStreamAheadBytes ahead (cpu_vec_dot.h)
     const auto* w = reinterpret_cast<const BlockQ8_0*>(a + r * lda);
     __m256 acc[NC];
     for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
@@ -69,7 +69,7 @@ template <int NC>
 void q4_0_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8A> x, float* const* out) {
   const __m256i low4 = _mm256_set1_epi8(15);
   for (int64_t r = 0; r < nr; ++r) {
-    prefetch_stream(a + r * lda, lda);  // the row 4 KiB ahead (cpu_vec_dot.h)
+    prefetch_stream(a + r * lda, lda);  // the row kStreamAheadBytes ahead (cpu_vec_dot.h)
     const auto* w = reinterpret_cast<const BlockQ4_0*>(a + r * lda);
     __m256 acc[NC];
     for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
@@ -153,7 +153,7 @@ template <int NC>
 void q4_k_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8KA> x, float* const* out) {
   const __m256i low4 = _mm256_set1_epi8(15);
   for (int64_t r = 0; r < nr; ++r) {
-    prefetch_stream(a + r * lda, lda);  // the row 4 KiB ahead (cpu_vec_dot.h)
+    prefetch_stream(a + r * lda, lda);  // the row kStreamAheadBytes ahead (cpu_vec_dot.h)
     const auto* w = reinterpret_cast<const BlockQ4_K*>(a + r * lda);
     __m256 acc[NC];
     for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
@@ -279,7 +279,7 @@ template <int NC>
 void q6_k_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8KA> x, float* const* out) {
   const __m256i low4 = _mm256_set1_epi8(15), low2 = _mm256_set1_epi8(3);
   for (int64_t r = 0; r < nr; ++r) {
-    prefetch_stream(a + r * lda, lda);  // the row 4 KiB ahead (cpu_vec_dot.h)
+    prefetch_stream(a + r * lda, lda);  // the row kStreamAheadBytes ahead (cpu_vec_dot.h)
     const auto* w = reinterpret_cast<const BlockQ6_K*>(a + r * lda);
     __m256 acc[NC];
     for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();

@@ -69,7 +69,7 @@ template <class W, int NC>
 void q8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8A> x, float* const* out) {
   constexpr int shift = kOffsetShift<W>;
   for (int64_t r = 0; r < nr; ++r) {
-    prefetch_stream(a + r * lda, lda);  // the row 4 KiB ahead (cpu_vec_dot.h)
+    prefetch_stream(a + r * lda, lda);  // the row kStreamAheadBytes ahead (cpu_vec_dot.h)
     const W* w = reinterpret_cast<const W*>(a + r * lda);
     __m256 acc[NC][2];
     for (int c = 0; c < NC; ++c) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
@@ -147,7 +147,7 @@ void q4_k_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<Bloc
   for (int j = 0; j < 4; ++j)
     pair_idx[j] = _mm512_inserti64x4(_mm512_set1_epi32(2 * j), _mm256_set1_epi32(2 * j + 1), 1);
   for (int64_t r = 0; r < nr; ++r) {
-    prefetch_stream(a + r * lda, lda);  // the row 4 KiB ahead (cpu_vec_dot.h)
+    prefetch_stream(a + r * lda, lda);  // the row kStreamAheadBytes ahead (cpu_vec_dot.h)
     const auto* w = reinterpret_cast<const BlockQ4_K*>(a + r * lda);
     __m512 acc[NC];
     __m256 macc[NC];
@@ -245,7 +245,7 @@ void q6_k_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<Bloc
     group_idx[j] = _mm512_setr_epi32(4 * j, 4 * j, 4 * j, 4 * j, 4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j + 2,
                                      4 * j + 2, 4 * j + 2, 4 * j + 2, 4 * j + 3, 4 * j + 3, 4 * j + 3, 4 * j + 3);
   for (int64_t r = 0; r < nr; ++r) {
-    prefetch_stream(a + r * lda, lda);  // the row 4 KiB ahead (cpu_vec_dot.h)
+    prefetch_stream(a + r * lda, lda);  // the row kStreamAheadBytes ahead (cpu_vec_dot.h)
     const auto* w = reinterpret_cast<const BlockQ6_K*>(a + r * lda);
     __m512 acc[NC];
     for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();

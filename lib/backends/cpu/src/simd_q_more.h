@@ -112,7 +112,7 @@ void more32_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCol
   constexpr int U = NC <= 4 ? 2 : 1;
   const __m256i ones = _mm256_set1_epi16(1), table = table_of<T>();
   for (int64_t r = 0; r < nr; ++r) {
-    prefetch_stream(a + r * lda, lda);  // the row 4 KiB ahead (cpu_vec_dot.h)
+    prefetch_stream(a + r * lda, lda);  // the row kStreamAheadBytes ahead (cpu_vec_dot.h)
     const auto* w = reinterpret_cast<const typename T::W*>(a + r * lda);
     __m256 acc[U][NC];
     float extra[U][NC] = {};
@@ -156,7 +156,7 @@ template <int NC>
 void q2_k_more_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8KA> x, float* const* out) {
   const __m256i low2 = _mm256_set1_epi8(3);
   for (int64_t r = 0; r < nr; ++r) {
-    prefetch_stream(a + r * lda, lda);  // the row 4 KiB ahead (cpu_vec_dot.h)
+    prefetch_stream(a + r * lda, lda);  // the row kStreamAheadBytes ahead (cpu_vec_dot.h)
     const auto* w = reinterpret_cast<const BlockQ2_K*>(a + r * lda);
     __m256 acc[NC];
     for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
@@ -219,7 +219,7 @@ template <int NC>
 void q3_k_more_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8KA> x, float* const* out) {
   const __m256i low2 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
   for (int64_t r = 0; r < nr; ++r) {
-    prefetch_stream(a + r * lda, lda);  // the row 4 KiB ahead (cpu_vec_dot.h)
+    prefetch_stream(a + r * lda, lda);  // the row kStreamAheadBytes ahead (cpu_vec_dot.h)
     const auto* w = reinterpret_cast<const BlockQ3_K*>(a + r * lda);
     __m256 acc[NC];
     for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
@@ -260,7 +260,7 @@ template <int NC>
 void q5_k_more_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8KA> x, float* const* out) {
   const __m256i low4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
   for (int64_t r = 0; r < nr; ++r) {
-    prefetch_stream(a + r * lda, lda);  // the row 4 KiB ahead (cpu_vec_dot.h)
+    prefetch_stream(a + r * lda, lda);  // the row kStreamAheadBytes ahead (cpu_vec_dot.h)
     const auto* w = reinterpret_cast<const BlockQ5_K*>(a + r * lda);
     __m256 acc[NC];
     for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
@@ -315,7 +315,7 @@ void iq4_xs_more_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Mo
                       float* const* out) {
   const __m256i table = grid_table(kIq4nlValues);
   for (int64_t r = 0; r < nr; ++r) {
-    prefetch_stream(a + r * lda, lda);  // the row 4 KiB ahead (cpu_vec_dot.h)
+    prefetch_stream(a + r * lda, lda);  // the row kStreamAheadBytes ahead (cpu_vec_dot.h)
     const auto* w = reinterpret_cast<const BlockIQ4_XS*>(a + r * lda);
     __m256 acc[NC];
     for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
