@@ -87,9 +87,11 @@ using QuantizeActFn = void (*)(const float* x, void* dst, int64_t K);
 // (loom/core/fp16.h: round to nearest even, one quiet NaN) give.
 using RowFromF32Fn = void (*)(const float* src, void* dst, int64_t n);
 
-// Asks for the cache lines of bytes [p, p + bytes).
+// Asks for the cache lines of bytes [p, p + bytes); Locality as __builtin_prefetch takes it
+// (3: into L1, hint T0; 1: into L2, hint T2).
+template <int Locality = 3>
 inline void prefetch_bytes(const char* p, size_t bytes) {
-  for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b);
+  for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, Locality);
 }
 // Weight rows are read once per token, in memory order. The hardware prefetcher alone keeps too
 // few of their lines in flight for a core that also decodes and multiplies them: on a 2-core Xeon
@@ -101,8 +103,7 @@ inline constexpr size_t kStreamAheadBytes = 8192;
 // Asks for the lines kStreamAheadBytes past [p, p + bytes), the part of a stream being read now.
 // A prefetch never faults, so the last rows of a tensor may ask past its end.
 inline void prefetch_stream(const void* p, size_t bytes) {
-  const char* ahead = static_cast<const char*>(p) + kStreamAheadBytes;
-  for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(ahead + b, 0, 1);
+  prefetch_bytes<1>(static_cast<const char*>(p) + kStreamAheadBytes, bytes);
 }
 // Rows whose cache lines a kernel asks for as it goes (rows j < rows at base + j * ld, `bytes`
 // from each row's start), in step with its own rows j.
