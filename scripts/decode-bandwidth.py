@@ -2,7 +2,9 @@
 """Decode speed of every weight type against the read bandwidth (docs/PERFORMANCE.md, "Decode per
 weight type", issue 23).
 
-Per type, a llama of the small preset's shapes (n_embd 1024, n_ff 2816) with as many layers as
+Per type, a llama of Llama 3.2 1B's matrix shapes (--shape 1b: n_embd 2048, n_ff 8192, 32 heads, 8
+key/value heads; the small preset's 32000-token vocabulary) or of the small preset's (--shape small:
+n_embd 1024, n_ff 2816, where the engine's per-node work weighs more) with as many layers as
 make its bytes read per token at least --min-mib (default: 3x the last-level cache, so the weights
 stream from memory: a model that fits in a 300 MiB L3 decodes faster than the read bandwidth),
 written in F16 (loom-gguf new) and quantized with --pure to the type, so every matrix is in that
@@ -12,7 +14,7 @@ weight bytes x tokens/s is divided by the mean read bandwidth of the limits righ
 it (the shared host's bandwidth drifts within minutes). Medians over rounds are reported.
 
 usage: scripts/decode-bandwidth.py [--bin build/bin] [--rounds 3] [--threads 2] [--n-gen 64]
-                                   [--models DIR] [--types F16,Q8_0,...] [--min-mib N] [--prepare-only]
+                                   [--shape 1b|small] [--models DIR] [--types F16,Q8_0,...] [--min-mib N] [--prepare-only]
 """
 import argparse
 import json
@@ -23,6 +25,10 @@ import subprocess
 import sys
 import time
 
+SHAPES = {  # loom-gguf new flags past --preset small, and the file name prefix
+    "1b": (["--n-embd", "2048", "--n-ff", "8192", "--n-head", "32", "--n-head-kv", "8"], "1b-"),
+    "small": ([], ""),
+}
 TYPES = "F16,Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,IQ4_NL,IQ4_XS,MXFP4"
 
 
@@ -51,11 +57,13 @@ def main():
     ap.add_argument("--n-gen", default="64")
     ap.add_argument("--models", default="/tmp/loom-speed-models")
     ap.add_argument("--types", default=TYPES)
+    ap.add_argument("--shape", default="1b", choices=sorted(SHAPES))
     ap.add_argument("--prepare-only", action="store_true", help="write the models, measure nothing")
     ap.add_argument("--min-mib", type=float, default=0, help="bytes read per token (default 3x the L3)")
     a = ap.parse_args()
     B, T = a.bin, a.threads
     types = a.types.split(",")
+    shape_flags, prefix = SHAPES[a.shape]
     os.makedirs(a.models, exist_ok=True)
     min_bytes = a.min_mib * 2**20 if a.min_mib > 0 else max(3 * last_level_cache_bytes(), 512 * 2**20)
 
@@ -66,9 +74,9 @@ def main():
     def make(t, n_layer, path):  # F16 with n_layer layers, then --pure quantization to t
         if os.path.exists(path):
             return path
-        f16 = path if t == "F16" else os.path.join(a.models, f"src-{n_layer}-F16.gguf")
+        f16 = path if t == "F16" else os.path.join(a.models, f"{prefix}src-{n_layer}-F16.gguf")
         if not os.path.exists(f16):
-            run([f"{B}/loom-gguf", "new", "--arch", "llama", "--preset", "small", "--n-layer", str(n_layer),
+            run([f"{B}/loom-gguf", "new", "--arch", "llama", "--preset", "small", "--n-layer", str(n_layer), *shape_flags,
                  "--type", "f16", "-o", f16])
         if t != "F16":
             ftype = "MXFP4_MOE" if t == "MXFP4" else t  # --pure: MXFP4_MOE's base type everywhere
@@ -79,10 +87,10 @@ def main():
     paths, read_bytes = {}, {}
     for t in types:
         # two layer counts give the bytes per layer and the rest (output, norms)
-        b1 = read_bytes_of(make(t, 1, os.path.join(a.models, f"l1-{t}.gguf")))
-        b2 = read_bytes_of(make(t, 2, os.path.join(a.models, f"l2-{t}.gguf")))
+        b1 = read_bytes_of(make(t, 1, os.path.join(a.models, f"{prefix}l1-{t}.gguf")))
+        b2 = read_bytes_of(make(t, 2, os.path.join(a.models, f"{prefix}l2-{t}.gguf")))
         n_layer = max(2, math.ceil((min_bytes - (2 * b1 - b2)) / (b2 - b1)))
-        paths[t] = os.path.join(a.models, f"l{n_layer}-{t}.gguf")
+        paths[t] = os.path.join(a.models, f"{prefix}l{n_layer}-{t}.gguf")
         if not os.path.exists(paths[t]):
             print(time.strftime("%H:%M:%S"), f"writing {paths[t]}", flush=True)
         make(t, n_layer, paths[t])
