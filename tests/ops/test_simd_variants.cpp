@@ -274,10 +274,15 @@ TEST_P(KernelTest, RepackedRowsDotMatchesScalar) {
             gp[c] = got.data() + c * nr;
           }
           cpu::weight_kernels(t, Isa::scalar)->rows_dot(K, rows.data(), lda, nr, bp, nc, wp);
-          r8(K, packed.data(), lda, nr, bp, nc, gp);
-          for (size_t i = 0; i < want.size(); ++i)
-            EXPECT_NEAR(got[i], want[i], 1e-5 * std::fabs(want[i]) + 1e-4)
-                << dtype_name(t) << " K " << K << " nc " << nc;
+          for (bool wide : {false, true}) {  // the avx512 level's 8-row and two-group kernels
+            const bool was = cpu::force_wide_512(wide);
+            std::fill(got.begin(), got.end(), NAN);
+            r8(K, packed.data(), lda, nr, bp, nc, gp);
+            cpu::force_wide_512(was);
+            for (size_t i = 0; i < want.size(); ++i)
+              EXPECT_NEAR(got[i], want[i], 1e-5 * std::fabs(want[i]) + 1e-4)
+                  << dtype_name(t) << " K " << K << " nc " << nc << " wide " << wide;
+          }
         }
       }
 }

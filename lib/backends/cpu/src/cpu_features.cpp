@@ -56,6 +56,27 @@ bool has_avx512_bf16() {
 #endif
 }
 
+namespace {
+bool initial_wide_512() {
+  const char* v = std::getenv("LOOM_CPU_WIDE512");
+  if (v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0)) return v[0] == '1';
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_is("intel");
+#else
+  return false;
+#endif
+}
+std::atomic<bool>& wide() {
+  static std::atomic<bool> on{initial_wide_512()};
+  return on;
+}
+}  // namespace
+
+bool wide_512() { return wide().load(std::memory_order_relaxed); }
+
+bool force_wide_512(bool on) { return wide().exchange(on, std::memory_order_relaxed); }
+
 Isa detected_isa() {
   static const Isa isa = detect();
   return isa;
