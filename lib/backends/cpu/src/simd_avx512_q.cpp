@@ -131,8 +131,8 @@ void r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ
 // Where 512-bit operations run at the rate of 256-bit ones, the Q4_0 and Q4_K kernels take rows
 // r .. r + 7 in the low half of each vector and r + 8 .. r + 15 in the high half: each activation
 // broadcast, nibble mask and vpdpbusd then serves 16 rows. On a 2-core Xeon, from L2: Q4_K 1.3x,
-// Q4_0 ~1.15x faster; decode of 900 MiB models streaming from memory: Q4_K faster in 12 of 16
-// same-minute pairs (median +5-10%), Q4_0 in 12 of 13 (+1-2%). Q6_K's ran 1.25x faster from L2
+// Q4_0 ~1.15x faster; decode of 900 MiB models streaming from memory: Q4_K faster in 18 of 22
+// same-minute pairs (~7%), Q4_0 in 12 of 13 (1-2%). Q6_K's ran 1.25x faster from L2
 // but slower from memory (10 of 12 pairs) and Q8_0's slower from L2 (no masks to share, an insert
 // per load): both stay 8-row.
 
