@@ -29,6 +29,20 @@ Isa initial() {
   return detected_isa();
 }
 
+bool initial_wide_512() {
+  const char* v = std::getenv("LOOM_CPU_WIDE512");
+  if (v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0)) return v[0] == '1';
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_is("intel");
+#else
+  return false;
+#endif
+}
+std::atomic<bool>& wide() {
+  static std::atomic<bool> on{initial_wide_512()};
+  return on;
+}
 std::atomic<int>& active() {
   static std::atomic<int> level{(int)initial()};
   return level;
@@ -55,23 +69,6 @@ bool has_avx512_bf16() {
   return false;
 #endif
 }
-
-namespace {
-bool initial_wide_512() {
-  const char* v = std::getenv("LOOM_CPU_WIDE512");
-  if (v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0)) return v[0] == '1';
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  return __builtin_cpu_is("intel");
-#else
-  return false;
-#endif
-}
-std::atomic<bool>& wide() {
-  static std::atomic<bool> on{initial_wide_512()};
-  return on;
-}
-}  // namespace
 
 bool wide_512() { return wide().load(std::memory_order_relaxed); }
 

@@ -2,8 +2,10 @@
 // BlockQ8KA), and the column quantizers. vpdpbusd multiplies unsigned weight bytes by signed
 // activation bytes, 4 products per 32-bit lane; K-quant sub-block scales are applied exactly
 // in the integer domain with vpdpwssd (each lane's partial sum fits 16 bits). Zen 4 runs
-// 512-bit operations at the rate of two 256-bit ones, so the block-at-a-time kernels stay 256-bit. The readable
-// references are quantize_q8/q8k and dot_q8_0/q4_0/q4_k/q6_k in cpu_vec_dot.cpp.
+// 512-bit operations at the rate of two 256-bit ones, so the block-at-a-time kernels stay
+// 256-bit; on Intel the repacked Q4_0 and Q4_K ones take two row groups per 512-bit vector
+// ("Two groups at once"). The readable references are quantize_q8/q8k and
+// dot_q8_0/q4_0/q4_k/q6_k in cpu_vec_dot.cpp.
 
 // GCC 12's AVX-512 intrinsics headers trip -Wuninitialized on their own _mm512_undefined_*
 // helpers once inlined; the warning is about the header, not this file.
