@@ -24,8 +24,9 @@ Isa force_isa(Isa isa);
 // BF16 weights as pairs (simd_gemm.h).
 bool has_avx512_bf16();
 // Whether 512-bit operations run at the rate of 256-bit ones (Intel's AVX-512 cores; Zen 4 splits
-// them into two 256-bit halves): the avx512 level's repacked Q4_0 and Q4_K kernels then
-// take two groups of 8 rows per vector. Detected from the vendor; LOOM_CPU_WIDE512=0|1 overrides.
+// them into two 256-bit halves): the avx512 level's repacked Q4_0, Q4_K, Q2_K, Q3_K, Q4_1, Q5_0,
+// Q5_1 and MXFP4 kernels then take two groups of 8 rows per vector. Detected from the vendor;
+// LOOM_CPU_WIDE512=0|1 overrides.
 bool wide_512();
 // Tests: use the two-group kernels or not from now on (like force_isa); returns the old setting.
 bool force_wide_512(bool on);

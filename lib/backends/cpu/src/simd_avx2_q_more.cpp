@@ -13,7 +13,9 @@
 #pragma GCC target("avx2,fma,f16c")
 #include "simd_q_more.h"
 #define LOOM_R8_VNNI 0
+#define LOOM_R8_512 0
 #include "simd_r8_more.h"
+#undef LOOM_R8_512
 #undef LOOM_R8_VNNI
 
 namespace loom::cpu {

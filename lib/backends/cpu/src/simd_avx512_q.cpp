@@ -4,7 +4,8 @@
 // in the integer domain with vpdpwssd (each lane's partial sum fits 16 bits). Zen 4 runs
 // 512-bit operations at the rate of two 256-bit ones, so the block-at-a-time kernels stay
 // 256-bit; on Intel the repacked Q4_0 and Q4_K ones take two row groups per 512-bit vector
-// ("Two groups at once"). The readable references are quantize_q8/q8k and
+// ("Two groups at once"; simd_r8_more.h's types do the same through simd_r8x2.h). The readable
+// references are quantize_q8/q8k and
 // dot_q8_0/q4_0/q4_k/q6_k in cpu_vec_dot.cpp.
 
 // GCC 12's AVX-512 intrinsics headers trip -Wuninitialized on their own _mm512_undefined_*
@@ -24,6 +25,7 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 #include "simd_r8.h"
+#include "simd_r8x2.h"
 
 namespace loom::cpu {
 namespace {
@@ -136,53 +138,7 @@ void r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ
 // Q4_0 ~1.15x faster; decode of 900 MiB models streaming from memory: Q4_K faster in 18 of 22
 // same-minute pairs (~7%), Q4_0 in 12 of 13 (1-2%). Q6_K's ran 1.25x faster from L2
 // but slower from memory (10 of 12 pairs) and Q8_0's slower from L2 (no masks to share, an insert
-// per load): both stay 8-row.
-
-inline __m512i r8x2_load(const uint8_t* a, const uint8_t* b) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
-                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
-}
-inline __m512 r8x2_halves(const uint8_t* a, const uint8_t* b) {
-  return _mm512_cvtph_ps(_mm256_inserti128_si256(
-      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1));
-}
-inline __m512i bcast32x16(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return _mm512_set1_epi32(v);
-}
-
-// W: the GGUF block. Per pair of groups, block(pa, pb, i, acc) adds block i of both (at pa, pb)
-// times column c to acc[c]; the 16 results are then stored. A last odd group goes to
-// rest(a, nr, out), the 8-row kernel.
-template <class W, int NC, class Block, class Rest>
-inline void r8x2_groups(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, float* const* out, Block block,
-                        Rest rest) {
-  constexpr size_t kGroupBlockBytes = kRepackRows * sizeof(W);
-  const size_t group = kRepackRows * lda;
-  int64_t r = 0;
-  for (; r + 2 * kRepackRows <= nr; r += 2 * kRepackRows) {
-    const uint8_t* ga = a + r * lda;
-    const uint8_t* gb = ga + group;
-    __m512 acc[NC];
-    for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nblk; ++i) {
-      // Each group's stream goes on in the same group of the next pair: asked for as one stream,
-      // the first group's lines ahead would be the second group's, being read now.
-      const size_t ahead = (size_t)i * kGroupBlockBytes + kStreamAheadBytes, skip = ahead < group ? 0 : group;
-      prefetch_bytes<1>(reinterpret_cast<const char*>(ga + skip + ahead), kGroupBlockBytes);
-      prefetch_bytes<1>(reinterpret_cast<const char*>(gb + skip + ahead), kGroupBlockBytes);
-      block(ga + i * kGroupBlockBytes, gb + i * kGroupBlockBytes, i, acc);
-    }
-    for (int c = 0; c < NC; ++c) _mm512_storeu_ps(out[c] + r, acc[c]);
-  }
-  if (r < nr) {
-    float* o[kMaxDotCols];
-    for (int c = 0; c < NC; ++c) o[c] = out[c] + r;
-    rest(a + r * lda, nr - r, o);
-  }
-}
+// per load): both stay 8-row. The loads and the loop over pairs of groups: simd_r8x2.h.
 
 // Q4_0 (r8_rows): the nibbles of both groups split at once.
 template <int NC>
@@ -468,20 +424,22 @@ template <int NC>
 void q6_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8KA> x, float* const* out) {
   r8_groups<BlockQ6_K, NC>(nblk, a, lda, nr, out, [&](const uint8_t* p, int64_t i, __m256* acc) {
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    __m256i pairs[8];  // (sc 2t, sc 2t + 1) as int16 per row
-    __m256 scf[16];    // d * sc per sub-block
-    for (int t = 0; t < 8; ++t) {
-      pairs[t] = q6k_r8_scale_pairs(p, t);
-      scf[2 * t] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(pairs[t], 16), 16)));
-      scf[2 * t + 1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_srai_epi32(pairs[t], 16)));
-    }
+    // d * sc of sub-block 2t + half, made where it is used: the 16 held across the loops (with
+    // the 8 scale pairs) left too few registers, and GCC kept the loops rolled
+    auto scf = [&](int t, int half) {
+      const __m256i pair = q6k_r8_scale_pairs(p, t);
+      return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_srai_epi32(half ? pair : _mm256_slli_epi32(pair, 16), 16)));
+    };
     __m256 bacc[NC];
     for (int c = 0; c < NC; ++c) bacc[c] = _mm256_setzero_ps();
+#pragma GCC unroll 2
     for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 2
       for (int half = 0; half < 2; ++half) {  // quads 4 half .. 4 half + 3: sub-blocks 8h + 2k + half
         __m256i s[NC][4];
         for (int c = 0; c < NC; ++c)
           for (int k = 0; k < 4; ++k) s[c][k] = _mm256_setzero_si256();
+#pragma GCC unroll 4
         for (int l4 = 0; l4 < 4; ++l4) {
           const int lq = 4 * half + l4;
           __m256i u[4];
@@ -492,10 +450,14 @@ void q6_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<B
             for (int k = 0; k < 4; ++k) s[c][k] = _mm256_dpbusd_epi32(s[c][k], u[k], bcast32(xq + 32 * k));
           }
         }
-        for (int c = 0; c < NC; ++c)
-          for (int k = 0; k < 4; ++k)
-            bacc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c][k]), scf[8 * h + 2 * k + half], bacc[c]);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          const __m256 sc = scf(4 * h + k, half);
+          for (int c = 0; c < NC; ++c) bacc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[c][k]), sc, bacc[c]);
+        }
       }
+    __m256i pairs[8];  // (sc 2t, sc 2t + 1) as int16 per row
+    for (int t = 0; t < 8; ++t) pairs[t] = q6k_r8_scale_pairs(p, t);
     const __m256 d32 = _mm256_mul_ps(d, _mm256_set1_ps(32.0f));
 #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c) {

@@ -1,13 +1,16 @@
 // Repacked-row kernels (cpu_repack.h's field layouts: 8 rows per group) of Q5_K, Q3_K, Q2_K,
 // IQ4_XS, Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4. Included by simd_avx2_q_more.cpp and
 // simd_avx512_q_more.cpp under their target pragmas after defining LOOM_R8_VNNI (1: vpdpbusd /
-// vpdpwssd; 0: vpmaddubsw / vpmaddwd); LOOM_DEFINE_ROWS_DOT_R8_MORE(level) defines the level's
-// entry points. The readable reference is rows_dot_r8_ref (each group unpacked, then the scalar
-// GGUF-row dots of simd_ref_q.h).
+// vpdpwssd; 0: vpmaddubsw / vpmaddwd) and LOOM_R8_512 (1: the two-group form below exists);
+// LOOM_DEFINE_ROWS_DOT_R8_MORE(level) defines the level's entry points. The readable reference is
+// rows_dot_r8_ref (each group unpacked, then the scalar GGUF-row dots of simd_ref_q.h).
 //   A 32-byte load of a field holds the same word of all 8 rows, one per 32-bit lane: scales
 //   decode lane-wise for 8 rows at once, and a quad (8 rows x 4 levels) times 4 broadcast
 //   activation bytes adds into each row's lane, so the 8 results come out without horizontal
 //   sums. Sub-block sums are exact integers; one convert and FMA by d * scale per sub-block.
+//   Each kernel is written once over a group view G: G8 reads one group into 256-bit vectors;
+//   G16 (LOOM_R8_512, on wide_512 cores) reads two groups into the halves of 512-bit vectors
+//   (simd_r8x2.h), so every mask, shift, broadcast and vpdpbusd serves 16 rows.
 #pragma once
 
 #include <immintrin.h>
@@ -20,49 +23,179 @@
 #include "loom/core/quants.h"
 #include "simd_q_more.h"  // MoreCols, mload
 #include "simd_r8.h"
+#if LOOM_R8_512
+#include "simd_r8x2.h"
+#endif
+
+// The kernels take __m256i / __m512i as template arguments; GCC then drops their may_alias
+// attribute, which only matters for pointers cast to them (the intrinsics' own loads).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wignored-attributes"
 
 namespace loom::cpu {
 namespace {
 
-// 8 rows' fp16 field -> floats
-inline __m256 r8_halves(const uint8_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+// ---- The operations the kernels use, for both vector widths -------------------------------------
+// & and | are GCC's vector operators; Vx<V> makes the constants and broadcasts of width V.
+
+template <class V>
+struct Vx;
+template <>
+struct Vx<__m256i> {
+  using F = __m256;
+  static __m256i set8(int c) { return _mm256_set1_epi8((char)c); }
+  static __m256i set32(int c) { return _mm256_set1_epi32(c); }
+  static __m256i zero() { return _mm256_setzero_si256(); }
+  static F setf(float f) { return _mm256_set1_ps(f); }
+  static F zerof() { return _mm256_setzero_ps(); }
+  static __m256i bcast(const void* p) { return bcast32(p); }  // 4 bytes at p into every lane
+  static __m256i table(const int8_t* t) {                      // 16 bytes into every 128-bit lane
+    const __m128i g = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t));
+    return _mm256_set_m128i(g, g);
+  }
+};
+inline __m256i srli16(__m256i v, int n) { return _mm256_srli_epi16(v, n); }
+inline __m256i srli32(__m256i v, int n) { return _mm256_srli_epi32(v, n); }
+inline __m256i slli32(__m256i v, int n) { return _mm256_slli_epi32(v, n); }
+inline __m256i srai32(__m256i v, int n) { return _mm256_srai_epi32(v, n); }
+inline __m256i add32(__m256i a, __m256i b) { return _mm256_add_epi32(a, b); }
+inline __m256i sub32(__m256i a, __m256i b) { return _mm256_sub_epi32(a, b); }
+inline __m256i lookup(__m256i table, __m256i idx) { return _mm256_shuffle_epi8(table, idx); }
+inline __m256i odd16(__m256i a, __m256i b) { return _mm256_blend_epi16(a, b, 0xaa); }  // b's odd int16s
+inline __m256 to_f(__m256i v) { return _mm256_cvtepi32_ps(v); }
+inline __m256 mulf(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+inline __m256 fmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
+inline __m256 fnmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fnmadd_ps(a, b, c); }
+// per lane: e > 1 ? a : b
+inline __m256i select_gt1(__m256i e, __m256i a, __m256i b) {
+  return _mm256_blendv_epi8(b, a, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1)));
 }
+inline __m256i sllv32(__m256i v, __m256i n) { return _mm256_sllv_epi32(v, n); }
+#if LOOM_R8_VNNI
+inline __m256i dot_u8(__m256i acc, __m256i u, __m256i x) { return _mm256_dpbusd_epi32(acc, u, x); }
+inline __m256i dot_i16(__m256i acc, __m256i a, __m256i b) { return _mm256_dpwssd_epi32(acc, a, b); }
+#else
+inline __m256i dot_i16(__m256i acc, __m256i a, __m256i b) { return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)); }
+#endif
+
+#if LOOM_R8_512
+template <>
+struct Vx<__m512i> {
+  using F = __m512;
+  static __m512i set8(int c) { return _mm512_set1_epi8((char)c); }
+  static __m512i set32(int c) { return _mm512_set1_epi32(c); }
+  static __m512i zero() { return _mm512_setzero_si512(); }
+  static F setf(float f) { return _mm512_set1_ps(f); }
+  static F zerof() { return _mm512_setzero_ps(); }
+  static __m512i bcast(const void* p) { return bcast32x16(p); }
+  static __m512i table(const int8_t* t) {
+    return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
+  }
+};
+inline __m512i srli16(__m512i v, int n) { return _mm512_srli_epi16(v, n); }
+inline __m512i srli32(__m512i v, int n) { return _mm512_srli_epi32(v, n); }
+inline __m512i slli32(__m512i v, int n) { return _mm512_slli_epi32(v, n); }
+inline __m512i srai32(__m512i v, int n) { return _mm512_srai_epi32(v, n); }
+inline __m512i add32(__m512i a, __m512i b) { return _mm512_add_epi32(a, b); }
+inline __m512i sub32(__m512i a, __m512i b) { return _mm512_sub_epi32(a, b); }
+inline __m512i lookup(__m512i table, __m512i idx) { return _mm512_shuffle_epi8(table, idx); }
+inline __m512i odd16(__m512i a, __m512i b) { return _mm512_mask_blend_epi16(0xaaaaaaaa, a, b); }
+inline __m512 to_f(__m512i v) { return _mm512_cvtepi32_ps(v); }
+inline __m512 mulf(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+inline __m512 fmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+inline __m512 fnmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fnmadd_ps(a, b, c); }
+inline __m512i select_gt1(__m512i e, __m512i a, __m512i b) {
+  return _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1)), b, a);
+}
+inline __m512i sllv32(__m512i v, __m512i n) { return _mm512_sllv_epi32(v, n); }
+inline __m512i dot_u8(__m512i acc, __m512i u, __m512i x) { return _mm512_dpbusd_epi32(acc, u, x); }
+inline __m512i dot_i16(__m512i acc, __m512i a, __m512i b) { return _mm512_dpwssd_epi32(acc, a, b); }
+#endif
+
+// ---- Group views: where a kernel's vectors come from ----------------------------------------------
+// load(off): the 32-byte field word at off of every row; halves(off): the rows' fp16 field as
+// floats; bytes(off) / words(off): the rows' uint8 / uint16 field as int32 lanes.
+
+struct G8 {  // one group of 8 rows
+  using V = __m256i;
+  using F = __m256;
+  const uint8_t* p;
+  V load(size_t off) const { return mload(p + off); }
+  F halves(size_t off) const { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + off))); }
+  V bytes(size_t off) const { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + off))); }
+  V words(size_t off) const { return _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + off))); }
+};
+#if LOOM_R8_512
+struct G16 {  // groups a (rows r .. r + 7, low halves) and b (r + 8 .. r + 15, high halves)
+  using V = __m512i;
+  using F = __m512;
+  const uint8_t *a, *b;
+  V load(size_t off) const { return r8x2_load(a + off, b + off); }
+  F halves(size_t off) const { return r8x2_halves(a + off, b + off); }
+  V bytes(size_t off) const {
+    return _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a + off)),
+                                                   _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + off))));
+  }
+  V words(size_t off) const {
+    return _mm512_cvtepu16_epi32(_mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + off)),
+                                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(a + off))));
+  }
+};
+#endif
+
+// Runs block(g, i, acc) (acc[c] += group block i of view g times column c) over the row groups;
+// with kTwo, two at a time on wide_512 cores (a last odd group one at a time). Each type's kTwo
+// is what decoded faster from memory in same-minute pairs (docs/PERFORMANCE.md): not Q5_K,
+// IQ4_XS or IQ4_NL, whose two-group forms ran 1.15-1.2x faster from L2 but no faster, or
+// slower, from memory.
+template <class W, int NC, bool kTwo, class Block>
+inline void r8_more_groups(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, float* const* out, Block block) {
+  auto one = [&](const uint8_t* ga, int64_t n, float* const* o) {
+    r8_groups<W, NC>(nblk, ga, lda, n, o, [&](const uint8_t* p, int64_t i, __m256* acc) { block(G8{p}, i, acc); });
+  };
+#if LOOM_R8_512
+  if constexpr (kTwo) {
+    if (wide_512()) {
+      r8x2_groups<W, NC>(
+          nblk, a, lda, nr, out,
+          [&](const uint8_t* pa, const uint8_t* pb, int64_t i, __m512* acc) { block(G16{pa, pb}, i, acc); }, one);
+      return;
+    }
+  }
+#endif
+  one(a, nr, out);
+}
+
 // byte b of each row's word, as int32
-inline __m256i r8_byte(__m256i w, int b) {
-  return _mm256_and_si256(_mm256_srli_epi32(w, 8 * b), _mm256_set1_epi32(255));
+template <class V>
+inline V r8_byte(V w, int b) {
+  return srli32(w, 8 * b) & Vx<V>::set32(255);
 }
 // bit s of every byte moved to bit `to` of the same byte, other bits cleared (the 32-bit shifts
 // carry bits across bytes, the mask keeps each byte's own)
-inline __m256i r8_bit(__m256i v, int s, int to) {
-  const __m256i moved = s <= to ? _mm256_slli_epi32(v, to - s) : _mm256_srli_epi32(v, s - to);
-  return _mm256_and_si256(moved, _mm256_set1_epi8((char)(1 << to)));
+template <class V>
+inline V r8_bit(V v, int s, int to) {
+  const V moved = s <= to ? slli32(v, to - s) : srli32(v, s - to);
+  return moved & Vx<V>::set8(1 << to);
 }
 // int32 lanes (int16 range) -> the int16 pair (a, b) per lane
-inline __m256i r8_pair(__m256i a, __m256i b) {
-  return _mm256_or_si256(_mm256_and_si256(a, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32(b, 16));
-}
-// acc + the int16 pairs of a times those of b, per 32-bit lane
-inline __m256i r8_pair_sums(__m256i acc, __m256i a, __m256i b) {
-#if LOOM_R8_VNNI
-  return _mm256_dpwssd_epi32(acc, a, b);
-#else
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
-#endif
+template <class V>
+inline V r8_pair(V a, V b) {
+  return (a & Vx<V>::set32(0xffff)) | slli32(b, 16);
 }
 
-// sum_{t < NQ} u[t] . x[4t, 4t + 4) per row lane, u unsigned bytes <= kMax. Without VNNI the
-// vpmaddubsw pair sums add up in 16 bits over as many quads as cannot overflow.
-template <int NQ, int kMax>
-inline __m256i r8_quad_sums(const __m256i* u, const int8_t* x) {
+// sum_{t < NQ} u[t] . x[4t, 4t + 4) per row lane, u unsigned bytes <= kMax. Without VNNI (256-bit
+// only) the vpmaddubsw pair sums add up in 16 bits over as many quads as cannot overflow.
+template <int NQ, int kMax, class V>
+inline V r8_quad_sums(const V* u, const int8_t* x) {
 #if LOOM_R8_VNNI
-  __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+  V s0 = Vx<V>::zero(), s1 = s0;
   for (int t = 0; t + 1 < NQ; t += 2) {
-    s0 = _mm256_dpbusd_epi32(s0, u[t], bcast32(x + 4 * t));
-    s1 = _mm256_dpbusd_epi32(s1, u[t + 1], bcast32(x + 4 * t + 4));
+    s0 = dot_u8(s0, u[t], Vx<V>::bcast(x + 4 * t));
+    s1 = dot_u8(s1, u[t + 1], Vx<V>::bcast(x + 4 * t + 4));
   }
-  if constexpr (NQ % 2 != 0) s0 = _mm256_dpbusd_epi32(s0, u[NQ - 1], bcast32(x + 4 * (NQ - 1)));
-  return _mm256_add_epi32(s0, s1);
+  if constexpr (NQ % 2 != 0) s0 = dot_u8(s0, u[NQ - 1], Vx<V>::bcast(x + 4 * (NQ - 1)));
+  return add32(s0, s1);
 #else
   constexpr int kChunk = 32767 / (2 * 128 * kMax);
   static_assert(kChunk >= 1);
@@ -82,14 +215,14 @@ inline __m256i r8_quad_sums(const __m256i* u, const int8_t* x) {
 // (the caller subtracts kGridBias * sum x); without, signed (|v| . sign(x, v) per quad, as a
 // shifted byte times x could overflow vpmaddubsw's 16-bit pairs).
 inline constexpr int kGridBias = LOOM_R8_VNNI ? 128 : 0;
-inline __m256i r8_iq4_table() {
+template <class V>
+inline V r8_iq4_table() {
   alignas(16) int8_t t[16];
   for (int k = 0; k < 16; ++k) t[k] = (int8_t)(kIq4nlValues[k] + kGridBias);
-  const __m128i g = _mm_load_si128(reinterpret_cast<const __m128i*>(t));
-  return _mm256_set_m128i(g, g);
+  return Vx<V>::table(t);
 }
-template <int NQ>
-inline __m256i r8_grid_sums(const __m256i* v, const int8_t* x) {
+template <int NQ, class V>
+inline V r8_grid_sums(const V* v, const int8_t* x) {
 #if LOOM_R8_VNNI
   return r8_quad_sums<NQ, 255>(v, x);
 #else
@@ -105,15 +238,14 @@ inline __m256i r8_grid_sums(const __m256i* v, const int8_t* x) {
 
 // The end of a 256-value group block: per column acc += x.d * (bacc - off * sum_t pairs[t] .
 // (x's 16-value sums 2t, 2t + 1)), the integer offset or mins term of the block.
-template <int NC>
-inline void r8_finish_k(const __m256i (&pairs)[8], __m256 off, MoreCols<BlockQ8KA> x, int64_t i, const __m256* bacc,
-                        __m256* acc) {
+template <int NC, class V, class F>
+inline void r8_finish_k(const V (&pairs)[8], F off, MoreCols<BlockQ8KA> x, int64_t i, const F* bacc, F* acc) {
 #pragma GCC unroll 8
   for (int c = 0; c < NC; ++c) {
     const BlockQ8KA& xb = x[c][i];
-    __m256i osum = _mm256_setzero_si256();
-    for (int t = 0; t < 8; ++t) osum = r8_pair_sums(osum, pairs[t], bcast32(xb.bsums + 2 * t));
-    acc[c] = _mm256_fmadd_ps(_mm256_fnmadd_ps(_mm256_cvtepi32_ps(osum), off, bacc[c]), _mm256_set1_ps(xb.d), acc[c]);
+    V osum = Vx<V>::zero();
+    for (int t = 0; t < 8; ++t) osum = dot_i16(osum, pairs[t], Vx<V>::bcast(xb.bsums + 2 * t));
+    acc[c] = fmadd(fnmadd(to_f(osum), off, bacc[c]), Vx<V>::setf(xb.d), acc[c]);
   }
 }
 
@@ -123,38 +255,39 @@ inline void r8_finish_k(const __m256i (&pairs)[8], __m256 off, MoreCols<BlockQ8K
 template <int NC>
 void q5_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8KA> x, float* const* out) {
   constexpr size_t kScales = r8_field(kQ5KFields, 2), kQh = r8_field(kQ5KFields, 3), kQs = r8_field(kQ5KFields, 4);
-  const __m256i lo6 = _mm256_set1_epi8(0x3f), lo4 = _mm256_set1_epi8(15), lo2 = _mm256_set1_epi8(3);
-  r8_groups<BlockQ5_K, NC>(nblk, a, lda, nr, out, [&](const uint8_t* p, int64_t i, __m256* acc) {
-    const __m256 d = r8_halves(p), dmin = r8_halves(p + 16);
+  r8_more_groups<BlockQ5_K, NC, false>(nblk, a, lda, nr, out, [&]<class G>(const G& g, int64_t i, typename G::F* acc) {
+    using V = typename G::V;
+    using F = typename G::F;
+    const V lo6 = Vx<V>::set8(0x3f), lo4 = Vx<V>::set8(15), lo2 = Vx<V>::set8(3);
+    const F d = g.halves(0), dmin = g.halves(16);
     // q4_k_scale_min lane-wise: scales words 0-2 -> sc 0-3, 4-7 and m 0-3, 4-7 as bytes
-    const __m256i a0 = mload(p + kScales), a1 = mload(p + kScales + 32), a2 = mload(p + kScales + 64);
-    const __m256i sc[2] = {_mm256_and_si256(a0, lo6), _mm256_or_si256(_mm256_and_si256(a2, lo4),
-                                                                      _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(a0, 6), lo2), 4))};
-    const __m256i mn[2] = {_mm256_and_si256(a1, lo6),
-                           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(a2, 4), lo4),
-                                           _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(a1, 6), lo2), 4))};
-    __m256 scf[8];   // d * sc
-    __m256i mp[8];   // (m, m)
-    for (int j = 0; j < 8; ++j) {
-      scf[j] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(r8_byte(sc[j / 4], j % 4)));
-      const __m256i m = r8_byte(mn[j / 4], j % 4);
-      mp[j] = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));
-    }
-    __m256 bacc[NC];
-    for (int c = 0; c < NC; ++c) bacc[c] = _mm256_setzero_ps();
+    const V a0 = g.load(kScales), a1 = g.load(kScales + 32), a2 = g.load(kScales + 64);
+    const V sc[2] = {a0 & lo6, (a2 & lo4) | slli32(srli32(a0, 6) & lo2, 4)};
+    const V mn[2] = {a1 & lo6, (srli32(a2, 4) & lo4) | slli32(srli32(a1, 6) & lo2, 4)};
+    F bacc[NC];
+    for (int c = 0; c < NC; ++c) bacc[c] = Vx<V>::zerof();
+#pragma GCC unroll 4
     for (int jj = 0; jj < 4; ++jj) {  // sub-blocks 2jj (low nibbles) and 2jj + 1 (high)
-      __m256i lo[8], hi[8];
+      // each sub-block's d * sc made where it is used: 8 of them held across the loop, with the
+      // levels, spilled at 512 bits (the two-group kernel ran slower from memory)
+      const F sc0 = mulf(d, to_f(r8_byte(sc[jj / 2], 2 * (jj % 2)))), sc1 = mulf(d, to_f(r8_byte(sc[jj / 2], 2 * (jj % 2) + 1)));
+      V lo[8], hi[8];
       for (int q = 0; q < 8; ++q) {
-        const __m256i v = mload(p + kQs + 32 * (8 * jj + q)), h = mload(p + kQh + 32 * q);
-        lo[q] = _mm256_or_si256(_mm256_and_si256(v, lo4), r8_bit(h, 2 * jj, 4));
-        hi[q] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), lo4), r8_bit(h, 2 * jj + 1, 4));
+        const V v = g.load(kQs + 32 * (8 * jj + q)), h = g.load(kQh + 32 * q);
+        lo[q] = (v & lo4) | r8_bit(h, 2 * jj, 4);
+        hi[q] = (srli16(v, 4) & lo4) | r8_bit(h, 2 * jj + 1, 4);
       }
 #pragma GCC unroll 8
       for (int c = 0; c < NC; ++c) {
         const int8_t* xq = x[c][i].qs + 64 * jj;
-        bacc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(r8_quad_sums<8, 31>(lo, xq)), scf[2 * jj], bacc[c]);
-        bacc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(r8_quad_sums<8, 31>(hi, xq + 32)), scf[2 * jj + 1], bacc[c]);
+        bacc[c] = fmadd(to_f(r8_quad_sums<8, 31>(lo, xq)), sc0, bacc[c]);
+        bacc[c] = fmadd(to_f(r8_quad_sums<8, 31>(hi, xq + 32)), sc1, bacc[c]);
       }
+    }
+    V mp[8];  // (m, m)
+    for (int j = 0; j < 8; ++j) {
+      const V m = r8_byte(mn[j / 4], j % 4);
+      mp[j] = m | slli32(m, 16);
     }
     r8_finish_k<NC>(mp, dmin, x, i, bacc, acc);
   });
@@ -167,52 +300,50 @@ void q5_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCo
 // The offsets (Q3_K: -4 sc_g per x, Q2_K: -m_g dmin per x) are the scale or min pairs times x's
 // 16-value sums.
 
-// isum[c] = sum_g sc_g * (group g's sum) over a Q2_K / Q3_K group block: qs the 2-bit quads, hmask
-// (Q3_K) the third bits' quads or nullptr (Q2_K), scp[t] the (sc 2t, sc 2t + 1) int16 pairs.
-template <int NC, int kMax>
-inline void r8_groups16(const uint8_t* qs, const uint8_t* hmask, const __m256i (&scp)[8], MoreCols<BlockQ8KA> x,
-                        int64_t i, __m256i* isum) {
-  const __m256i lo2 = _mm256_set1_epi8(3);
-  for (int c = 0; c < NC; ++c) isum[c] = _mm256_setzero_si256();
+// isum[c] = sum_g sc_g * (group g's sum) over a Q2_K / Q3_K group block: the 2-bit quads at qs,
+// with kHmask (Q3_K) the third bits' quads at hmask, scp[t] the (sc 2t, sc 2t + 1) int16 pairs.
+template <int NC, int kMax, bool kHmask, class G, class V = typename G::V>
+inline void r8_groups16(const G& g, size_t qs, size_t hmask, const V (&scp)[8], MoreCols<BlockQ8KA> x, int64_t i,
+                        V* isum) {
+  const V lo2 = Vx<V>::set8(3);
+  for (int c = 0; c < NC; ++c) isum[c] = Vx<V>::zero();
   // Unrolled whole, so every shift count is an immediate and qv / hm stay in registers (left as
   // loops, GCC kept them on the stack and shifted by counts in registers: Q3_K at 60% the speed).
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
-    __m256i qv[8], hm[8];
+    V qv[8], hm[8];
 #pragma GCC unroll 8
     for (int t = 0; t < 8; ++t) {
-      qv[t] = mload(qs + 32 * (8 * h + t));
-      if (hmask) hm[t] = mload(hmask + 32 * t);
+      qv[t] = g.load(qs + 32 * (8 * h + t));
+      if constexpr (kHmask) hm[t] = g.load(hmask + 32 * t);
     }
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
-      __m256i s[2][NC];
+      V s[2][NC];
 #pragma GCC unroll 2
       for (int half = 0; half < 2; ++half) {  // group 8h + 2k + half: quads 4 half .. 4 half + 3
         // With VNNI, Q2_K's fields are masked where they lie (4^k q, the exact sums shifted back
         // after): one operation per quad instead of two, its kernel 7% faster. Without VNNI the
         // 16-bit pair sums cannot take 4^k q; Q3_K's third bit gains nothing from it.
-        const bool in_place = LOOM_R8_VNNI && !hmask;
-        __m256i u[4];
+        constexpr bool in_place = LOOM_R8_VNNI && !kHmask;
+        V u[4];
 #pragma GCC unroll 4
         for (int t = 0; t < 4; ++t) {
-          if (in_place) {
-            u[t] = _mm256_and_si256(qv[4 * half + t], _mm256_set1_epi8((char)(3 << (2 * k))));
-            continue;
+          if constexpr (in_place) {
+            u[t] = qv[4 * half + t] & Vx<V>::set8(3 << (2 * k));
+          } else {
+            u[t] = srli16(qv[4 * half + t], 2 * k) & lo2;
+            if constexpr (kHmask) u[t] = u[t] | r8_bit(hm[4 * half + t], 4 * h + k, 2);
           }
-          u[t] = _mm256_and_si256(_mm256_srli_epi16(qv[4 * half + t], 2 * k), lo2);
-          if (hmask) u[t] = _mm256_or_si256(u[t], r8_bit(hm[4 * half + t], 4 * h + k, 2));
         }
 #pragma GCC unroll 8
         for (int c = 0; c < NC; ++c) {
           s[half][c] = r8_quad_sums<4, kMax>(u, x[c][i].qs + 128 * h + 32 * k + 16 * half);
-          if (in_place) s[half][c] = _mm256_srai_epi32(s[half][c], 2 * k);
+          if constexpr (in_place) s[half][c] = srai32(s[half][c], 2 * k);
         }
       }
 #pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c)
-        isum[c] = r8_pair_sums(isum[c], _mm256_blend_epi16(s[0][c], _mm256_slli_epi32(s[1][c], 16), 0xaa),
-                               scp[4 * h + k]);
+      for (int c = 0; c < NC; ++c) isum[c] = dot_i16(isum[c], odd16(s[0][c], slli32(s[1][c], 16)), scp[4 * h + k]);
     }
   }
 }
@@ -221,25 +352,24 @@ inline void r8_groups16(const uint8_t* qs, const uint8_t* hmask, const __m256i (
 template <int NC>
 void q3_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8KA> x, float* const* out) {
   constexpr size_t kScales = r8_field(kQ3KFields, 1), kHmask = r8_field(kQ3KFields, 2), kQs = r8_field(kQ3KFields, 3);
-  const __m256i lo4 = _mm256_set1_epi8(15), lo2 = _mm256_set1_epi8(3), bias = _mm256_set1_epi32(32);
-  r8_groups<BlockQ3_K, NC>(nblk, a, lda, nr, out, [&](const uint8_t* p, int64_t i, __m256* acc) {
-    const __m256 d = r8_halves(p);
+  r8_more_groups<BlockQ3_K, NC, true>(nblk, a, lda, nr, out, [&]<class G>(const G& g, int64_t i, typename G::F* acc) {
+    using V = typename G::V;
+    using F = typename G::F;
+    const V lo4 = Vx<V>::set8(15), lo2 = Vx<V>::set8(3), bias = Vx<V>::set32(32);
+    const F d = g.halves(0);
     // scales words 0-2 -> the 16 scales as bytes of v[g / 4] (q3_k_scale lane-wise)
-    const __m256i a0 = mload(p + kScales), a1 = mload(p + kScales + 32), a2 = mload(p + kScales + 64);
-    auto hi2 = [&](int s) { return _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(a2, s), lo2), 4); };
-    const __m256i v[4] = {_mm256_or_si256(_mm256_and_si256(a0, lo4), hi2(0)),
-                          _mm256_or_si256(_mm256_and_si256(a1, lo4), hi2(2)),
-                          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(a0, 4), lo4), hi2(4)),
-                          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(a1, 4), lo4), hi2(6))};
-    __m256i pairs[8];  // (sc 2t - 32, sc 2t + 1 - 32)
+    const V a0 = g.load(kScales), a1 = g.load(kScales + 32), a2 = g.load(kScales + 64);
+    auto hi2 = [&](int s) { return slli32(srli32(a2, s) & lo2, 4); };
+    const V v[4] = {(a0 & lo4) | hi2(0), (a1 & lo4) | hi2(2), (srli32(a0, 4) & lo4) | hi2(4),
+                    (srli32(a1, 4) & lo4) | hi2(6)};
+    V pairs[8];  // (sc 2t - 32, sc 2t + 1 - 32)
     for (int t = 0; t < 8; ++t)
-      pairs[t] = r8_pair(_mm256_sub_epi32(r8_byte(v[t / 2], 2 * (t % 2)), bias),
-                         _mm256_sub_epi32(r8_byte(v[t / 2], 2 * (t % 2) + 1), bias));
-    __m256i isum[NC];
-    r8_groups16<NC, 7>(p + kQs, p + kHmask, pairs, x, i, isum);
-    __m256 bacc[NC];
-    for (int c = 0; c < NC; ++c) bacc[c] = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[c]), d);
-    r8_finish_k<NC>(pairs, _mm256_mul_ps(d, _mm256_set1_ps(4.0f)), x, i, bacc, acc);
+      pairs[t] = r8_pair(sub32(r8_byte(v[t / 2], 2 * (t % 2)), bias), sub32(r8_byte(v[t / 2], 2 * (t % 2) + 1), bias));
+    V isum[NC];
+    r8_groups16<NC, 7, true>(g, kQs, kHmask, pairs, x, i, isum);
+    F bacc[NC];
+    for (int c = 0; c < NC; ++c) bacc[c] = mulf(to_f(isum[c]), d);
+    r8_finish_k<NC>(pairs, mulf(d, Vx<V>::setf(4.0f)), x, i, bacc, acc);
   });
 }
 
@@ -247,22 +377,24 @@ void q3_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCo
 template <int NC>
 void q2_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8KA> x, float* const* out) {
   constexpr size_t kScales = r8_field(kQ2KFields, 2), kQs = r8_field(kQ2KFields, 3);
-  const __m256i lo4 = _mm256_set1_epi32(15), hi4 = _mm256_set1_epi32(0xf0000);
-  r8_groups<BlockQ2_K, NC>(nblk, a, lda, nr, out, [&](const uint8_t* p, int64_t i, __m256* acc) {
-    const __m256 d = r8_halves(p), dmin = r8_halves(p + 16);
-    __m256i sp[8], mp[8];  // (sc 2t & 15, sc 2t + 1 & 15), (their high nibbles)
+  r8_more_groups<BlockQ2_K, NC, true>(nblk, a, lda, nr, out, [&]<class G>(const G& g, int64_t i, typename G::F* acc) {
+    using V = typename G::V;
+    using F = typename G::F;
+    const V lo4 = Vx<V>::set32(15), hi4 = Vx<V>::set32(0xf0000);
+    const F d = g.halves(0), dmin = g.halves(16);
+    V sp[8], mp[8];                // (sc 2t & 15, sc 2t + 1 & 15), (their high nibbles)
     for (int w = 0; w < 4; ++w) {  // scales bytes 4w .. 4w + 3
-      const __m256i sw = mload(p + kScales + 32 * w);
+      const V sw = g.load(kScales + 32 * w);
       for (int e = 0; e < 2; ++e) {  // bytes 2e, 2e + 1
-        const __m256i s = _mm256_srli_epi32(sw, 16 * e), m = _mm256_srli_epi32(s, 4);
-        sp[2 * w + e] = _mm256_or_si256(_mm256_and_si256(s, lo4), _mm256_and_si256(_mm256_slli_epi32(s, 8), hi4));
-        mp[2 * w + e] = _mm256_or_si256(_mm256_and_si256(m, lo4), _mm256_and_si256(_mm256_slli_epi32(m, 8), hi4));
+        const V s = srli32(sw, 16 * e), m = srli32(s, 4);
+        sp[2 * w + e] = (s & lo4) | (slli32(s, 8) & hi4);
+        mp[2 * w + e] = (m & lo4) | (slli32(m, 8) & hi4);
       }
     }
-    __m256i isum[NC];
-    r8_groups16<NC, 3>(p + kQs, nullptr, sp, x, i, isum);
-    __m256 bacc[NC];
-    for (int c = 0; c < NC; ++c) bacc[c] = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[c]), d);
+    V isum[NC];
+    r8_groups16<NC, 3, false>(g, kQs, 0, sp, x, i, isum);
+    F bacc[NC];
+    for (int c = 0; c < NC; ++c) bacc[c] = mulf(to_f(isum[c]), d);
     r8_finish_k<NC>(mp, dmin, x, i, bacc, acc);
   });
 }
@@ -273,147 +405,174 @@ void q2_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCo
 template <int NC>
 void iq4_xs_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8KA> x, float* const* out) {
   constexpr size_t kSh = r8_field(kIq4XsFields, 1), kSl = r8_field(kIq4XsFields, 2), kQs = r8_field(kIq4XsFields, 3);
-  const __m256i lo4 = _mm256_set1_epi8(15), table = r8_iq4_table();
-  r8_groups<BlockIQ4_XS, NC>(nblk, a, lda, nr, out, [&](const uint8_t* p, int64_t i, __m256* acc) {
-    const __m256 d = r8_halves(p);
-    const __m256i sh = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kSh)));
-    const __m256i sl = mload(p + kSl);
-    __m256 scf[8];   // d * (ls - 32)
-    __m256i sp[8];   // (ls - 32, ls - 32)
+  r8_more_groups<BlockIQ4_XS, NC, false>(nblk, a, lda, nr, out, [&]<class G>(const G& g, int64_t i, typename G::F* acc) {
+    using V = typename G::V;
+    using F = typename G::F;
+    const V lo4 = Vx<V>::set8(15), table = r8_iq4_table<V>();
+    const F d = g.halves(0);
+    const V sh = g.words(kSh), sl = g.load(kSl);
+    auto scale = [&](int j) {  // ls_j - 32
+      const V ls = (srli32(sl, 4 * j) & Vx<V>::set32(15)) | slli32(srli32(sh, 2 * j) & Vx<V>::set32(3), 4);
+      return sub32(ls, Vx<V>::set32(32));
+    };
+    F bacc[NC];
+    for (int c = 0; c < NC; ++c) bacc[c] = Vx<V>::zerof();
+    // unrolled, each d * scale made where it is used (as in Q5_K's)
+#pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
-      const __m256i ls = _mm256_or_si256(
-          _mm256_and_si256(_mm256_srli_epi32(sl, 4 * j), _mm256_set1_epi32(15)),
-          _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(sh, 2 * j), _mm256_set1_epi32(3)), 4));
-      const __m256i sc = _mm256_sub_epi32(ls, _mm256_set1_epi32(32));
-      scf[j] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
-      sp[j] = r8_pair(sc, sc);
-    }
-    __m256 bacc[NC];
-    for (int c = 0; c < NC; ++c) bacc[c] = _mm256_setzero_ps();
-    for (int j = 0; j < 8; ++j) {
-      __m256i v[8];
+      const F scf = mulf(d, to_f(scale(j)));
+      V v[8];
       for (int t = 0; t < 4; ++t) {
-        const __m256i w = mload(p + kQs + 32 * (4 * j + t));
-        v[t] = _mm256_shuffle_epi8(table, _mm256_and_si256(w, lo4));
-        v[4 + t] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(w, 4), lo4));
+        const V w = g.load(kQs + 32 * (4 * j + t));
+        v[t] = lookup(table, w & lo4);
+        v[4 + t] = lookup(table, srli16(w, 4) & lo4);
       }
 #pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c)
-        bacc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(r8_grid_sums<8>(v, x[c][i].qs + 32 * j)), scf[j], bacc[c]);
+      for (int c = 0; c < NC; ++c) bacc[c] = fmadd(to_f(r8_grid_sums<8>(v, x[c][i].qs + 32 * j)), scf, bacc[c]);
     }
+    V sp[8];  // (ls - 32, ls - 32)
+    for (int j = 0; j < 8; ++j) sp[j] = r8_pair(scale(j), scale(j));
     // - bias * sum_j sc_j * (x's sum over sub-block j); without VNNI bias is 0 and sp unused
-    r8_finish_k<NC>(sp, _mm256_mul_ps(d, _mm256_set1_ps((float)kGridBias)), x, i, bacc, acc);
+    r8_finish_k<NC>(sp, mulf(d, Vx<V>::setf((float)kGridBias)), x, i, bacc, acc);
   });
 }
 
 // ---- 32-value blocks: Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 --------------------------------------------
-// A type's levels(p, u) gives the block's 8 quads (4 of low nibbles: elements 4t, then 4 of high
+// A type's levels(g, u) gives the block's 8 quads (4 of low nibbles: elements 4t, then 4 of high
 // ones: 16 + 4t) as bytes the dot takes (kGrid: r8_grid_sums, else unsigned <= kMax), x = d (u -
-// offset) [+ m], and scale(p) / min(p) the 8 rows' d and m.
+// offset) [+ m], and scale(g) / min(g) the rows' d and m; kTwo: r8_more_groups'.
 
-inline void r8_nibbles(const uint8_t* qs, __m256i (&u)[8]) {
-  const __m256i lo4 = _mm256_set1_epi8(15);
+template <class G, class V>
+inline void r8_nibbles(const G& g, size_t qs, V (&u)[8]) {
+  const V lo4 = Vx<V>::set8(15);
   for (int t = 0; t < 4; ++t) {
-    const __m256i v = mload(qs + 32 * t);
-    u[t] = _mm256_and_si256(v, lo4);
-    u[4 + t] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
+    const V v = g.load(qs + 32 * t);
+    u[t] = v & lo4;
+    u[4 + t] = srli16(v, 4) & lo4;
   }
 }
 // Q5_0 / Q5_1: the fifth bits from the bit-transposed qh word (byte t bit b: element 4b + t)
-inline void r8_fifth_bits(const uint8_t* qh, __m256i (&u)[8]) {
-  const __m256i h = mload(qh);
-  for (int b = 0; b < 8; ++b) u[b] = _mm256_or_si256(u[b], r8_bit(h, b, 4));
+template <class G, class V>
+inline void r8_fifth_bits(const G& g, size_t qh, V (&u)[8]) {
+  const V h = g.load(qh);
+  for (int b = 0; b < 8; ++b) u[b] = u[b] | r8_bit(h, b, 4);
 }
 
 struct R8Q4_1 {
   using W = BlockQ4_1;
-  static constexpr bool kGrid = false, kMin = true;
+  static constexpr bool kGrid = false, kMin = true, kTwo = true;
   static constexpr int kMax = 15, kOffset = 0;
-  static void levels(const uint8_t* p, __m256i (&u)[8]) { r8_nibbles(p + r8_field(kQ4_1Fields, 2), u); }
-  static __m256 scale(const uint8_t* p) { return r8_halves(p); }
-  static __m256 min(const uint8_t* p) { return r8_halves(p + r8_field(kQ4_1Fields, 1)); }
+  template <class G, class V>
+  static void levels(const G& g, V (&u)[8]) {
+    r8_nibbles(g, r8_field(kQ4_1Fields, 2), u);
+  }
+  template <class G>
+  static auto scale(const G& g) {
+    return g.halves(0);
+  }
+  template <class G>
+  static auto min(const G& g) {
+    return g.halves(r8_field(kQ4_1Fields, 1));
+  }
 };
 struct R8Q5_0 {
   using W = BlockQ5_0;
-  static constexpr bool kGrid = false, kMin = false;
+  static constexpr bool kGrid = false, kMin = false, kTwo = true;
   static constexpr int kMax = 31, kOffset = 16;
-  static void levels(const uint8_t* p, __m256i (&u)[8]) {
-    r8_nibbles(p + r8_field(kQ5_0Fields, 2), u);
-    r8_fifth_bits(p + r8_field(kQ5_0Fields, 1), u);
+  template <class G, class V>
+  static void levels(const G& g, V (&u)[8]) {
+    r8_nibbles(g, r8_field(kQ5_0Fields, 2), u);
+    r8_fifth_bits(g, r8_field(kQ5_0Fields, 1), u);
   }
-  static __m256 scale(const uint8_t* p) { return r8_halves(p); }
-  static __m256 min(const uint8_t*) { return _mm256_setzero_ps(); }
+  template <class G>
+  static auto scale(const G& g) {
+    return g.halves(0);
+  }
 };
 struct R8Q5_1 {
   using W = BlockQ5_1;
-  static constexpr bool kGrid = false, kMin = true;
+  static constexpr bool kGrid = false, kMin = true, kTwo = true;
   static constexpr int kMax = 31, kOffset = 0;
-  static void levels(const uint8_t* p, __m256i (&u)[8]) {
-    r8_nibbles(p + r8_field(kQ5_1Fields, 3), u);
-    r8_fifth_bits(p + r8_field(kQ5_1Fields, 2), u);
+  template <class G, class V>
+  static void levels(const G& g, V (&u)[8]) {
+    r8_nibbles(g, r8_field(kQ5_1Fields, 3), u);
+    r8_fifth_bits(g, r8_field(kQ5_1Fields, 2), u);
   }
-  static __m256 scale(const uint8_t* p) { return r8_halves(p); }
-  static __m256 min(const uint8_t* p) { return r8_halves(p + r8_field(kQ5_1Fields, 1)); }
+  template <class G>
+  static auto scale(const G& g) {
+    return g.halves(0);
+  }
+  template <class G>
+  static auto min(const G& g) {
+    return g.halves(r8_field(kQ5_1Fields, 1));
+  }
 };
 struct R8IQ4_NL {
   using W = BlockIQ4_NL;
-  static constexpr bool kGrid = true, kMin = false;
+  static constexpr bool kGrid = true, kMin = false, kTwo = false;
   static constexpr int kMax = 255, kOffset = kGridBias;
-  static void levels(const uint8_t* p, __m256i (&u)[8]) {
-    const __m256i table = r8_iq4_table();
-    r8_nibbles(p + r8_field(kIq4NlFields, 1), u);
-    for (__m256i& v : u) v = _mm256_shuffle_epi8(table, v);
+  template <class G, class V>
+  static void levels(const G& g, V (&u)[8]) {
+    const V table = r8_iq4_table<V>();
+    r8_nibbles(g, r8_field(kIq4NlFields, 1), u);
+    for (V& v : u) v = lookup(table, v);
   }
-  static __m256 scale(const uint8_t* p) { return r8_halves(p); }
-  static __m256 min(const uint8_t*) { return _mm256_setzero_ps(); }
+  template <class G>
+  static auto scale(const G& g) {
+    return g.halves(0);
+  }
 };
 // MXFP4: the grid (-12..12) shifted by 12 to unsigned on every level; the E8M0 scales as
 // e8m0_half_to_f32 computes them, lane-wise.
 struct R8MXFP4 {
   using W = BlockMXFP4;
-  static constexpr bool kGrid = false, kMin = false;
+  static constexpr bool kGrid = false, kMin = false, kTwo = true;
   static constexpr int kMax = 24, kOffset = 12;
-  static void levels(const uint8_t* p, __m256i (&u)[8]) {
+  template <class G, class V>
+  static void levels(const G& g, V (&u)[8]) {
     alignas(16) int8_t t[16];
     for (int k = 0; k < 16; ++k) t[k] = (int8_t)(kMxfp4Values[k] + kOffset);
-    const __m128i g = _mm_load_si128(reinterpret_cast<const __m128i*>(t));
-    const __m256i table = _mm256_set_m128i(g, g);
-    r8_nibbles(p + r8_field(kMxfp4Fields, 1), u);
-    for (__m256i& v : u) v = _mm256_shuffle_epi8(table, v);
+    const V table = Vx<V>::table(t);
+    r8_nibbles(g, r8_field(kMxfp4Fields, 1), u);
+    for (V& v : u) v = lookup(table, v);
   }
-  static __m256 scale(const uint8_t* p) {
-    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
-    const __m256i tiny = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
-    return _mm256_castsi256_ps(_mm256_blendv_epi8(tiny, normal, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
+  template <class G>
+  static auto scale(const G& g) {
+    using V = typename G::V;
+    const V e = g.bytes(0);
+    const V normal = slli32(sub32(e, Vx<V>::set32(1)), 23), tiny = sllv32(Vx<V>::set32(0x00200000), e);
+    return (typename G::F)select_gt1(e, normal, tiny);
   }
-  static __m256 min(const uint8_t*) { return _mm256_setzero_ps(); }
 };
 
 template <class T, int NC>
 void r8_rows32(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8A> x, float* const* out) {
-  r8_groups<typename T::W, NC>(nblk, a, lda, nr, out, [&](const uint8_t* p, int64_t i, __m256* acc) {
-    __m256i u[8];
-    T::levels(p, u);
-    const __m256 dw = T::scale(p);
-    __m256 mw = _mm256_setzero_ps();
-    if constexpr (T::kMin) mw = T::min(p);
+  r8_more_groups<typename T::W, NC, T::kTwo>(nblk, a, lda, nr, out, [&]<class G>(const G& g, int64_t i, typename G::F* acc) {
+    using V = typename G::V;
+    using F = typename G::F;
+    V u[8];
+    T::levels(g, u);
+    const F dw = T::scale(g);
+    F mw = Vx<V>::zerof();
+    if constexpr (T::kMin) mw = T::min(g);
 #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c) {
       const BlockQ8A& xb = x[c][i];
-      __m256i s;
+      V s;
       if constexpr (T::kGrid)
         s = r8_grid_sums<8>(u, xb.qs);
       else
         s = r8_quad_sums<8, T::kMax>(u, xb.qs);
-      if constexpr (T::kOffset != 0) s = _mm256_sub_epi32(s, _mm256_set1_epi32(T::kOffset * xb.sum));
-      acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), acc[c]);
-      if constexpr (T::kMin) acc[c] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb.d * (float)xb.sum), acc[c]);
+      if constexpr (T::kOffset != 0) s = sub32(s, Vx<V>::set32(T::kOffset * xb.sum));
+      acc[c] = fmadd(to_f(s), mulf(dw, Vx<V>::setf(xb.d)), acc[c]);
+      if constexpr (T::kMin) acc[c] = fmadd(mw, Vx<V>::setf(xb.d * (float)xb.sum), acc[c]);
     }
   });
 }
 }  // namespace
 }  // namespace loom::cpu
+
+#pragma GCC diagnostic pop
 
 // The level's entry points (declared in simd_isa.h).
 #define LOOM_R8_MORE_ROWS_DOT(name, level, X, block, call)                                                          \
