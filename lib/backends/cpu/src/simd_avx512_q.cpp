@@ -13,6 +13,8 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// simd_width.h: Vx<__m256i> drops the type's may_alias attribute
+#pragma GCC diagnostic ignored "-Wignored-attributes"
 #include <immintrin.h>
 
 #include <cstdint>
@@ -26,6 +28,11 @@
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 #include "simd_r8.h"
 #include "simd_r8x2.h"
+#define LOOM_R8_VNNI 1
+#define LOOM_R8_512 1
+#include "simd_width.h"
+#undef LOOM_R8_512
+#undef LOOM_R8_VNNI
 
 namespace loom::cpu {
 namespace {
@@ -231,30 +238,8 @@ void q4_k_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<Bloc
   }
 }
 
-// The 8-row (256-bit) and two-group (512-bit) Q4_K kernels share their dot steps: VI holds the
-// rows' int32 lanes, VF their floats.
-inline __m256i vdpbusd(__m256i acc, __m256i u, __m256i x) { return _mm256_dpbusd_epi32(acc, u, x); }
-inline __m512i vdpbusd(__m512i acc, __m512i u, __m512i x) { return _mm512_dpbusd_epi32(acc, u, x); }
-inline __m256i vdpwssd(__m256i acc, __m256i u, __m256i x) { return _mm256_dpwssd_epi32(acc, u, x); }
-inline __m512i vdpwssd(__m512i acc, __m512i u, __m512i x) { return _mm512_dpwssd_epi32(acc, u, x); }
-inline __m256 vfloat(__m256i a) { return _mm256_cvtepi32_ps(a); }
-inline __m512 vfloat(__m512i a) { return _mm512_cvtepi32_ps(a); }
-inline __m256i vadd(__m256i a, __m256i b) { return _mm256_add_epi32(a, b); }
-inline __m512i vadd(__m512i a, __m512i b) { return _mm512_add_epi32(a, b); }
-inline __m256 vfmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
-inline __m512 vfmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
-inline __m256 vfnmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fnmadd_ps(a, b, c); }
-inline __m512 vfnmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fnmadd_ps(a, b, c); }
-template <class V>
-V vbcast32(const void* p) {
-  if constexpr (sizeof(V) == 32) return bcast32(p);
-  else return bcast32x16(p);
-}
-template <class V>
-V vsplat(float f) {
-  if constexpr (sizeof(V) == 32) return _mm256_set1_ps(f);
-  else return _mm512_set1_ps(f);
-}
+// The 8-row (256-bit) and two-group (512-bit) Q4_K kernels share their dot steps (simd_width.h's
+// operations): VI holds the rows' int32 lanes, VF their floats.
 
 // bacc[c] += (column c's dots with sub-block 2cc's quads lo and 2cc + 1's quads hi) * their d * sc
 template <int NC, class VI, class VF>
@@ -265,13 +250,13 @@ inline void q4k_r8_dots(const VI (&lo)[8], const VI (&hi)[8], Cols<BlockQ8KA> x,
     const int8_t* xq = x[c][i].qs + 64 * cc;
     VI sl0{}, sl1{}, sh0{}, sh1{};  // zero
     for (int q = 0; q < 8; q += 2) {
-      sl0 = vdpbusd(sl0, lo[q], vbcast32<VI>(xq + 4 * q));
-      sl1 = vdpbusd(sl1, lo[q + 1], vbcast32<VI>(xq + 4 * q + 4));
-      sh0 = vdpbusd(sh0, hi[q], vbcast32<VI>(xq + 32 + 4 * q));
-      sh1 = vdpbusd(sh1, hi[q + 1], vbcast32<VI>(xq + 36 + 4 * q));
+      sl0 = dot_u8(sl0, lo[q], Vx<VI>::bcast(xq + 4 * q));
+      sl1 = dot_u8(sl1, lo[q + 1], Vx<VI>::bcast(xq + 4 * q + 4));
+      sh0 = dot_u8(sh0, hi[q], Vx<VI>::bcast(xq + 32 + 4 * q));
+      sh1 = dot_u8(sh1, hi[q + 1], Vx<VI>::bcast(xq + 36 + 4 * q));
     }
-    bacc[c] = vfmadd(vfloat(vadd(sl0, sl1)), scf[2 * cc], bacc[c]);
-    bacc[c] = vfmadd(vfloat(vadd(sh0, sh1)), scf[2 * cc + 1], bacc[c]);
+    bacc[c] = fmadd(to_f(add32(sl0, sl1)), scf[2 * cc], bacc[c]);
+    bacc[c] = fmadd(to_f(add32(sh0, sh1)), scf[2 * cc + 1], bacc[c]);
   }
 }
 // The end of a group block: acc[c] += x.d * (bacc[c] - dmin * sum_j m_j * (x's sum over sub-block
@@ -282,9 +267,9 @@ inline void q4k_r8_finish(const VI (&mp)[8], VF dmin, Cols<BlockQ8KA> x, int64_t
   for (int c = 0; c < NC; ++c) {
     const BlockQ8KA& xb = x[c][i];
     VI msum{};  // zero
-    for (int j = 0; j < 8; ++j) msum = vdpwssd(msum, mp[j], vbcast32<VI>(xb.bsums + 2 * j));
-    const VF blk = vfnmadd(vfloat(msum), dmin, bacc[c]);
-    acc[c] = vfmadd(blk, vsplat<VF>(xb.d), acc[c]);
+    for (int j = 0; j < 8; ++j) msum = dot_i16(msum, mp[j], Vx<VI>::bcast(xb.bsums + 2 * j));
+    const VF blk = fnmadd(to_f(msum), dmin, bacc[c]);
+    acc[c] = fmadd(blk, Vx<VI>::setf(xb.d), acc[c]);
   }
 }
 
