@@ -246,7 +246,9 @@ void q6_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<B
     }
     __m256i isum[NC];
     for (int c = 0; c < NC; ++c) isum[c] = _mm256_setzero_si256();
+#pragma GCC unroll 2
     for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 4
       for (int q2 = 0; q2 < 4; ++q2) {  // quads 2 q2, 2 q2 + 1: sub-blocks 8h + 2k + q2 / 2
         __m256i u0[4], u1[4];
         q6k_r8_step(p, h, 2 * q2, u0);
