@@ -275,7 +275,7 @@ TEST_P(KernelTest, RepackedRowsDotMatchesScalar) {
           }
           cpu::weight_kernels(t, Isa::scalar)->rows_dot(K, rows.data(), lda, nr, bp, nc, wp);
           for (bool wide : {false, true}) {  // the avx512 level's 8-row and two-group kernels
-            const bool was = cpu::force_wide_512(wide);
+            const uint64_t was = cpu::force_wide_512(wide ? cpu::kWide512All : 0);
             std::fill(got.begin(), got.end(), NAN);
             r8(K, packed.data(), lda, nr, bp, nc, gp);
             cpu::force_wide_512(was);

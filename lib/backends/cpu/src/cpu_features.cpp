@@ -1,6 +1,10 @@
 // CPU feature detection (cpuid through __builtin_cpu_supports) and the active kernel level.
 #include "cpu_features.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -29,19 +33,30 @@ Isa initial() {
   return detected_isa();
 }
 
-bool initial_wide_512() {
+constexpr uint64_t bit(DType t) { return uint64_t{1} << (int)t; }
+// The two-group choices per host class, each what decoded faster from memory in same-minute
+// pairs of LOOM_CPU_WIDE512=0 and 1 (docs/PERFORMANCE.md, "Decode per weight type").
+constexpr uint64_t kWideIntel = bit(DType::Q4_0) | bit(DType::Q4_K) | bit(DType::Q2_K) | bit(DType::Q3_K) |
+                                bit(DType::Q4_1) | bit(DType::Q5_0) | bit(DType::Q5_1) | bit(DType::MXFP4);
+constexpr uint64_t kWideZen5 = bit(DType::Q2_K) | bit(DType::Q3_K) | bit(DType::Q4_K);
+
+uint64_t initial_wide_512() {
   const char* v = std::getenv("LOOM_CPU_WIDE512");
-  if (v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0)) return v[0] == '1';
+  if (v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0)) return v[0] == '1' ? kWide512All : 0;
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  return __builtin_cpu_is("intel");
+  if (__builtin_cpu_is("intel")) return kWideIntel;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__builtin_cpu_is("amd") || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return 0;
+  const unsigned family = ((eax >> 8) & 15) + ((eax >> 20) & 255);  // base 0xf + extended on AMD
+  return family >= 0x1a ? kWideZen5 : 0;                            // Zen 4 (0x19) splits 512-bit ops
 #else
-  return false;
+  return 0;
 #endif
 }
-std::atomic<bool>& wide() {
-  static std::atomic<bool> on{initial_wide_512()};
-  return on;
+std::atomic<uint64_t>& wide() {
+  static std::atomic<uint64_t> types{initial_wide_512()};
+  return types;
 }
 std::atomic<int>& active() {
   static std::atomic<int> level{(int)initial()};
@@ -70,9 +85,9 @@ bool has_avx512_bf16() {
 #endif
 }
 
-bool wide_512() { return wide().load(std::memory_order_relaxed); }
+bool wide_512(DType type) { return (wide().load(std::memory_order_relaxed) >> (int)type) & 1; }
 
-bool force_wide_512(bool on) { return wide().exchange(on, std::memory_order_relaxed); }
+uint64_t force_wide_512(uint64_t types) { return wide().exchange(types, std::memory_order_relaxed); }
 
 Isa detected_isa() {
   static const Isa isa = detect();

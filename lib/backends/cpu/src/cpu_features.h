@@ -3,6 +3,10 @@
 // (or LOOM_CPU_ISA=scalar|avx2|avx512, clamped to what the CPU has); tests force each level in turn.
 #pragma once
 
+#include <cstdint>
+
+#include "loom/core/dtype.h"
+
 namespace loom::cpu {
 
 // Kernel variants, from the portable reference up. Each level requires everything below it.
@@ -23,12 +27,14 @@ Isa force_isa(Isa isa);
 // Whether the CPU has AVX-512 BF16 (vdpbf16ps) on top of the avx512 level: its GEMM then takes
 // BF16 weights as pairs (simd_gemm.h).
 bool has_avx512_bf16();
-// Whether 512-bit operations run at the rate of 256-bit ones (Intel's AVX-512 cores; Zen 4 splits
-// them into two 256-bit halves): the avx512 level's repacked Q4_0, Q4_K, Q2_K, Q3_K, Q4_1, Q5_0,
-// Q5_1 and MXFP4 kernels then take two groups of 8 rows per vector. Detected from the vendor;
-// LOOM_CPU_WIDE512=0|1 overrides.
-bool wide_512();
-// Tests: use the two-group kernels or not from now on (like force_isa); returns the old setting.
-bool force_wide_512(bool on);
+// Whether the avx512 level's repacked kernels of `type` take two groups of 8 rows per 512-bit
+// vector (simd_r8x2.h). Chosen per host class, each type where it decoded faster from memory:
+// on Intel's AVX-512 cores Q4_0, Q4_K, Q2_K, Q3_K, Q4_1, Q5_0, Q5_1 and MXFP4; on Zen 5 (AMD
+// family 1Ah) Q2_K, Q3_K and Q4_K; none elsewhere (Zen 4 splits 512-bit operations in two).
+// LOOM_CPU_WIDE512=0 turns them all off, =1 on for every type that has a two-group kernel.
+bool wide_512(DType type);
+// Tests: the set of types (a mask of 1 << DType) from now on (like force_isa); returns the old one.
+inline constexpr uint64_t kWide512All = ~uint64_t{0};
+uint64_t force_wide_512(uint64_t types);
 
 }  // namespace loom::cpu

@@ -477,7 +477,7 @@ void rows_dot_q8_0_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, c
 }
 void rows_dot_q4_0_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                              float* const* out) {
-  if (wide_512()) {
+  if (wide_512(DType::Q4_0)) {
     LOOM_DISPATCH_NC(BlockQ8A, 32, q4_0_r8x2_rows)
   } else {
     LOOM_DISPATCH_NC(BlockQ8A, 32, r8_rows, BlockQ4_0)
@@ -489,7 +489,7 @@ void rows_dot_q4_k_avx512(int64_t K, const void* a, size_t lda, int64_t nr, cons
 }
 void rows_dot_q4_k_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                              float* const* out) {
-  if (wide_512()) {
+  if (wide_512(DType::Q4_K)) {
     LOOM_DISPATCH_NC(BlockQ8KA, 256, q4_k_r8x2_rows)
   } else {
     LOOM_DISPATCH_NC(BlockQ8KA, 256, q4_k_r8_rows)

@@ -63,11 +63,21 @@ struct G16 {  // groups a (rows r .. r + 7, low halves) and b (r + 8 .. r + 15, 
 };
 #endif
 
+// The weight type of a GGUF block (for wide_512).
+template <class W>
+constexpr DType kBlockType = DType::F32;
+template <> constexpr DType kBlockType<BlockQ2_K> = DType::Q2_K;
+template <> constexpr DType kBlockType<BlockQ3_K> = DType::Q3_K;
+template <> constexpr DType kBlockType<BlockQ4_1> = DType::Q4_1;
+template <> constexpr DType kBlockType<BlockQ5_0> = DType::Q5_0;
+template <> constexpr DType kBlockType<BlockQ5_1> = DType::Q5_1;
+template <> constexpr DType kBlockType<BlockMXFP4> = DType::MXFP4;
+
 // Runs block(g, i, acc) (acc[c] += group block i of view g times column c) over the row groups;
-// with kTwo, two at a time on wide_512 cores (a last odd group one at a time). Each type's kTwo
-// is what decoded faster from memory in same-minute pairs (docs/PERFORMANCE.md): not Q5_K,
-// IQ4_XS or IQ4_NL, whose two-group forms ran 1.15-1.2x faster from L2 but no faster, or
-// slower, from memory.
+// where the type has a two-group form (kTwo) and the host takes it (wide_512: measured per host
+// class), two at a time (a last odd group one at a time). Q5_K, IQ4_XS and IQ4_NL have none:
+// their two-group forms ran 1.15-1.55x faster from L2 but no faster, or slower, from memory on
+// a Xeon and on Zen 5 (docs/PERFORMANCE.md).
 template <class W, int NC, bool kTwo, class Block>
 inline void r8_more_groups(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, float* const* out, Block block) {
   auto one = [&](const uint8_t* ga, int64_t n, float* const* o) {
@@ -75,7 +85,8 @@ inline void r8_more_groups(int64_t nblk, const uint8_t* a, size_t lda, int64_t n
   };
 #if LOOM_R8_512
   if constexpr (kTwo) {
-    if (wide_512()) {
+    static_assert(kBlockType<W> != DType::F32);
+    if (wide_512(kBlockType<W>)) {
       r8x2_groups<W, NC>(
           nblk, a, lda, nr, out,
           [&](const uint8_t* pa, const uint8_t* pb, int64_t i, __m512* acc) { block(G16{pa, pb}, i, acc); }, one);
