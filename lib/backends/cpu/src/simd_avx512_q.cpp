@@ -3,9 +3,10 @@
 // activation bytes, 4 products per 32-bit lane; K-quant sub-block scales are applied exactly
 // in the integer domain with vpdpwssd (each lane's partial sum fits 16 bits). Zen 4 runs
 // 512-bit operations at the rate of two 256-bit ones, so the block-at-a-time kernels stay
-// 256-bit; on Intel the repacked Q4_0 and Q4_K ones take two row groups per 512-bit vector
-// ("Two groups at once"; simd_r8_more.h's types do the same through simd_r8x2.h). The readable
-// references are quantize_q8/q8k and dot_q8_0/q4_0/q4_k/q6_k in cpu_vec_dot.cpp.
+// 256-bit; where 512-bit operations run at full width the repacked Q4_0 and Q4_K ones may take
+// two row groups per 512-bit vector (wide_512: "Two groups at once"; simd_r8_more.h's types do
+// the same through simd_r8x2.h). The readable references are quantize_q8/q8k and
+// dot_q8_0/q4_0/q4_k/q6_k in cpu_vec_dot.cpp.
 
 // GCC 12's AVX-512 intrinsics headers trip -Wuninitialized on their own _mm512_undefined_*
 // helpers once inlined; the warning is about the header, not this file.
