@@ -85,7 +85,7 @@ bool has_avx512_bf16() {
 #endif
 }
 
-bool wide_512(DType type) { return (wide().load(std::memory_order_relaxed) >> (int)type) & 1; }
+bool wide_512(DType type) { return (unsigned)type < 64 && ((wide().load(std::memory_order_relaxed) >> (int)type) & 1); }
 
 uint64_t force_wide_512(uint64_t types) { return wide().exchange(types, std::memory_order_relaxed); }
 
