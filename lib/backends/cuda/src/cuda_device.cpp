@@ -3,13 +3,13 @@
 // from events the executor records and waits for, and from synchronize().
 #include "loom/cuda/cuda.h"
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstring>
 #include <mutex>
 
 #include "capture_cache.h"
+#include "cublas_lib.h"
 #include "cuda_ops.h"
 #include "loom/graph/fusion.h"
 
@@ -147,18 +147,18 @@ class CudaStream final : public Stream {
   explicit CudaStream(CudaDevice& dev) : dev_(dev), cache_(graphs_enabled_by_env()) {
     DeviceGuard g(dev.index());
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    LOOM_CHECK(cublasCreate(&blas_) == CUBLAS_STATUS_SUCCESS, internal, "{}: cublasCreate failed", dev.name());
+    LOOM_CHECK(cublas().create(&blas_) == CUBLAS_STATUS_SUCCESS, internal, "{}: cublasCreate failed", dev.name());
     check_cuda(cudaMalloc(&blas_ws_, kBlasWorkspace), "cuBLAS workspace");
-    LOOM_CHECK(cublasSetWorkspace(blas_, blas_ws_, kBlasWorkspace) == CUBLAS_STATUS_SUCCESS, internal,
+    LOOM_CHECK(cublas().set_workspace(blas_, blas_ws_, kBlasWorkspace) == CUBLAS_STATUS_SUCCESS, internal,
                "{}: cublasSetWorkspace failed", dev.name());
-    LOOM_CHECK(cublasSetStream(blas_, stream_) == CUBLAS_STATUS_SUCCESS, internal, "{}: cublasSetStream failed",
+    LOOM_CHECK(cublas().set_stream(blas_, stream_) == CUBLAS_STATUS_SUCCESS, internal, "{}: cublasSetStream failed",
                dev.name());
   }
   ~CudaStream() override {
     (void)cudaSetDevice(dev_.index());
     (void)cudaStreamSynchronize(stream_);
     cache_.clear();
-    cublasDestroy(blas_);
+    cublas().destroy(blas_);
     (void)cudaFree(blas_ws_);
     (void)cudaFree(scratch_);
     (void)cudaStreamDestroy(stream_);

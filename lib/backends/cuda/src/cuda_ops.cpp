@@ -8,6 +8,7 @@
 
 #include "../kernels/act_round.h"
 #include "../kernels/kernels.h"
+#include "cublas_lib.h"
 #include "loom/core/error.h"
 #include "loom/cpu/cpu.h"
 #include "loom/graph/ops.h"
@@ -106,15 +107,16 @@ void mul_mat_blas(const OpContext& c, Tensor* n) {
     b_batch3 = (size_t)conv.nb[3];
   }
   const float one = 1.0f, zero = 0.0f;
-  check_blas(cublasSetStream(c.blas, c.stream), "cublasSetStream");
+  check_blas(cublas().set_stream(c.blas, c.stream), "cublasSetStream");
   for (int64_t i3 = 0; i3 < b->ne[3]; ++i3)
     for (int64_t i2 = 0; i2 < b->ne[2]; ++i2) {
       const char* ap = static_cast<const char*>(a_data) + (i2 / r2) * a_batch + (i3 / r3) * a_batch3;
       const char* bp = static_cast<const char*>(b_data) + i2 * b_batch + i3 * b_batch3;
       char* cp = static_cast<char*>(n->data) + i2 * n->nb[2] + i3 * n->nb[3];
-      check_blas(cublasGemmEx(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)M, (int)N, (int)K, &one, ap, blas_type(at),
-                              (int)lda, bp, blas_type(at == DType::F32 ? DType::F32 : at), (int)ldb, &zero, cp,
-                              CUDA_R_32F, (int)(n->nb[1] / sizeof(float)), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      check_blas(cublas().gemm_ex(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)M, (int)N, (int)K, &one, ap,
+                                  blas_type(at), (int)lda, bp, blas_type(at == DType::F32 ? DType::F32 : at),
+                                  (int)ldb, &zero, cp, CUDA_R_32F, (int)(n->nb[1] / sizeof(float)),
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmEx");
     }
 }
