@@ -275,7 +275,7 @@ TEST_P(KernelTest, RepackedRowsDotMatchesScalar) {
           }
           cpu::weight_kernels(t, Isa::scalar)->rows_dot(K, rows.data(), lda, nr, bp, nc, wp);
           for (bool wide : {false, true}) {  // the avx512 level's 8-row and two-group kernels
-            const uint64_t was = cpu::force_wide_512(wide ? cpu::kWide512All : 0);
+            const cpu::Wide512 was = cpu::force_wide_512(wide ? cpu::kWide512All : cpu::Wide512{});
             std::fill(got.begin(), got.end(), NAN);
             r8(K, packed.data(), lda, nr, bp, nc, gp);
             cpu::force_wide_512(was);
@@ -285,6 +285,17 @@ TEST_P(KernelTest, RepackedRowsDotMatchesScalar) {
           }
         }
       }
+}
+
+// The two-group choice is per row length: the long-row mask from kWideLongRow values on.
+TEST(Wide512, LongRowMaskFromItsThreshold) {
+  const uint64_t q4_0 = uint64_t{1} << (int)DType::Q4_0, q4_1 = uint64_t{1} << (int)DType::Q4_1;
+  const cpu::Wide512 was = cpu::force_wide_512({q4_1, q4_0});
+  EXPECT_FALSE(cpu::wide_512(DType::Q4_0, cpu::kWideLongRow - 32));
+  EXPECT_TRUE(cpu::wide_512(DType::Q4_0, cpu::kWideLongRow));
+  EXPECT_TRUE(cpu::wide_512(DType::Q4_1, 32));
+  EXPECT_FALSE(cpu::wide_512(DType::Q4_1, cpu::kWideLongRow));
+  cpu::force_wide_512(was);
 }
 
 // Matrices of 4 MiB and more are repacked on every core (the groups split between threads).

@@ -35,28 +35,32 @@ Isa initial() {
 
 constexpr uint64_t bit(DType t) { return uint64_t{1} << (int)t; }
 // The two-group choices per host class, each what decoded faster from memory in same-minute
-// pairs of LOOM_CPU_WIDE512=0 and 1 (docs/PERFORMANCE.md, "Decode per weight type").
-constexpr uint64_t kWideIntel = bit(DType::Q4_0) | bit(DType::Q4_K) | bit(DType::Q2_K) | bit(DType::Q3_K) |
-                                bit(DType::Q4_1) | bit(DType::Q5_0) | bit(DType::Q5_1) | bit(DType::MXFP4);
-constexpr uint64_t kWideZen5 = bit(DType::Q2_K) | bit(DType::Q3_K) | bit(DType::Q4_K);
+// pairs of LOOM_CPU_WIDE512=0 and 1, or of the two forms for rows of kWideLongRow values and more
+// (docs/PERFORMANCE.md, "Decode per weight type").
+constexpr uint64_t kIntelTypes = bit(DType::Q4_0) | bit(DType::Q4_K) | bit(DType::Q2_K) | bit(DType::Q3_K) |
+                                 bit(DType::Q4_1) | bit(DType::Q5_0) | bit(DType::Q5_1) | bit(DType::MXFP4);
+constexpr Wide512 kWideIntel{kIntelTypes, kIntelTypes};
+constexpr Wide512 kWideZen5{bit(DType::Q2_K) | bit(DType::Q3_K) | bit(DType::Q4_K), kWide512All.long_rows};
 
-uint64_t initial_wide_512() {
+Wide512 initial_wide_512() {
   const char* v = std::getenv("LOOM_CPU_WIDE512");
-  if (v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0)) return v[0] == '1' ? kWide512All : 0;
+  if (v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0)) return v[0] == '1' ? kWide512All : Wide512{};
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   if (__builtin_cpu_is("intel")) return kWideIntel;
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (!__builtin_cpu_is("amd") || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return 0;
+  if (!__builtin_cpu_is("amd") || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return {};
   const unsigned family = ((eax >> 8) & 15) + ((eax >> 20) & 255);  // base 0xf + extended on AMD
-  return family >= 0x1a ? kWideZen5 : 0;                            // Zen 4 (0x19) splits 512-bit ops
+  return family >= 0x1a ? kWideZen5 : Wide512{};                     // Zen 4 (0x19) splits 512-bit ops
 #else
-  return 0;
+  return {};
 #endif
 }
-std::atomic<uint64_t>& wide() {
-  static std::atomic<uint64_t> types{initial_wide_512()};
-  return types;
+// Read by every kernel call, written only by force_wide_512 between graph computations.
+std::atomic<uint64_t>* wide() {
+  static const Wide512 initial = initial_wide_512();
+  static std::atomic<uint64_t> masks[2] = {initial.types, initial.long_rows};
+  return masks;
 }
 std::atomic<int>& active() {
   static std::atomic<int> level{(int)initial()};
@@ -85,9 +89,15 @@ bool has_avx512_bf16() {
 #endif
 }
 
-bool wide_512(DType type) { return (unsigned)type < 64 && ((wide().load(std::memory_order_relaxed) >> (int)type) & 1); }
+bool wide_512(DType type, int64_t K) {
+  const uint64_t mask = wide()[K >= kWideLongRow ? 1 : 0].load(std::memory_order_relaxed);
+  return (unsigned)type < 64 && ((mask >> (int)type) & 1);
+}
 
-uint64_t force_wide_512(uint64_t types) { return wide().exchange(types, std::memory_order_relaxed); }
+Wide512 force_wide_512(Wide512 choice) {
+  return {wide()[0].exchange(choice.types, std::memory_order_relaxed),
+          wide()[1].exchange(choice.long_rows, std::memory_order_relaxed)};
+}
 
 Isa detected_isa() {
   static const Isa isa = detect();

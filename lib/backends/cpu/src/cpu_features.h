@@ -27,14 +27,24 @@ Isa force_isa(Isa isa);
 // Whether the CPU has AVX-512 BF16 (vdpbf16ps) on top of the avx512 level: its GEMM then takes
 // BF16 weights as pairs (simd_gemm.h).
 bool has_avx512_bf16();
-// Whether the avx512 level's repacked kernels of `type` take two groups of 8 rows per 512-bit
-// vector (simd_r8x2.h). Chosen per host class, each type where it decoded faster from memory:
-// on Intel's AVX-512 cores Q4_0, Q4_K, Q2_K, Q3_K, Q4_1, Q5_0, Q5_1 and MXFP4; on Zen 5 (AMD
-// family 1Ah) Q2_K, Q3_K and Q4_K; none elsewhere (Zen 4 splits 512-bit operations in two).
+// Which types' avx512 repacked kernels take two groups of 8 rows per 512-bit vector
+// (simd_r8x2.h): for rows of any length (`types`), and for rows of at least kWideLongRow values
+// (`long_rows`), masks of 1 << DType. Chosen per host class, each where decode from memory ran
+// faster (docs/PERFORMANCE.md): on Intel's AVX-512 cores Q4_0, Q4_K, Q2_K, Q3_K, Q4_1, Q5_0, Q5_1
+// and MXFP4 at any length; on Zen 5 (AMD family 1Ah) Q2_K, Q3_K and Q4_K at any length and every
+// type with a two-group kernel (those, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, IQ4_NL) from
+// kWideLongRow values on: there an 8-row group of a down projection's long rows streams from
+// memory slower than two groups at once, and a short row's faster; none elsewhere (Zen 4 splits
+// 512-bit operations in two).
 // LOOM_CPU_WIDE512=0 turns them all off, =1 on for every type that has a two-group kernel.
-bool wide_512(DType type);
-// Tests: the set of types (a mask of 1 << DType) from now on (like force_isa); returns the old one.
-inline constexpr uint64_t kWide512All = ~uint64_t{0};
-uint64_t force_wide_512(uint64_t types);
+struct Wide512 {
+  uint64_t types = 0, long_rows = 0;
+};
+inline constexpr int64_t kWideLongRow = 8192;
+inline constexpr Wide512 kWide512All{~uint64_t{0}, ~uint64_t{0}};
+// Whether `type`'s kernels take two groups for rows of K values.
+bool wide_512(DType type, int64_t K);
+// Tests: the choice from now on (like force_isa); returns the old one.
+Wide512 force_wide_512(Wide512 choice);
 
 }  // namespace loom::cpu

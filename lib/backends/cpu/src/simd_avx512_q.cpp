@@ -3,7 +3,7 @@
 // activation bytes, 4 products per 32-bit lane; K-quant sub-block scales are applied exactly
 // in the integer domain with vpdpwssd (each lane's partial sum fits 16 bits). Zen 4 runs
 // 512-bit operations at the rate of two 256-bit ones, so the block-at-a-time kernels stay
-// 256-bit; where 512-bit operations run at full width the repacked Q4_0 and Q4_K ones may take
+// 256-bit; where 512-bit operations run at full width the repacked Q4_0, Q4_K and Q8_0 ones may take
 // two row groups per 512-bit vector (wide_512: "Two groups at once"; simd_r8_more.h's types do
 // the same through simd_r8x2.h). The readable references are quantize_q8/q8k and
 // dot_q8_0/q4_0/q4_k/q6_k in cpu_vec_dot.cpp.
@@ -144,24 +144,38 @@ void r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ
 // broadcast, nibble mask and vpdpbusd then serves 16 rows. On a 2-core Xeon, from L2: Q4_K 1.3x,
 // Q4_0 ~1.15x faster; decode of 900 MiB models streaming from memory: Q4_K faster in 18 of 22
 // same-minute pairs (~7%), Q4_0 in 12 of 13 (1-2%). Q6_K's ran 1.25x faster from L2
-// but slower from memory (10 of 12 pairs) and Q8_0's slower from L2 (no masks to share, an insert
-// per load): both stay 8-row. The loads and the loop over pairs of groups: simd_r8x2.h.
+// but slower from memory (10 of 12 pairs) and stays 8-row; Q8_0's is slower from L2 (no masks to
+// share, an insert per load) and taken only for long rows on Zen 5 (cpu_features.h: wide_512).
+// The loads and the loop over pairs of groups: simd_r8x2.h.
 
-// Q4_0 (r8_rows): the nibbles of both groups split at once.
-template <int NC>
-void q4_0_r8x2_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8A> x, float* const* out) {
-  constexpr int shift = kOffsetShift<BlockQ4_0>;
+// The 8 quads of both groups' block at pa, pb as unsigned bytes: Q4_0's nibbles split at once,
+// Q8_0's bytes with one insert per load.
+template <class W>
+inline void r8x2_quads(const uint8_t* pa, const uint8_t* pb, __m512i (&u)[8]) {
   constexpr size_t kQs = kRepackRows * sizeof(fp16_t);
-  const __m512i low4 = _mm512_set1_epi8(15);
-  r8x2_groups<BlockQ4_0, NC>(
+  if constexpr (sizeof(W) == sizeof(BlockQ8_0)) {
+    for (int q = 0; q < 8; ++q) u[q] = r8x2_load(pa + kQs + 32 * q, pb + kQs + 32 * q);
+  } else {
+    const __m512i low4 = _mm512_set1_epi8(15);
+    for (int q = 0; q < 4; ++q) {
+      const __m512i v = r8x2_load(pa + kQs + 32 * q, pb + kQs + 32 * q);
+      u[q] = _mm512_and_si512(v, low4);
+      u[4 + q] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+    }
+  }
+}
+
+// Q4_0 / Q8_0 (r8_rows) two groups at once. Q8_0's is slower than its 8-row kernel from L2 and
+// for short rows, but a long row's 8-row group streams slower on Zen 5 than two groups at once
+// (cpu_features.h: kWideLongRow).
+template <class W, int NC>
+void r8x2_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8A> x, float* const* out) {
+  constexpr int shift = kOffsetShift<W>;
+  r8x2_groups<W, NC>(
       nblk, a, lda, nr, out,
       [&](const uint8_t* pa, const uint8_t* pb, int64_t i, __m512* acc) {
         __m512i u[8];
-        for (int q = 0; q < 4; ++q) {
-          const __m512i v = r8x2_load(pa + kQs + 32 * q, pb + kQs + 32 * q);
-          u[q] = _mm512_and_si512(v, low4);
-          u[4 + q] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-        }
+        r8x2_quads<W>(pa, pb, u);
         const __m512 dw = r8x2_halves(pa, pb);
 #pragma GCC unroll 8
         for (int c = 0; c < NC; ++c) {
@@ -175,7 +189,7 @@ void q4_0_r8x2_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols
                                    _mm512_mul_ps(dw, _mm512_set1_ps(xb.d)), acc[c]);
         }
       },
-      [&](const uint8_t* ra, int64_t n, float* const* o) { r8_rows<BlockQ4_0, NC>(nblk, ra, lda, n, x, o); });
+      [&](const uint8_t* ra, int64_t n, float* const* o) { r8_rows<W, NC>(nblk, ra, lda, n, x, o); });
 }
 
 // ---- Q4_K: 64 elements per vector (sub-blocks 2j and 2j + 1: low and high nibbles of 32 bytes) --
@@ -474,12 +488,16 @@ void rows_dot_q4_0_avx512(int64_t K, const void* a, size_t lda, int64_t nr, cons
 }
 void rows_dot_q8_0_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                              float* const* out) {
-  LOOM_DISPATCH_NC(BlockQ8A, 32, r8_rows, BlockQ8_0)
+  if (wide_512(DType::Q8_0, K)) {
+    LOOM_DISPATCH_NC(BlockQ8A, 32, r8x2_rows, BlockQ8_0)
+  } else {
+    LOOM_DISPATCH_NC(BlockQ8A, 32, r8_rows, BlockQ8_0)
+  }
 }
 void rows_dot_q4_0_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                              float* const* out) {
-  if (wide_512(DType::Q4_0)) {
-    LOOM_DISPATCH_NC(BlockQ8A, 32, q4_0_r8x2_rows)
+  if (wide_512(DType::Q4_0, K)) {
+    LOOM_DISPATCH_NC(BlockQ8A, 32, r8x2_rows, BlockQ4_0)
   } else {
     LOOM_DISPATCH_NC(BlockQ8A, 32, r8_rows, BlockQ4_0)
   }
@@ -490,7 +508,7 @@ void rows_dot_q4_k_avx512(int64_t K, const void* a, size_t lda, int64_t nr, cons
 }
 void rows_dot_q4_k_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                              float* const* out) {
-  if (wide_512(DType::Q4_K)) {
+  if (wide_512(DType::Q4_K, K)) {
     LOOM_DISPATCH_NC(BlockQ8KA, 256, q4_k_r8x2_rows)
   } else {
     LOOM_DISPATCH_NC(BlockQ8KA, 256, q4_k_r8_rows)

@@ -72,12 +72,13 @@ template <> constexpr DType kBlockType<BlockQ4_1> = DType::Q4_1;
 template <> constexpr DType kBlockType<BlockQ5_0> = DType::Q5_0;
 template <> constexpr DType kBlockType<BlockQ5_1> = DType::Q5_1;
 template <> constexpr DType kBlockType<BlockMXFP4> = DType::MXFP4;
+template <> constexpr DType kBlockType<BlockIQ4_NL> = DType::IQ4_NL;
 
 // Runs block(g, i, acc) (acc[c] += group block i of view g times column c) over the row groups;
-// where the type has a two-group form (kTwo) and the host takes it (wide_512: measured per host
-// class), two at a time (a last odd group one at a time). Q5_K, IQ4_XS and IQ4_NL have none:
-// their two-group forms ran 1.15-1.55x faster from L2 but no faster, or slower, from memory on
-// a Xeon and on Zen 5 (docs/PERFORMANCE.md).
+// where the type has a two-group form (kTwo) and the host takes it for rows of this length
+// (wide_512: measured per host class), two at a time (a last odd group one at a time). Q5_K and
+// IQ4_XS have none: theirs ran 1.15-1.55x faster from L2 but no faster, or slower, from memory
+// on a Xeon and on Zen 5, for long rows too (docs/PERFORMANCE.md).
 template <class W, int NC, bool kTwo, class Block>
 inline void r8_more_groups(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, float* const* out, Block block) {
   auto one = [&](const uint8_t* ga, int64_t n, float* const* o) {
@@ -86,7 +87,7 @@ inline void r8_more_groups(int64_t nblk, const uint8_t* a, size_t lda, int64_t n
 #if LOOM_R8_512
   if constexpr (kTwo) {
     static_assert(kBlockType<W> != DType::F32);
-    if (wide_512(kBlockType<W>)) {
+    if (wide_512(kBlockType<W>, nblk * dtype_info(kBlockType<W>).block_size)) {
       r8x2_groups<W, NC>(
           nblk, a, lda, nr, out,
           [&](const uint8_t* pa, const uint8_t* pb, int64_t i, __m512* acc) { block(G16{pa, pb}, i, acc); }, one);
@@ -440,7 +441,7 @@ struct R8Q5_1 {
 };
 struct R8IQ4_NL {
   using W = BlockIQ4_NL;
-  static constexpr bool kGrid = true, kMin = false, kTwo = false;
+  static constexpr bool kGrid = true, kMin = false, kTwo = true;
   static constexpr int kMax = 255, kOffset = kGridBias;
   template <class G, class V>
   static void levels(const G& g, V (&u)[8]) {
