@@ -87,7 +87,8 @@ inline void r8_more_groups(int64_t nblk, const uint8_t* a, size_t lda, int64_t n
 #if LOOM_R8_512
   if constexpr (kTwo) {
     static_assert(kBlockType<W> != DType::F32);
-    if (wide_512(kBlockType<W>, nblk * dtype_info(kBlockType<W>).block_size)) {
+    static const int64_t block_values = dtype_info(kBlockType<W>).block_size;  // once, not per call
+    if (wide_512(kBlockType<W>, nblk * block_values)) {
       r8x2_groups<W, NC>(
           nblk, a, lda, nr, out,
           [&](const uint8_t* pa, const uint8_t* pb, int64_t i, __m512* acc) { block(G16{pa, pb}, i, acc); }, one);
