@@ -31,7 +31,7 @@ std::vector<float> rounded(const std::vector<float>& x, int mode) {
   for (size_t b = 0; b < x.size(); b += n) {
     float amax = 0.0f;
     for (size_t i = b; i < b + n; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-    for (size_t i = b; i < b + n; ++i) out[i] = mode == k::kActBf16 ? k::bf16_value(x[i]) : k::q8_value(x[i], amax);
+    for (size_t i = b; i < b + n; ++i) out[i] = mode == k::kActBf16 ? k::bf16_value(x[i]) : k::q8_value(x[i], amax, (int)n);
   }
   return out;
 }

@@ -267,9 +267,10 @@ TEST(Matmul, SiblingProductsPrepareBOnce) {
 // One-hot columns of b pick single weights: the product must equal the reference dequantized
 // value bit for bit for float weights, in the fused path (8 columns) and the decoded-rows path
 // (K columns). Quantized weights see the column as int8 blocks: 1.0 -> 127 with scale
-// fl(1 / 127), so the pick is exact up to the rounding of that scale and of the scale products,
-// a few ulps of the terms summed: for Q4_K the value is d * sc * q - dmin * m, two terms each
-// at most 2 max |w| of the row, so the bound is 1e-6 (8 ulps) of the row's max |w|.
+// fl(1 / 127) (blocks of 256) or that scale rounded to fp16 (blocks of 32, as GGUF's Q8_0), so
+// the pick is w * 127 * scale up to the rounding of the scale products, a few ulps of the terms
+// summed: for Q4_K the value is d * sc * q - dmin * m, two terms each at most 2 max |w| of the
+// row, so the bound is 1e-6 (8 ulps) of the row's max |w|.
 TEST(Matmul, OneHotColumnsReproduceDequantizedWeightsExactly) {
   for (DType t : kWeightTypes)
     for (bool many : {false, true}) {
@@ -294,12 +295,15 @@ TEST(Matmul, OneHotColumnsReproduceDequantizedWeightsExactly) {
       const auto av = r.get_f32(a);
       const auto got = r.get_f32(out);
       const double rel = dtype_info(t).block_size == 1 ? 0.0 : 1e-6;
+      const cpu::MatmulActivations acts = cpu::matmul_activations(t, K);
+      const bool q8_32 = (N >= acts.large_from ? acts.large : acts.small) == cpu::ActRounding::q8_32;
+      const float one = q8_32 ? 127.0f * fp16_to_f32(f32_to_fp16(1.0f / 127.0f)) : 1.0f;  // 1.0 as rounded
       int bad = 0;
       for (int64_t m = 0; m < M; ++m) {
         double row_max = 0;
         for (int64_t k = 0; k < K; ++k) row_max = std::max(row_max, (double)std::fabs(av[(size_t)(m * K + k)]));
         for (int64_t n = 0; n < N; ++n) {
-          const float want = av[(size_t)(m * K + pick[(size_t)n])];
+          const float want = av[(size_t)(m * K + pick[(size_t)n])] * one;
           bad += std::fabs((double)got[(size_t)(n * M + m)] - want) > rel * row_max;
         }
       }

@@ -22,20 +22,21 @@ namespace {
 // Every SIMD level quantizes exactly like these (same d, same rounding to nearest even), so the
 // prepared columns agree bit for bit; the dots differ only in the order of float additions.
 
-// x[0, K) -> K / 32 BlockQ8A
+// x[0, K) -> K / 32 BlockQ8A, as GGUF's Q8_0 rounds a row (llama.cpp's activations for these
+// weights): q = x / d with d = amax / 127 in f32, then d kept at fp16 precision.
 void quantize_q8(const float* x, void* dst, int64_t K) {
   auto* y = static_cast<BlockQ8A*>(dst);
   for (int64_t i = 0; i < K / 32; ++i) {
     const float* xb = x + 32 * i;
     float amax = 0.0f;
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
-    const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const float d = amax / 127.0f, id = amax > 0.0f ? 1.0f / d : 0.0f;
     int32_t sum = 0;
     for (int j = 0; j < 32; ++j) {
       y[i].qs[j] = (int8_t)std::nearbyint(xb[j] * id);
       sum += y[i].qs[j];
     }
-    y[i].d = d;
+    y[i].d = q8_scale(d);
     y[i].sum = sum;
   }
 }

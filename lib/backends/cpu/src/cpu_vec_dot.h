@@ -12,6 +12,7 @@
 
 #include "cpu_features.h"
 #include "loom/core/dtype.h"
+#include "loom/core/fp16.h"
 
 namespace loom::cpu {
 
@@ -37,13 +38,17 @@ enum class ActType : uint8_t {
   q8k,  // BlockQ8KA per 256 values (Q4_K, Q6_K weights)
 };
 
-// 32 values of a b column: x[j] ~ d * qs[j], d = amax / 127; sum = sum of qs (offset terms).
+// 32 values of a b column: x[j] ~ d * qs[j], d = amax / 127 rounded to fp16 precision (as GGUF's
+// Q8_0 keeps it); sum = sum of qs (offset terms).
 struct BlockQ8A {
   float d;
   int32_t sum;
   int8_t qs[32];
 };
 static_assert(sizeof(BlockQ8A) == 40);
+
+// A BlockQ8A's d: amax / 127 rounded to the nearest fp16, kept as f32.
+inline float q8_scale(float d) { return fp16_to_f32(f32_to_fp16(d)); }
 
 // 256 values of a b column: x[j] ~ d * qs[j]; bsums[i] = sum of qs[16i, 16i + 16).
 struct BlockQ8KA {

@@ -383,10 +383,11 @@ void quantize_q8_avx2(const float* x, void* dst, int64_t K) {
   for (int64_t i = 0; i < K / 32; ++i) {
     const float* xb = x + 32 * i;
     const float amax = amax_of(xb, 32);
-    const __m256 id = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    const float d = amax / 127.0f;
+    const __m256 id = _mm256_set1_ps(amax > 0.0f ? 1.0f / d : 0.0f);
     const __m256i q0 = quant8(xb, id), q1 = quant8(xb + 8, id), q2 = quant8(xb + 16, id), q3 = quant8(xb + 24, id);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs), pack32(q0, q1, q2, q3));
-    y[i].d = amax / 127.0f;
+    y[i].d = q8_scale(d);
     y[i].sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(q0, q1), _mm256_add_epi32(q2, q3)));
   }
 }

@@ -532,11 +532,12 @@ void quantize_q8_avx512(const float* x, void* dst, int64_t K) {
   for (int64_t i = 0; i < K / 32; ++i) {
     const __m512 x0 = _mm512_loadu_ps(x + 32 * i), x1 = _mm512_loadu_ps(x + 32 * i + 16);
     const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-    const __m512 id = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    const float d = amax / 127.0f;
+    const __m512 id = _mm512_set1_ps(amax > 0.0f ? 1.0f / d : 0.0f);
     const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, id)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, id));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(y[i].qs), _mm512_cvtsepi32_epi8(q0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(y[i].qs + 16), _mm512_cvtsepi32_epi8(q1));
-    y[i].d = amax / 127.0f;
+    y[i].d = q8_scale(d);
     y[i].sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
   }
 }

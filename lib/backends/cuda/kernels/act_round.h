@@ -33,12 +33,24 @@ LOOM_HD float div_rn(float a, float b) {
 #endif
 }
 
-// x in an int8 block whose largest magnitude is amax, as the CPU stores it times its scale:
-// d * q with d = amax / 127 and q = x * (127 / amax) rounded to nearest even.
-LOOM_HD float q8_value(float x, float amax) {
+// x >= 0 rounded to the nearest fp16 (ties to even) and widened again, as loom::f32_to_fp16.
+LOOM_HD float fp16_round(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  if (u >= 0x7f800000u) return x;                      // inf / nan
+  if (u >= 0x477ff000u) return bits_to_float(0x7f800000u);  // past the largest half: inf
+  if (u < 0x38800000u) return mul_rn(rintf(mul_rn(x, 16777216.0f)), 1.0f / 16777216.0f);  // subnormal half
+  return bits_to_float((u + 0x0fffu + ((u >> 13) & 1u)) & 0xffffe000u);
+}
+
+// x in an int8 block of `block` values whose largest magnitude is amax, as the CPU stores it times
+// its scale: d * q with d = amax / 127. Blocks of 256: q = x * (127 / amax) rounded to nearest
+// even. Blocks of 32 (GGUF's Q8_0): q = x * (1 / d), and d is kept at fp16 precision.
+LOOM_HD float q8_value(float x, float amax, int block) {
   if (!(amax > 0.0f)) return 0.0f;
-  const float d = div_rn(amax, 127.0f), id = div_rn(127.0f, amax);
-  return mul_rn(d, rintf(mul_rn(x, id)));
+  const float d = div_rn(amax, 127.0f);
+  if (block == 32) return mul_rn(fp16_round(d), rintf(mul_rn(x, div_rn(1.0f, d))));
+  return mul_rn(d, rintf(mul_rn(x, div_rn(127.0f, amax))));
 }
 
 // x rounded to bf16 (nearest even; NaN stays NaN) and widened again.

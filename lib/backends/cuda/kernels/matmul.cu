@@ -43,7 +43,7 @@ __device__ void unit_activations(const TView& b, int64_t u, bool on, int64_t n, 
   if (act == kActQ8_256)
     for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
   if (act == kActQ8_32 || act == kActQ8_256)
-    for (int i = 0; i < 32; ++i) x[i] = q8_value(x[i], amax);
+    for (int i = 0; i < 32; ++i) x[i] = q8_value(x[i], amax, act_block(act));
   else if (act == kActBf16)
     for (int i = 0; i < 32; ++i) x[i] = bf16_value(x[i]);
 }

@@ -1,8 +1,8 @@
 #version 450
 // The activations (b) of MUL_MAT / MUL_MAT_ID rounded as the CPU's kernels round them
 // (loom::cpu::matmul_activations), written as contiguous f32 columns the mat-mul reads instead of
-// b: block 32 / 256 - int8 blocks, d = amax / 127, q = x * (127 / amax) rounded to nearest even,
-// stored as d * q; block 1 - bf16, nearest even; block 0 - unrounded (f32 copy of F16/BF16 b).
+// b: block 256 - int8 blocks, d = amax / 127, q = x * (127 / amax) rounded to nearest even,
+// stored as d * q; block 32 - the same but q = x * (1 / d) and d rounded to fp16 (GGUF's Q8_0); block 1 - bf16, nearest even; block 0 - unrounded (f32 copy of F16/BF16 b).
 // One invocation per block of a column (per element for blocks 0 and 1).
 #include "common.glsl"
 
@@ -44,6 +44,19 @@ float div_rn(float a, float b) {
   return best;
 }
 
+// x >= 0 rounded to the nearest fp16 (ties to even) and widened again, as loom::f32_to_fp16.
+float fp16_round(float x) {
+  const uint u = floatBitsToUint(x);
+  if (u >= 0x7f800000u) return x;                             // inf / nan
+  if (u >= 0x477ff000u) return uintBitsToFloat(0x7f800000u);  // past the largest half: inf
+  if (u < 0x38800000u) {                                       // a half subnormal: units of 2^-24
+    precise const float q = roundEven(x * 16777216.0);
+    precise const float r = q * (1.0 / 16777216.0);
+    return r;
+  }
+  return uintBitsToFloat((u + 0x0fffu + ((u >> 13) & 1u)) & 0xffffe000u);
+}
+
 float load_b(uint byte) {
   if (p.b_type == 0u) return F32(b, byte);
   if (p.b_type == 1u) return F16(b, byte);
@@ -68,10 +81,11 @@ void main() {
   for (uint j = 0u; j < n; ++j) amax = max(amax, abs(load_b(src + j * p.b_nb0)));
   // the CPU's quantizer: IEEE divisions, one rounding of each product
   const float d = amax > 0.0 ? div_rn(amax, 127.0) : 0.0;
-  const float id = amax > 0.0 ? div_rn(127.0, amax) : 0.0;
+  const float id = amax > 0.0 ? (n == 32u ? div_rn(1.0, d) : div_rn(127.0, amax)) : 0.0;
+  const float dq = n == 32u ? fp16_round(d) : d;
   for (uint j = 0u; j < n; ++j) {
     precise const float q = roundEven(load_b(src + j * p.b_nb0) * id);
-    precise const float v = d * q;
+    precise const float v = dq * q;
     STORE_F32(s, dst + j * 4u, v);
   }
 }

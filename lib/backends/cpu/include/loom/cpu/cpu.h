@@ -64,9 +64,10 @@ bool supports(const Tensor* node);
 bool repack_weight(Tensor& t, const void* src);
 
 // How MUL_MAT / MUL_MAT_ID round the activations (b) before their products with weights of a
-// type: not at all, to bf16 (nearest even), or to int8 blocks of 32 or 256 values (d = amax / 127
-// in f32, q = x * (127 / amax) rounded to nearest even), which depends on the columns one weight matrix meets (one
-// expert's for MUL_MAT_ID): `small` below `large_from` columns, `large` from there. Another
+// type: not at all, to bf16 (nearest even), or to int8 blocks of 32 or 256 values (d = amax / 127,
+// q = x * (127 / amax) rounded to nearest even; blocks of 32 as GGUF's Q8_0: q = x * (1 / d), d
+// kept at fp16 precision), which depends on the columns one weight matrix meets (one expert's for
+// MUL_MAT_ID): `small` below `large_from` columns, `large` from there. Another
 // device that wants the CPU's numerics (Vulkan) rounds its activations the same way.
 enum class ActRounding : uint8_t { none, bf16, q8_32, q8_256 };
 struct MatmulActivations {
