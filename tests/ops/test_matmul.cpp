@@ -549,5 +549,36 @@ TEST(MatmulOutProd, TransposedBAsInBackward) {
   EXPECT_LE(nmse(r.get_f32(out), ref_out_prod(r.get_f32(a), a->ne, r.get_f32(b), b->ne)), 1e-9);
 }
 
+// A column's product does not depend on the columns that come with it: from 16 columns on the
+// weight types without an int8 GEMM take the f32 GEMM, which reads b rounded as their dot kernels
+// round it (int8 blocks of 32 or 256 values, as llama.cpp's quantized products do on every path).
+// Exact activations there would move each product by ~1e-3 (NMSE ~1e-6).
+TEST(Matmul, PromptBatchesRoundActivationsAsTheDots) {
+  for (DType t : {DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::MXFP4, DType::Q2_K, DType::Q3_K,
+                  DType::Q5_K, DType::IQ4_XS}) {
+    const cpu::MatmulActivations acts = cpu::matmul_activations(t, 512);
+    ASSERT_NE(acts.large, cpu::ActRounding::none) << dtype_name(t);
+    ASSERT_EQ(acts.large, acts.small) << dtype_name(t);
+    OpRunner r;
+    const int64_t K = 512, M = 8, N = 24, pick = 5;
+    Tensor* a = r.input(t, {K, M}, "a");
+    Tensor* b = r.input(DType::F32, {K, N}, "b");
+    Tensor* one = r.input(DType::F32, {K, 1}, "one");
+    Tensor* batch = ops::mul_mat(r.ctx, a, b);
+    Tensor* single = ops::mul_mat(r.ctx, a, one);
+    r.alloc();
+    r.fill_normal(a, 1.0f);
+    r.fill_normal(b, 1.0f);
+    const std::vector<float> bv = r.get_f32(b);
+    r.set_f32(one, std::vector<float>(bv.begin() + pick * K, bv.begin() + (pick + 1) * K));
+    r.compute(batch, 2);
+    r.compute(single, 2);
+    const std::vector<float> got = r.get_f32(batch), want = r.get_f32(single);
+    std::vector<double> want_d(want.begin(), want.end());
+    EXPECT_LE(nmse(std::vector<float>(got.begin() + pick * M, got.begin() + (pick + 1) * M), want_d), 1e-10)
+        << dtype_name(t);
+  }
+}
+
 }  // namespace
 }  // namespace loom::test

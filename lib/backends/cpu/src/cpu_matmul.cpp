@@ -103,6 +103,8 @@ struct MatmulPlan {
   bool convert_b = false;      // b is not f32 rows: an f32 copy is made
   bool need_act = false;       // int8 columns for the dot kernels (act) are made
   bool need_q8 = false;        // 32-value q8 columns for the int8 GEMM are made apart (act is not q8 or not made)
+  bool round_f32 = false;      // the f32 copy holds b as the dot path rounds it (d * q), as llama.cpp's
+                               // quantized products see b on every path
   bool private_b = false;      // per thread, no barrier
   bool pack_b = false;         // gemm_f32 over one matrix: b packed once for all threads (else per panel)
   size_t f32_off = 0, act_off = 0, q8_off = 0, bpack_off = 0, ids_off = 0, slices_off = 0, slice_stride = 0;
@@ -136,8 +138,9 @@ MatmulPlan plan_mul_mat(const Tensor* node, int nth) {
   const bool need_f32 = reads[(int)BForm::f32];
   p.need_act = reads[(int)BForm::act];
   p.need_q8 = reads[(int)BForm::q8] && !(p.need_act && p.act == ActType::q8);  // else the int8 columns serve
+  p.round_f32 = need_f32 && p.path == Path::gemm_f32 && (p.act == ActType::q8 || p.act == ActType::q8k);
   // An f32 copy is also the source of quantization when b is not f32 rows.
-  p.convert_b = !unit_f32_rows(b) && (need_f32 || p.need_act || p.need_q8);
+  p.convert_b = p.round_f32 || (!unit_f32_rows(b) && (need_f32 || p.need_act || p.need_q8));
   p.private_b = !is_id && b->nelements() <= kPrivateBElems;
   const size_t f32_bytes = p.convert_b ? align64(sizeof(float) * (size_t)b->nelements()) : 0;
   const size_t act_bytes = p.need_act ? align64(act_row_bytes(p.act, K) * (size_t)b->nrows()) : 0;
@@ -215,6 +218,23 @@ struct BCols {
   }
 };
 
+// x[0, K) replaced by its int8 rounding in `act`'s blocks (d * q), 256 values at a time.
+void round_as_act(ActType act, float* x, int64_t K) {
+  const QuantizeActFn quant = quantize_act(act);
+  for (int64_t i = 0; i < K; i += 256) {
+    const int64_t n = std::min<int64_t>(256, K - i);
+    if (act == ActType::q8) {
+      BlockQ8A q[8];
+      quant(x + i, q, n);
+      for (int64_t j = 0; j < n; ++j) x[i + j] = q[j / 32].d * (float)q[j / 32].qs[j % 32];
+    } else {
+      BlockQ8KA q;
+      quant(x + i, &q, n);
+      for (int64_t j = 0; j < n; ++j) x[i + j] = q.d * (float)q.qs[j];
+    }
+  }
+}
+
 // Converts / quantizes rows [r0, r1) of b into the views' buffers (row = a flat column index).
 void prepare_b(const MatmulPlan& p, const Tensor* b, const BCols& v, int64_t r0, int64_t r1) {
   const QuantizeActFn quant = p.need_act ? quantize_act(p.act) : nullptr;
@@ -230,6 +250,7 @@ void prepare_b(const MatmulPlan& p, const Tensor* b, const BCols& v, int64_t r0,
     }
     if (quant) quant(src, const_cast<char*>(v.act) + r * v.act_row, b->ne[0]);
     if (quant8) quant8(src, const_cast<char*>(v.q8) + r * v.q8_row, b->ne[0]);
+    if (p.round_f32) round_as_act(p.act, const_cast<float*>(src), b->ne[0]);  // after quant: it reads src
   }
 }
 
@@ -523,7 +544,7 @@ MatmulActivations matmul_activations(DType type, int64_t K) {
   if (const GemmKernels* gk = gemm_kernels(active_isa())) {
     m.large = gemm_q8_supported(gk, type)      ? ActRounding::q8_32
               : gemm_bf16_pairs(*gk, type, K) ? ActRounding::bf16
-                                              : ActRounding::none;
+                                              : m.small;  // gemm_f32 reads b rounded as the dots do (round_f32)
     m.large_from = kGemmMinCols;
   }
   return m;
@@ -535,6 +556,7 @@ bool matmul_b_prepared_by(const Tensor* prev, const Tensor* node, int nth) {
     return false;
   const MatmulPlan a = plan_mul_mat(prev, nth), b = plan_mul_mat(node, nth);
   return !a.private_b && !b.private_b && (b.convert_b || b.need_act || b.need_q8) && a.convert_b == b.convert_b &&
+         a.round_f32 == b.round_f32 && (!b.round_f32 || a.act == b.act) &&
          a.need_act == b.need_act && a.need_q8 == b.need_q8 && (!b.need_act || a.act == b.act) &&
          a.f32_off == b.f32_off && a.act_off == b.act_off && a.q8_off == b.q8_off;
 }
