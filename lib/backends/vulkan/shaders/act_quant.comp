@@ -2,7 +2,8 @@
 // The activations (b) of MUL_MAT / MUL_MAT_ID rounded as the CPU's kernels round them
 // (loom::cpu::matmul_activations), written as contiguous f32 columns the mat-mul reads instead of
 // b: block 256 - int8 blocks, d = amax / 127, q = x * (127 / amax) rounded to nearest even,
-// stored as d * q; block 32 - the same but q = x * (1 / d) and d rounded to fp16 (GGUF's Q8_0); block 1 - bf16, nearest even; block 0 - unrounded (f32 copy of F16/BF16 b).
+// stored as d * q; block 32 - the same but q = x * (1 / d) and d rounded to fp16 (GGUF's Q8_0);
+// block 1 - bf16, nearest even; block 0 - unrounded (f32 copy of F16/BF16 b).
 // One invocation per block of a column (per element for blocks 0 and 1).
 #include "common.glsl"
 
