@@ -218,26 +218,28 @@ struct BCols {
   }
 };
 
-// x[0, K) replaced by its int8 rounding in `act`'s blocks (d * q), 256 values at a time.
-void round_as_act(ActType act, float* x, int64_t K) {
-  const QuantizeActFn quant = quantize_act(act);
+// x[0, K) replaced by its int8 rounding in `act`'s blocks (d * q), 256 values at a time: read
+// from `blocks` (x already quantized by `quant`) or, when null, quantized here.
+void round_as_act(ActType act, QuantizeActFn quant, const char* blocks, float* x, int64_t K) {
+  BlockQ8A tmp[8];  // 256 values in either form
+  static_assert(sizeof(BlockQ8KA) <= sizeof(tmp));
   for (int64_t i = 0; i < K; i += 256) {
     const int64_t n = std::min<int64_t>(256, K - i);
+    const char* q = blocks ? blocks + act_row_bytes(act, i) : reinterpret_cast<const char*>(tmp);
+    if (!blocks) quant(x + i, tmp, n);
     if (act == ActType::q8) {
-      BlockQ8A q[8];
-      quant(x + i, q, n);
-      for (int64_t j = 0; j < n; ++j) x[i + j] = q[j / 32].d * (float)q[j / 32].qs[j % 32];
+      const auto* b = reinterpret_cast<const BlockQ8A*>(q);
+      for (int64_t j = 0; j < n; ++j) x[i + j] = b[j / 32].d * (float)b[j / 32].qs[j % 32];
     } else {
-      BlockQ8KA q;
-      quant(x + i, &q, n);
-      for (int64_t j = 0; j < n; ++j) x[i + j] = q.d * (float)q.qs[j];
+      const auto* b = reinterpret_cast<const BlockQ8KA*>(q);
+      for (int64_t j = 0; j < n; ++j) x[i + j] = b->d * (float)b->qs[j];
     }
   }
 }
 
 // Converts / quantizes rows [r0, r1) of b into the views' buffers (row = a flat column index).
 void prepare_b(const MatmulPlan& p, const Tensor* b, const BCols& v, int64_t r0, int64_t r1) {
-  const QuantizeActFn quant = p.need_act ? quantize_act(p.act) : nullptr;
+  const QuantizeActFn quant = p.need_act || p.round_f32 ? quantize_act(p.act) : nullptr;
   const QuantizeActFn quant8 = p.need_q8 ? quantize_act(ActType::q8) : nullptr;
   for (int64_t r = r0; r < r1; ++r) {
     int64_t i1, i2, i3;
@@ -248,9 +250,10 @@ void prepare_b(const MatmulPlan& p, const Tensor* b, const BCols& v, int64_t r0,
       row_to_f32_fast(b->type, row_ptr(b, i1, i2, i3), b->nb[0], b->ne[0], dst);
       src = dst;
     }
-    if (quant) quant(src, const_cast<char*>(v.act) + r * v.act_row, b->ne[0]);
+    const char* act_row = p.need_act ? v.act + r * v.act_row : nullptr;
+    if (act_row) quant(src, const_cast<char*>(act_row), b->ne[0]);
     if (quant8) quant8(src, const_cast<char*>(v.q8) + r * v.q8_row, b->ne[0]);
-    if (p.round_f32) round_as_act(p.act, const_cast<float*>(src), b->ne[0]);  // after quant: it reads src
+    if (p.round_f32) round_as_act(p.act, quant, act_row, const_cast<float*>(src), b->ne[0]);  // last: the others read src
   }
 }
 

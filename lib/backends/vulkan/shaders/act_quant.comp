@@ -45,7 +45,8 @@ float div_rn(float a, float b) {
   return best;
 }
 
-// x >= 0 rounded to the nearest fp16 (ties to even) and widened again, as loom::f32_to_fp16.
+// x >= 0 rounded to the nearest fp16 (ties to even) and widened again, as loom::f32_to_fp16
+// (not packHalf2x16, whose rounding Vulkan leaves to the driver).
 float fp16_round(float x) {
   const uint u = floatBitsToUint(x);
   if (u >= 0x7f800000u) return x;                             // inf / nan
