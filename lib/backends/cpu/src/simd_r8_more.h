@@ -111,10 +111,20 @@ inline V r8_bit(V v, int s, int to) {
   const V moved = s <= to ? slli32(v, to - s) : srli32(v, s - to);
   return moved & Vx<V>::set8(1 << to);
 }
-// int32 lanes (int16 range) -> the int16 pair (a, b) per lane
+// The vpshufb control taking bytes b0, b1 of each 32-bit lane to its int16 pair: as the pair's
+// low bytes (zero-extended), or with `high` as its high bytes (srai16 by 8 then sign-extends).
 template <class V>
-inline V r8_pair(V a, V b) {
-  return (a & Vx<V>::set32(0xffff)) | slli32(b, 16);
+inline V r8_pick_bytes(int b0, int b1, bool high) {
+  alignas(16) int8_t t[16];
+  for (int k = 0; k < 16; ++k) {
+    const bool data = (k % 2 == 1) == high;
+    t[k] = data ? (int8_t)(4 * (k / 4) + (k % 4 < 2 ? b0 : b1)) : (int8_t)-128;
+  }
+  return Vx<V>::table(t);
+}
+template <class V>
+inline V r8_pick_bytes(int b, bool high) {
+  return r8_pick_bytes<V>(b, b + 1, high);
 }
 
 // sum_{t < NQ} u[t] . x[4t, 4t + 4) per row lane, u unsigned bytes <= kMax. Without VNNI (256-bit
@@ -218,10 +228,7 @@ void q5_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCo
       }
     }
     V mp[8];  // (m, m)
-    for (int j = 0; j < 8; ++j) {
-      const V m = r8_byte(mn[j / 4], j % 4);
-      mp[j] = m | slli32(m, 16);
-    }
+    for (int j = 0; j < 8; ++j) mp[j] = lookup(mn[j / 4], r8_pick_bytes<V>(j % 4, j % 4, false));
     r8_finish_k<NC>(mp, dmin, x, i, bacc, acc);
   });
 }
@@ -288,16 +295,16 @@ void q3_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCo
   r8_more_groups<BlockQ3_K, NC, true>(nblk, a, lda, nr, out, [&]<class G>(const G& g, int64_t i, typename G::F* acc) {
     using V = typename G::V;
     using F = typename G::F;
-    const V lo4 = Vx<V>::set8(15), lo2 = Vx<V>::set8(3), bias = Vx<V>::set32(32);
+    const V lo4 = Vx<V>::set8(15), lo2 = Vx<V>::set8(3), bias = Vx<V>::set8(32);
     const F d = g.halves(0);
-    // scales words 0-2 -> the 16 scales as bytes of v[g / 4] (q3_k_scale lane-wise)
+    // scales words 0-2 -> the 16 scales - 32 as int8 bytes of v[g / 4] (q3_k_scale lane-wise)
     const V a0 = g.load(kScales), a1 = g.load(kScales + 32), a2 = g.load(kScales + 64);
     auto hi2 = [&](int s) { return slli32(srli32(a2, s) & lo2, 4); };
     const V v[4] = {(a0 & lo4) | hi2(0), (a1 & lo4) | hi2(2), (srli32(a0, 4) & lo4) | hi2(4),
                     (srli32(a1, 4) & lo4) | hi2(6)};
-    V pairs[8];  // (sc 2t - 32, sc 2t + 1 - 32)
-    for (int t = 0; t < 8; ++t)
-      pairs[t] = r8_pair(sub32(r8_byte(v[t / 2], 2 * (t % 2)), bias), sub32(r8_byte(v[t / 2], 2 * (t % 2) + 1), bias));
+    V pairs[8];  // (sc 2t - 32, sc 2t + 1 - 32): bytes 2e, 2e + 1 into the high bytes, sign-shifted down
+    const V pick[2] = {r8_pick_bytes<V>(0, true), r8_pick_bytes<V>(2, true)};
+    for (int t = 0; t < 8; ++t) pairs[t] = srai16(lookup(sub8(v[t / 2], bias), pick[t % 2]), 8);
     V isum[NC];
     r8_groups16<NC, 7, true>(g, kQs, kHmask, pairs, x, i, isum);
     F bacc[NC];
@@ -313,15 +320,15 @@ void q2_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCo
   r8_more_groups<BlockQ2_K, NC, true>(nblk, a, lda, nr, out, [&]<class G>(const G& g, int64_t i, typename G::F* acc) {
     using V = typename G::V;
     using F = typename G::F;
-    const V lo4 = Vx<V>::set32(15), hi4 = Vx<V>::set32(0xf0000);
+    const V lo4 = Vx<V>::set8(15);
     const F d = g.halves(0), dmin = g.halves(16);
+    const V pick[2] = {r8_pick_bytes<V>(0, false), r8_pick_bytes<V>(2, false)};
     V sp[8], mp[8];                // (sc 2t & 15, sc 2t + 1 & 15), (their high nibbles)
     for (int w = 0; w < 4; ++w) {  // scales bytes 4w .. 4w + 3
-      const V sw = g.load(kScales + 32 * w);
+      const V sw = g.load(kScales + 32 * w), s = sw & lo4, m = srli16(sw, 4) & lo4;
       for (int e = 0; e < 2; ++e) {  // bytes 2e, 2e + 1
-        const V s = srli32(sw, 16 * e), m = srli32(s, 4);
-        sp[2 * w + e] = (s & lo4) | (slli32(s, 8) & hi4);
-        mp[2 * w + e] = (m & lo4) | (slli32(m, 8) & hi4);
+        sp[2 * w + e] = lookup(s, pick[e]);
+        mp[2 * w + e] = lookup(m, pick[e]);
       }
     }
     V isum[NC];
@@ -361,12 +368,15 @@ void iq4_xs_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, More
         v[4 + t] = lookup(table, srli16(w, 4) & lo4);
       }
 #pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c) bacc[c] = fmadd(to_f(r8_grid_sums<8>(v, x[c][i].qs + 32 * j)), scf, bacc[c]);
+      for (int c = 0; c < NC; ++c) {
+        const BlockQ8KA& xb = x[c][i];
+        V s = r8_grid_sums<8>(v, xb.qs + 32 * j);
+        // the grid's bias times x's sum over the sub-block (none without VNNI)
+        if constexpr (kGridBias != 0) s = sub32(s, Vx<V>::set32(kGridBias * (xb.bsums[2 * j] + xb.bsums[2 * j + 1])));
+        bacc[c] = fmadd(to_f(s), scf, bacc[c]);
+      }
     }
-    V sp[8];  // (ls - 32, ls - 32)
-    for (int j = 0; j < 8; ++j) sp[j] = r8_pair(scale(j), scale(j));
-    // - bias * sum_j sc_j * (x's sum over sub-block j); without VNNI bias is 0 and sp unused
-    r8_finish_k<NC>(sp, mulf(d, Vx<V>::setf((float)kGridBias)), x, i, bacc, acc);
+    for (int c = 0; c < NC; ++c) acc[c] = fmadd(bacc[c], Vx<V>::setf(x[c][i].d), acc[c]);
   });
 }
 

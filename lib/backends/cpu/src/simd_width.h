@@ -38,6 +38,8 @@ inline __m256i srli16(__m256i v, int n) { return _mm256_srli_epi16(v, n); }
 inline __m256i srli32(__m256i v, int n) { return _mm256_srli_epi32(v, n); }
 inline __m256i slli32(__m256i v, int n) { return _mm256_slli_epi32(v, n); }
 inline __m256i srai32(__m256i v, int n) { return _mm256_srai_epi32(v, n); }
+inline __m256i srai16(__m256i v, int n) { return _mm256_srai_epi16(v, n); }
+inline __m256i sub8(__m256i a, __m256i b) { return _mm256_sub_epi8(a, b); }
 inline __m256i add32(__m256i a, __m256i b) { return _mm256_add_epi32(a, b); }
 inline __m256i sub32(__m256i a, __m256i b) { return _mm256_sub_epi32(a, b); }
 inline __m256i lookup(__m256i table, __m256i idx) { return _mm256_shuffle_epi8(table, idx); }
@@ -76,6 +78,8 @@ inline __m512i srli16(__m512i v, int n) { return _mm512_srli_epi16(v, n); }
 inline __m512i srli32(__m512i v, int n) { return _mm512_srli_epi32(v, n); }
 inline __m512i slli32(__m512i v, int n) { return _mm512_slli_epi32(v, n); }
 inline __m512i srai32(__m512i v, int n) { return _mm512_srai_epi32(v, n); }
+inline __m512i srai16(__m512i v, int n) { return _mm512_srai_epi16(v, n); }
+inline __m512i sub8(__m512i a, __m512i b) { return _mm512_sub_epi8(a, b); }
 inline __m512i add32(__m512i a, __m512i b) { return _mm512_add_epi32(a, b); }
 inline __m512i sub32(__m512i a, __m512i b) { return _mm512_sub_epi32(a, b); }
 inline __m512i lookup(__m512i table, __m512i idx) { return _mm512_shuffle_epi8(table, idx); }
