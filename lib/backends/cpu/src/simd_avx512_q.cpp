@@ -126,12 +126,10 @@ void r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ
 #pragma GCC unroll 8
     for (int c = 0; c < NC; ++c) {
       const BlockQ8A& xb = x[c][i];
-      int32_t xq[8];
-      std::memcpy(xq, xb.qs, sizeof(xq));
       __m256i s0 = _mm256_set1_epi32(-xb.sum * (1 << shift)), s1 = _mm256_setzero_si256();
       for (int q = 0; q < 8; q += 2) {
-        s0 = _mm256_dpbusd_epi32(s0, u[q], _mm256_set1_epi32(xq[q]));
-        s1 = _mm256_dpbusd_epi32(s1, u[q + 1], _mm256_set1_epi32(xq[q + 1]));
+        s0 = dot_u8_bcast(s0, u[q], xb.qs + 4 * q);
+        s1 = dot_u8_bcast(s1, u[q + 1], xb.qs + 4 * q + 4);
       }
       s[c] = _mm256_add_epi32(s0, s1);
     }
@@ -182,8 +180,8 @@ void r8x2_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<Bloc
           const BlockQ8A& xb = x[c][i];
           __m512i s0 = _mm512_set1_epi32(-xb.sum * (1 << shift)), s1 = _mm512_setzero_si512();
           for (int q = 0; q < 8; q += 2) {
-            s0 = _mm512_dpbusd_epi32(s0, u[q], bcast32x16(xb.qs + 4 * q));
-            s1 = _mm512_dpbusd_epi32(s1, u[q + 1], bcast32x16(xb.qs + 4 * q + 4));
+            s0 = dot_u8_bcast(s0, u[q], xb.qs + 4 * q);
+            s1 = dot_u8_bcast(s1, u[q + 1], xb.qs + 4 * q + 4);
           }
           acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
                                    _mm512_mul_ps(dw, _mm512_set1_ps(xb.d)), acc[c]);
@@ -264,10 +262,10 @@ inline void q4k_r8_dots(const VI (&lo)[8], const VI (&hi)[8], Cols<BlockQ8KA> x,
     const int8_t* xq = x[c][i].qs + 64 * cc;
     VI sl0{}, sl1{}, sh0{}, sh1{};  // zero
     for (int q = 0; q < 8; q += 2) {
-      sl0 = dot_u8(sl0, lo[q], Vx<VI>::bcast(xq + 4 * q));
-      sl1 = dot_u8(sl1, lo[q + 1], Vx<VI>::bcast(xq + 4 * q + 4));
-      sh0 = dot_u8(sh0, hi[q], Vx<VI>::bcast(xq + 32 + 4 * q));
-      sh1 = dot_u8(sh1, hi[q + 1], Vx<VI>::bcast(xq + 36 + 4 * q));
+      sl0 = dot_u8_bcast(sl0, lo[q], xq + 4 * q);
+      sl1 = dot_u8_bcast(sl1, lo[q + 1], xq + 4 * q + 4);
+      sh0 = dot_u8_bcast(sh0, hi[q], xq + 32 + 4 * q);
+      sh1 = dot_u8_bcast(sh1, hi[q + 1], xq + 36 + 4 * q);
     }
     bacc[c] = fmadd(to_f(add32(sl0, sl1)), scf[2 * cc], bacc[c]);
     bacc[c] = fmadd(to_f(add32(sh0, sh1)), scf[2 * cc + 1], bacc[c]);
@@ -281,7 +279,7 @@ inline void q4k_r8_finish(const VI (&mp)[8], VF dmin, Cols<BlockQ8KA> x, int64_t
   for (int c = 0; c < NC; ++c) {
     const BlockQ8KA& xb = x[c][i];
     VI msum{};  // zero
-    for (int j = 0; j < 8; ++j) msum = dot_i16(msum, mp[j], Vx<VI>::bcast(xb.bsums + 2 * j));
+    for (int j = 0; j < 8; ++j) msum = dot_i16_bcast(msum, mp[j], xb.bsums + 2 * j);
     const VF blk = fnmadd(to_f(msum), dmin, bacc[c]);
     acc[c] = fmadd(blk, Vx<VI>::setf(xb.d), acc[c]);
   }
@@ -446,7 +444,7 @@ void q6_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<B
 #pragma GCC unroll 8
           for (int c = 0; c < NC; ++c) {
             const int8_t* xq = x[c][i].qs + 128 * h + 4 * lq;
-            for (int k = 0; k < 4; ++k) s[c][k] = _mm256_dpbusd_epi32(s[c][k], u[k], bcast32(xq + 32 * k));
+            for (int k = 0; k < 4; ++k) s[c][k] = dot_u8_bcast(s[c][k], u[k], xq + 32 * k);
           }
         }
 #pragma GCC unroll 4
@@ -462,7 +460,7 @@ void q6_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<B
     for (int c = 0; c < NC; ++c) {
       const BlockQ8KA& xb = x[c][i];
       __m256i osum = _mm256_setzero_si256();
-      for (int t = 0; t < 8; ++t) osum = _mm256_dpwssd_epi32(osum, pairs[t], bcast32(xb.bsums + 2 * t));
+      for (int t = 0; t < 8; ++t) osum = dot_i16_bcast(osum, pairs[t], xb.bsums + 2 * t);
       const __m256 blk = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(osum), d32, bacc[c]);
       acc[c] = _mm256_fmadd_ps(blk, _mm256_set1_ps(xb.d), acc[c]);
     }

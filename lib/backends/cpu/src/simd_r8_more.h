@@ -134,10 +134,10 @@ inline V r8_quad_sums(const V* u, const int8_t* x) {
 #if LOOM_R8_VNNI
   V s0 = Vx<V>::zero(), s1 = s0;
   for (int t = 0; t + 1 < NQ; t += 2) {
-    s0 = dot_u8(s0, u[t], Vx<V>::bcast(x + 4 * t));
-    s1 = dot_u8(s1, u[t + 1], Vx<V>::bcast(x + 4 * t + 4));
+    s0 = dot_u8_bcast(s0, u[t], x + 4 * t);
+    s1 = dot_u8_bcast(s1, u[t + 1], x + 4 * t + 4);
   }
-  if constexpr (NQ % 2 != 0) s0 = dot_u8(s0, u[NQ - 1], Vx<V>::bcast(x + 4 * (NQ - 1)));
+  if constexpr (NQ % 2 != 0) s0 = dot_u8_bcast(s0, u[NQ - 1], x + 4 * (NQ - 1));
   return add32(s0, s1);
 #else
   constexpr int kChunk = 32767 / (2 * 128 * kMax);
@@ -187,7 +187,7 @@ inline void r8_finish_k(const V (&pairs)[8], F off, MoreCols<BlockQ8KA> x, int64
   for (int c = 0; c < NC; ++c) {
     const BlockQ8KA& xb = x[c][i];
     V osum = Vx<V>::zero();
-    for (int t = 0; t < 8; ++t) osum = dot_i16(osum, pairs[t], Vx<V>::bcast(xb.bsums + 2 * t));
+    for (int t = 0; t < 8; ++t) osum = dot_i16_bcast(osum, pairs[t], xb.bsums + 2 * t);
     acc[c] = fmadd(fnmadd(to_f(osum), off, bacc[c]), Vx<V>::setf(xb.d), acc[c]);
   }
 }
