@@ -9,7 +9,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
 #include "cpu_repack.h"
 #include "cpu_vec_dot.h"
@@ -25,11 +24,6 @@ inline __m512 r8x2_halves(const uint8_t* a, const uint8_t* b) {
   return _mm512_cvtph_ps(_mm256_inserti128_si256(
       _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1));
-}
-inline __m512i bcast32x16(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return _mm512_set1_epi32(v);
 }
 
 // W: the GGUF block. Per pair of groups, block(pa, pb, i, acc) adds block i of both (at pa, pb)

@@ -10,13 +10,13 @@
 
 #include "simd_r8.h"  // bcast32
 #if LOOM_R8_512
-#include "simd_r8x2.h"  // bcast32x16
+#include "simd_r8x2.h"  // the two-group loads
 #endif
 
 namespace loom::cpu {
 namespace {
 
-// & and | are GCC's vector operators; Vx<V> makes the constants and broadcasts of width V.
+// & and | are GCC's vector operators; Vx<V> makes the constants of width V.
 
 template <class V>
 struct Vx;
@@ -28,7 +28,6 @@ struct Vx<__m256i> {
   static __m256i zero() { return _mm256_setzero_si256(); }
   static F setf(float f) { return _mm256_set1_ps(f); }
   static F zerof() { return _mm256_setzero_ps(); }
-  static __m256i bcast(const void* p) { return bcast32(p); }  // 4 bytes at p into every lane
   static __m256i table(const int8_t* t) {                      // 16 bytes into every 128-bit lane
     const __m128i g = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t));
     return _mm256_set_m128i(g, g);
@@ -54,9 +53,9 @@ inline __m256i select_gt1(__m256i e, __m256i a, __m256i b) {
 }
 inline __m256i sllv32(__m256i v, __m256i n) { return _mm256_sllv_epi32(v, n); }
 #if LOOM_R8_VNNI
-inline __m256i dot_u8(__m256i acc, __m256i u, __m256i x) { return _mm256_dpbusd_epi32(acc, u, x); }
-// dot_u8 by the 4 bytes at x in every lane, broadcast by the instruction itself (EVEX {1to8}):
-// GCC 12 emits a vpbroadcastd apiece, ~17% of a quantized group kernel's instructions.
+// acc + u . (the 4 bytes at x in every lane), the broadcast done by the instruction itself (EVEX
+// {1to8}): from _mm256_set1_epi32 GCC 12 emits a vpbroadcastd apiece, ~17% of a quantized group
+// kernel's instructions.
 inline __m256i dot_u8_bcast(__m256i acc, __m256i u, const void* x) {
   __asm__("vpdpbusd %2%{1to8%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*static_cast<const int32_t*>(x)));
   return acc;
@@ -80,7 +79,6 @@ struct Vx<__m512i> {
   static __m512i zero() { return _mm512_setzero_si512(); }
   static F setf(float f) { return _mm512_set1_ps(f); }
   static F zerof() { return _mm512_setzero_ps(); }
-  static __m512i bcast(const void* p) { return bcast32x16(p); }
   static __m512i table(const int8_t* t) {
     return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
   }
@@ -103,7 +101,6 @@ inline __m512i select_gt1(__m512i e, __m512i a, __m512i b) {
   return _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1)), b, a);
 }
 inline __m512i sllv32(__m512i v, __m512i n) { return _mm512_sllv_epi32(v, n); }
-inline __m512i dot_u8(__m512i acc, __m512i u, __m512i x) { return _mm512_dpbusd_epi32(acc, u, x); }
 inline __m512i dot_u8_bcast(__m512i acc, __m512i u, const void* x) {
   __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*static_cast<const int32_t*>(x)));
   return acc;
