@@ -1,6 +1,7 @@
 // loom-bench as a user runs it: the md/json/csv shapes of a tiny model's pp and tg tests, tests
 // at a context depth (-d, llama-bench's), llama-bench's sweeps (lists, ranges, -pg, a column per
-// setting that varies, jsonl and sql), and bad flags (exit 2, one error line, no table).
+// setting that varies, jsonl and sql), the read probe between generated tokens (--bandwidth), and
+// bad flags (exit 2, one error line, no table).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -155,6 +156,38 @@ TEST_F(BenchTool, BackendNamesTheDevicesThatHeldTheWeights) {
   ASSERT_EQ(r.rc, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
   EXPECT_NE(j["backend"].get<std::string>().find("SIM0"), std::string::npos) << r.out;
+}
+
+TEST_F(BenchTool, BandwidthSetsEachTokenAgainstAReadOfMemory) {
+  ToolResult r = run("-p 4 -n 3 -r 2 --bandwidth -o json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_FALSE(j[0].contains("samples_read_gbps")) << "pp tests are not probed";
+  const nlohmann::json& tg = j[1];
+  ASSERT_EQ(tg["samples_weight_gbps"].size(), 6u);  // 3 tokens x 2 repetitions
+  ASSERT_EQ(tg["samples_read_gbps"].size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_GT(tg["samples_weight_gbps"][i].get<double>(), 0.0);
+    EXPECT_GT(tg["samples_read_gbps"][i].get<double>(), 0.1);  // a 512 MiB read, not a cached one
+  }
+  EXPECT_GT(tg["median_read_ratio"].get<double>(), 0.0);
+  r = run("-p 4 -n 3 -r 1 --bandwidth");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("| t/s | weights GB/s | read GB/s | % of read |"), std::string::npos) << r.out;
+  const std::vector<std::string> rows = md_rows(r.out);
+  ASSERT_EQ(rows.size(), 2u) << r.out;
+  EXPECT_NE(rows[0].find("| - | - | - |"), std::string::npos) << rows[0];
+  EXPECT_TRUE(std::regex_search(rows[1], std::regex("\\| tg3 \\| .* \\| [0-9.]+ \\| [0-9.]+ \\| [0-9.]+% \\|$"))) << rows[1];
+}
+
+TEST_F(BenchTool, BandwidthRefusesWeightsOffTheCpu) {
+  const ToolResult r = run("--sim-devices 1GiB -ngl all -p 0 -n 2 -r 1 --bandwidth");
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_NE(r.err.find("loom-bench: error: --bandwidth reads the host's memory, but the weights are on SIM0"),
+            std::string::npos)
+      << r.err;
 }
 
 }  // namespace

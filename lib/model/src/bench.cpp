@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -27,8 +28,19 @@ double BenchTest::avg_ns() const { return mean_of(samples_ns); }
 double BenchTest::stddev_ns() const { return stddev_of(samples_ns); }
 double BenchTest::avg_ts() const { return mean_of(samples_ts); }
 double BenchTest::stddev_ts() const { return stddev_of(samples_ts); }
+double BenchTest::avg_token_gbps() const { return mean_of(token_gbps); }
+double BenchTest::avg_probe_gbps() const { return mean_of(probe_gbps); }
+double BenchTest::median_bandwidth_ratio() const {
+  std::vector<double> r;
+  for (size_t i = 0; i < token_gbps.size() && i < probe_gbps.size(); ++i)
+    if (probe_gbps[i] > 0) r.push_back(token_gbps[i] / probe_gbps[i]);
+  if (r.empty()) return 0;
+  std::sort(r.begin(), r.end());
+  return r.size() % 2 ? r[r.size() / 2] : 0.5 * (r[r.size() / 2 - 1] + r[r.size() / 2]);
+}
 
-BenchTest bench_run(Session& session, int64_t n_prompt, int64_t n_gen, int reps, int64_t n_depth) {
+BenchTest bench_run(Session& session, int64_t n_prompt, int64_t n_gen, int reps, int64_t n_depth,
+                    const ReadProbeFn* probe) {
   BenchTest t;
   t.n_prompt = n_prompt;
   t.n_gen = n_gen;
@@ -47,24 +59,40 @@ BenchTest bench_run(Session& session, int64_t n_prompt, int64_t n_gen, int reps,
       session.decode(std::span<const int32_t>(tokens.data() + from + i, (size_t)n));
     }
   };
+  using Clock = std::chrono::steady_clock;
+  auto ns_since = [](Clock::time_point t0) {
+    return (double)std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+  };
   // One repetition: the cache filled to the depth (not timed), then the test; its nanoseconds.
-  auto run_once = [&]() {
+  // Probed, each token's time alone and the probe's reading after it (one before the first).
+  auto run_once = [&](bool record) {
     session.clear();
     prompt(0, n_depth);
-    const auto t0 = std::chrono::steady_clock::now();
+    auto t0 = Clock::now();
     if (n_prompt > 0) prompt(n_depth, n_prompt);
+    double ns = probe ? ns_since(t0) : 0;
     if (n_gen > 0) {
       int32_t tok = tokens[0];
+      double before = probe ? probe->gbps() : 0;
       for (int64_t i = 0; i < n_gen; ++i) {
+        if (probe) t0 = Clock::now();
         session.decode(std::span<const int32_t>(&tok, 1));
         tok = (int32_t)((tok + 1) % n_vocab);
+        if (!probe) continue;
+        const double tok_ns = ns_since(t0), after = probe->gbps();
+        ns += tok_ns;
+        if (record) {
+          t.token_gbps.push_back((double)probe->bytes_per_token / tok_ns);
+          t.probe_gbps.push_back(0.5 * (before + after));
+        }
+        before = after;
       }
     }
-    return (double)std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    return probe ? ns : ns_since(t0);
   };
-  run_once();  // warm-up: pages, caches, thread pool
+  run_once(false);  // warm-up: pages, caches, thread pool
   for (int r = 0; r < reps; ++r) {
-    const double ns = run_once();
+    const double ns = run_once(true);
     t.samples_ns.push_back(ns);
     t.samples_ts.push_back(1e9 * (double)(n_prompt + n_gen) / ns);
   }

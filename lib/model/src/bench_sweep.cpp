@@ -124,6 +124,19 @@ nlohmann::ordered_json row_json(const BenchRow& r) {
           {"samples_ts", t.samples_ts}};
 }
 
+// row_json plus, for a probed test (--bandwidth), the weights' and the probe's read rates.
+nlohmann::ordered_json row_json_probed(const BenchRow& r) {
+  nlohmann::ordered_json j = row_json(r);
+  const BenchTest& t = r.test;
+  if (!t.probed()) return j;
+  j["avg_weight_gbps"] = t.avg_token_gbps();
+  j["avg_read_gbps"] = t.avg_probe_gbps();
+  j["median_read_ratio"] = t.median_bandwidth_ratio();
+  j["samples_weight_gbps"] = t.token_gbps;
+  j["samples_read_gbps"] = t.probe_gbps;
+  return j;
+}
+
 class MarkdownPrinter : public BenchPrinter {
  public:
   MarkdownPrinter(const BenchColumns& c, FILE* out) : c_(c), out_(out) {}
@@ -141,6 +154,11 @@ class MarkdownPrinter : public BenchPrinter {
     add(c_.type_k, "type_k", "---");
     add(c_.type_v, "type_v", "---");
     add(c_.devices, "dev", "---");
+    if (c_.bandwidth) {
+      fmt::print(out_, "{} test | t/s | weights GB/s | read GB/s | % of read |\n{} ---: | ---: | ---: | ---: | ---: |\n",
+                 names, rule);
+      return;
+    }
     fmt::print(out_, "{} test | t/s |\n{} ---: | ---: |\n", names, rule);
   }
   void row(const BenchRow& r) override {
@@ -156,7 +174,13 @@ class MarkdownPrinter : public BenchPrinter {
     add(c_.type_k, r.type_k);
     add(c_.type_v, r.type_v);
     add(c_.devices, r.devices);
-    fmt::print(out_, "{} {} | {:.2f} ± {:.2f} |\n", s, r.test.name, r.test.avg_ts(), r.test.stddev_ts());
+    s += fmt::format(" {} | {:.2f} ± {:.2f} |", r.test.name, r.test.avg_ts(), r.test.stddev_ts());
+    if (c_.bandwidth && r.test.probed())
+      s += fmt::format(" {:.1f} | {:.1f} | {:.1f}% |", r.test.avg_token_gbps(), r.test.avg_probe_gbps(),
+                       100.0 * r.test.median_bandwidth_ratio());
+    else if (c_.bandwidth)
+      s += " - | - | - |";
+    fmt::print(out_, "{}\n", s);
   }
 
  private:
@@ -205,7 +229,7 @@ class JsonPrinter : public BenchPrinter {
     if (!lines_) fmt::print(out_, "[\n");
   }
   void row(const BenchRow& r) override {
-    const std::string j = row_json(r).dump(lines_ ? -1 : 2);
+    const std::string j = row_json_probed(r).dump(lines_ ? -1 : 2);
     if (lines_) {
       fmt::print(out_, "{}\n", j);
       return;

@@ -178,6 +178,19 @@ std::vector<Tensor*> Model::weight_tensors() const {
   return out;
 }
 
+size_t Model::bytes_read_per_token() const {
+  double bytes = 0;
+  for (const Tensor* t : weight_tensors()) {
+    if (t == tok_embd && t != output) {
+      bytes += (double)t->nb[1];
+      continue;
+    }
+    const bool routed = hp_.is_moe() && t->ne[2] == hp_.n_expert && t->name.find("_exps") != std::string::npos;
+    bytes += routed ? (double)t->nbytes() * (double)hp_.n_expert_used / (double)hp_.n_expert : (double)t->nbytes();
+  }
+  return (size_t)bytes;
+}
+
 std::string Model::type_name() const {
   const double p = (double)n_params_;
   std::string size = p >= 1e9 ? fmt::format("{:.0f}B", p / 1e9) : fmt::format("{:.0f}M", p / 1e6);

@@ -276,49 +276,6 @@ double peak(int n, double seconds, double (*kernel)(int64_t)) {
   return best;
 }
 
-double read_bandwidth(int n, double seconds, size_t bytes) {
-  void (*reader)(const char*, size_t) = __builtin_cpu_supports("avx512f") ? read_avx512
-                                        : __builtin_cpu_supports("avx2")  ? read_avx2
-                                                                          : read_scalar;
-  constexpr size_t kBlock = size_t(1) << 20;
-  bytes = std::max(bytes / kBlock, (size_t)n) * kBlock;
-  // On 2 MiB pages where the kernel gives them, as the CPU device's weight buffers are: the
-  // limit is what the best-placed stream reads, not what 4 KiB pages let through (~10% less).
-  constexpr size_t kHugePage = size_t(2) << 20;
-  const size_t alloc_bytes = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-  char* buf = static_cast<char*>(std::aligned_alloc(kHugePage, alloc_bytes));
-  LOOM_CHECK(buf, out_of_memory, "[limits] cannot allocate {} bytes for the bandwidth test", bytes);
-  ::madvise(buf, alloc_bytes, MADV_HUGEPAGE);
-  const size_t blocks = bytes / kBlock;
-  auto slice = [&](int t, size_t& b0, size_t& b1) {
-    b0 = blocks * (size_t)t / (size_t)n;
-    b1 = blocks * (size_t)(t + 1) / (size_t)n;
-  };
-  run_threads(n, [&](int t) {  // first touch by the thread that reads it
-    size_t b0, b1;
-    slice(t, b0, b1);
-    std::memset(buf + b0 * kBlock, t + 1, (b1 - b0) * kBlock);
-  });
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    std::vector<double> read((size_t)n, 0.0);
-    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-    const double wall = run_threads(n, [&](int t) {
-      size_t b0, b1;
-      slice(t, b0, b1);
-      do {
-        for (size_t b = b0; b < b1; ++b) reader(buf + b * kBlock, kBlock);
-        read[(size_t)t] += (double)((b1 - b0) * kBlock);
-      } while (Clock::now() < deadline);
-    });
-    double total = 0;
-    for (double r : read) total += r;
-    best = std::max(best, total / wall);
-  }
-  std::free(buf);
-  return best;
-}
-
 std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -331,6 +288,44 @@ std::string cpu_model() {
 }
 
 }  // namespace
+
+constexpr size_t kReadBlock = size_t(1) << 20;
+
+ReadProbe::ReadProbe(int n_threads, size_t bytes) : n_(std::max(1, n_threads)) {
+  bytes_ = std::max(bytes / kReadBlock, (size_t)n_) * kReadBlock;
+  // On 2 MiB pages where the kernel gives them, as the CPU device's weight buffers are: the
+  // limit is what the best-placed stream reads, not what 4 KiB pages let through (~10% less).
+  constexpr size_t kHugePage = size_t(2) << 20;
+  const size_t alloc_bytes = (bytes_ + kHugePage - 1) / kHugePage * kHugePage;
+  buf_ = static_cast<char*>(std::aligned_alloc(kHugePage, alloc_bytes));
+  LOOM_CHECK(buf_, out_of_memory, "[limits] cannot allocate {} bytes for the bandwidth test", bytes_);
+  ::madvise(buf_, alloc_bytes, MADV_HUGEPAGE);
+  run_threads(n_, [&](int t) {  // first touch by the thread that reads it
+    const size_t b0 = bytes_ / kReadBlock * (size_t)t / (size_t)n_, b1 = bytes_ / kReadBlock * (size_t)(t + 1) / (size_t)n_;
+    std::memset(buf_ + b0 * kReadBlock, t + 1, (b1 - b0) * kReadBlock);
+  });
+}
+
+ReadProbe::~ReadProbe() { std::free(buf_); }
+
+double ReadProbe::gbps(double seconds) const {
+  void (*reader)(const char*, size_t) = __builtin_cpu_supports("avx512f") ? read_avx512
+                                        : __builtin_cpu_supports("avx2")  ? read_avx2
+                                                                          : read_scalar;
+  const size_t blocks = bytes_ / kReadBlock;
+  std::vector<double> read((size_t)n_, 0.0);
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  const double wall = run_threads(n_, [&](int t) {
+    const size_t b0 = blocks * (size_t)t / (size_t)n_, b1 = blocks * (size_t)(t + 1) / (size_t)n_;
+    do {
+      for (size_t b = b0; b < b1; ++b) reader(buf_ + b * kReadBlock, kReadBlock);
+      read[(size_t)t] += (double)((b1 - b0) * kReadBlock);
+    } while (Clock::now() < deadline);
+  });
+  double total = 0;
+  for (double r : read) total += r;
+  return total / wall / 1e9;
+}
 
 MachineLimits measure_limits(int n_threads, double seconds, size_t read_bytes) {
   MachineLimits m;
@@ -361,7 +356,8 @@ MachineLimits measure_limits(int n_threads, double seconds, size_t read_bytes) {
     m.bf16_gflops = peak(m.threads, seconds, bf16_avx512) / 1e9;
   }
   m.read_bytes = read_bytes;
-  m.read_gbps = read_bandwidth(m.threads, seconds, read_bytes) / 1e9;
+  const ReadProbe probe(m.threads, read_bytes);
+  for (int rep = 0; rep < 3; ++rep) m.read_gbps = std::max(m.read_gbps, probe.gbps(seconds));
   return m;
 }
 

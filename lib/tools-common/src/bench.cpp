@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "loom/core/error.h"
 #include "loom/core/thread_pool.h"
 #include "loom/model/bench_sweep.h"
+#include "loom/testing/limits.h"
 
 namespace loom::tools {
 
@@ -35,6 +37,9 @@ void add_bench_flags(CLI::App& app, CommonOptions& common, BenchOptions& b) {
   app.add_option("-d,--n-depth", b.n_depth, std::string("tokens in the context before each test, not timed") + list);
   app.add_option("-r,--repetitions", b.reps, "repetitions of each test");
   app.add_option("-o,--output", b.output, "md, csv, json, jsonl or sql");
+  app.add_flag("--bandwidth", b.bandwidth,
+               "tg tests: read 512 MiB after each token and show the weight bytes decode reads per second "
+               "against that read bandwidth (weights on the CPU)");
 }
 
 namespace {
@@ -155,14 +160,17 @@ int run_bench(const CommonOptions& common, const BenchOptions& b) {
     if (disagree) return disagree;
   }
 
-  std::unique_ptr<BenchPrinter> out = make_bench_printer(b.output, varying_columns(s), stdout);
-  out->header();
-  std::fflush(stdout);
+  BenchColumns columns = varying_columns(s);
+  columns.bandwidth = b.bandwidth;
+  std::unique_ptr<BenchPrinter> out = make_bench_printer(b.output, columns, stdout);
+  bool started = false;  // the header goes out with the first row: an error before it prints nothing
   struct Loaded {
     std::string key;
     RunDevices devices;
     std::unique_ptr<Model> model;
   } loaded;
+  std::unique_ptr<testing::ReadProbe> probe;  // --bandwidth: made once per thread count
+  int probe_threads = 0;
   for_each_setting(common, s, [&](const CommonOptions& o) {
     const std::string key = o.model + "\n" + o.n_gpu_layers + "\n" + o.devices;
     if (key != loaded.key) {
@@ -189,13 +197,27 @@ int run_bench(const CommonOptions& common, const BenchOptions& b) {
     row.type_k = o.cache_type_k;
     row.type_v = o.cache_type_v;
     row.devices = o.devices.empty() ? "all" : o.devices;
+    ReadProbeFn probe_fn;
+    if (b.bandwidth) {
+      LOOM_CHECK(row.backend == "CPU" && !model.tensor_parallel(), usage,
+                 "--bandwidth reads the host's memory, but the weights are on {}", row.backend);
+      if (!probe || probe_threads != row.n_threads) {
+        probe.reset();  // one buffer at a time
+        probe = std::make_unique<testing::ReadProbe>(row.n_threads);
+        probe_threads = row.n_threads;
+      }
+      probe_fn.gbps = [&probe]() { return probe->gbps(); };
+      probe_fn.bytes_per_token = model.bytes_read_per_token();
+    }
     for (int64_t d : s.depth)
       for (auto [p, n] : s.tests) {
-        row.test = bench_run(session, p, n, b.reps, d);
+        row.test = bench_run(session, p, n, b.reps, d, b.bandwidth && p == 0 ? &probe_fn : nullptr);
+        if (!std::exchange(started, true)) out->header();
         out->row(row);
         std::fflush(stdout);
       }
   });
+  if (!started) out->header();
   out->footer();
   return 0;
 }

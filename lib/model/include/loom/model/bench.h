@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,14 +19,31 @@ struct BenchTest {
   int64_t n_depth = 0;
   std::vector<double> samples_ns;
   std::vector<double> samples_ts;  // tokens per second per repetition
+  // With a read probe (loom-bench --bandwidth; tg tests): per generated token, the weight bytes
+  // it read per second, and the probe's read bandwidth around it (the mean of the probe just
+  // before and just after it). Probe time is not part of samples_ns.
+  std::vector<double> token_gbps, probe_gbps;
   double avg_ns() const;
   double stddev_ns() const;
   double avg_ts() const;
   double stddev_ts() const;
+  bool probed() const { return !token_gbps.empty(); }
+  double avg_token_gbps() const;
+  double avg_probe_gbps() const;
+  // Median over the tokens of token_gbps / probe_gbps: how close decode comes to the memory.
+  double median_bandwidth_ratio() const;
+};
+
+// Reads memory between generated tokens (loom-bench --bandwidth): returns 1e9 bytes per second.
+struct ReadProbeFn {
+  std::function<double()> gbps;
+  size_t bytes_per_token = 0;  // weight bytes one token reads (Model::bytes_read_per_token)
 };
 
 // Runs one test (a prompt of n_prompt tokens, then n_gen decodes; either may be 0) reps times after
 // a warm-up, each after n_depth tokens of context.
-BenchTest bench_run(Session& session, int64_t n_prompt, int64_t n_gen, int reps, int64_t n_depth = 0);
+// With a probe, each generated token is timed alone and followed by one probe reading.
+BenchTest bench_run(Session& session, int64_t n_prompt, int64_t n_gen, int reps, int64_t n_depth = 0,
+                    const ReadProbeFn* probe = nullptr);
 
 }  // namespace loom

@@ -37,6 +37,7 @@ struct BenchRow {
 struct BenchColumns {
   bool n_batch = false, n_ubatch = false, n_gpu_layers = false, flash_attn = false, type_k = false, type_v = false,
        devices = false;
+  bool bandwidth = false;  // --bandwidth: the weights' read rate against the probe's, per tg test
 };
 
 class BenchPrinter {

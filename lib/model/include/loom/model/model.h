@@ -160,6 +160,9 @@ class Model {
 
   size_t n_params() const { return n_params_; }
   size_t n_bytes() const { return n_bytes_; }
+  // Weight bytes one decoded token reads: every weight but the token embedding, of which it reads
+  // one row (all of it when it is the output too); routed experts at n_expert_used / n_expert.
+  size_t bytes_read_per_token() const;
   // "llama 256M Q8_0"-like description used by loom-bench.
   std::string type_name() const;
 

@@ -31,4 +31,24 @@ MachineLimits measure_limits(int n_threads = 0, double seconds = 0.3, size_t rea
 std::string limits_text(const MachineLimits& m);
 std::string limits_json(const MachineLimits& m);
 
+// The bandwidth test's buffer, kept to be read again between other work: loom-bench --bandwidth
+// reads it once after each generated token, so each token's weight reads are set against the
+// memory as it was right then (a shared host's bandwidth moves between levels within seconds;
+// docs/PERFORMANCE.md). Throws out_of_memory when the buffer cannot be had.
+class ReadProbe {
+ public:
+  explicit ReadProbe(int n_threads, size_t bytes = size_t(512) << 20);
+  ~ReadProbe();
+  ReadProbe(const ReadProbe&) = delete;
+  ReadProbe& operator=(const ReadProbe&) = delete;
+  // Passes over the whole buffer on all threads until `seconds` have gone (at least one);
+  // 1e9 bytes per second.
+  double gbps(double seconds = 0) const;
+
+ private:
+  int n_;
+  size_t bytes_;
+  char* buf_;
+};
+
 }  // namespace loom::testing

@@ -18,6 +18,7 @@ struct BenchOptions {
   std::string threads, n_batch, n_ubatch, n_gpu_layers, flash_attn, type_k, type_v, devices;
   int reps = 5;
   std::string output = "md";
+  bool bandwidth = false;  // tg tests: a read of memory after each token (ReadProbe)
 };
 
 // add_common_flags, then the list forms of the swept flags in place of their single-value ones.
