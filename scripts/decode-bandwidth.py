@@ -14,10 +14,11 @@ is read once, and each token's weight bytes / its time is set against the mean o
 before and after it. The shared host's bandwidth moves between levels within seconds, so limits
 measured a minute apart from the decode often saw another level. Reported per type: the median
 of the per-token ratios over all rounds, the range of the rounds' medians, and the median over
-the quarter of tokens whose reads found the memory fastest.
+the half of the tokens whose reads found the memory slowest and the quarter that found it fastest.
 
 usage: scripts/decode-bandwidth.py [--bin build/bin] [--rounds 3] [--threads 2] [--n-gen 64]
-                                   [--shape 1b|small] [--models DIR] [--types F16,Q8_0,...] [--min-mib N] [--prepare-only]
+                                   [--shape 1b|small] [--models DIR] [--types F16,Q8_0,...] [--min-mib N] [--save FILE]
+                                   [--prepare-only]
 """
 import argparse
 import json
@@ -62,6 +63,7 @@ def main():
     ap.add_argument("--types", default=TYPES)
     ap.add_argument("--shape", default="1b", choices=sorted(SHAPES))
     ap.add_argument("--prepare-only", action="store_true", help="write the models, measure nothing")
+    ap.add_argument("--save", help="write every token's weight and read GB/s per type to this JSON file")
     ap.add_argument("--min-mib", type=float, default=0, help="bytes read per token (default 3x the L3)")
     a = ap.parse_args()
     B, T = a.bin, a.threads
@@ -126,16 +128,24 @@ def main():
             o["rounds"].append(median_ratio(w, r))
             print(time.strftime("%H:%M:%S"), f"round {n} {t}: {ts:.1f} t/s, {statistics.mean(w):.1f} GB/s against "
                   f"{statistics.mean(r):.1f} ({100 * o['rounds'][-1]:.1f}%), load {os.getloadavg()[0]:.1f}", flush=True)
-    print("| type | MiB read / token | tg t/s | GB/s | read GB/s | % of read | rounds | fastest quarter: read GB/s, % |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    if a.save:
+        with open(a.save, "w") as f:
+            json.dump({t: {"bytes": read_bytes[t], **out[t]} for t in types}, f)
+    print("| type | MiB read / token | tg t/s | GB/s | read GB/s | % of read | rounds | slower half: read GB/s, % "
+          "| fastest quarter: read GB/s, % |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for t in types:
         o = out[t]
-        fast = sorted(zip(o["r"], o["w"]), reverse=True)[:max(1, len(o["r"]) // 4)]
+        by_read = sorted(zip(o["r"], o["w"]))  # (read, weights) per token, slowest reads first
+        slow, fast = by_read[:max(1, len(by_read) // 2)], by_read[-max(1, len(by_read) // 4):]
+
+        def part(p):
+            return (f"{statistics.mean(r for r, _ in p):.1f}, "
+                    f"{100 * median_ratio([w for _, w in p], [r for r, _ in p]):.1f}%")
         print(f"| {t} | {read_bytes[t] / 2**20:.1f} | {statistics.median(o['ts']):.1f} | "
               f"{statistics.mean(o['w']):.1f} | {statistics.mean(o['r']):.1f} | "
               f"{100 * median_ratio(o['w'], o['r']):.1f}% | "
-              f"{100 * min(o['rounds']):.0f}–{100 * max(o['rounds']):.0f}% | "
-              f"{statistics.mean(r for r, _ in fast):.1f}, {100 * median_ratio([w for _, w in fast], [r for r, _ in fast]):.1f}% |")
+              f"{100 * min(o['rounds']):.0f}–{100 * max(o['rounds']):.0f}% | {part(slow)} | {part(fast)} |")
 
 
 if __name__ == "__main__":
