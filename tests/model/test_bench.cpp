@@ -20,7 +20,8 @@ std::string tiny_model(Arch arch, const std::string& tag) {
   o.hparams = preset_hparams(arch, "tiny");
   o.type = DType::Q8_0;
   o.seed = 3;
-  o.output = (std::filesystem::temp_directory_path() / ("loom-bench-" + std::to_string(getpid()) + "-" + tag + ".gguf")).string();
+  const std::string name = "loom-bench-" + std::to_string(getpid()) + "-" + tag + ".gguf";
+  o.output = (std::filesystem::temp_directory_path() / name).string();
   make_random_model(o);
   return o.output;
 }
@@ -40,8 +41,8 @@ TEST(BenchModel, DecodedTokenReadsOneEmbeddingRowAndItsShareOfTheExperts) {
     if (t->name.find("_exps") != std::string::npos) experts += t->nbytes();
   ASSERT_GT(experts, 0u);
   const double dense = (double)(moe->n_bytes() - experts - moe->tok_embd->nbytes() + moe->tok_embd->nb[1]);
-  EXPECT_NEAR((double)moe->bytes_read_per_token(), dense + (double)experts * (double)hp.n_expert_used / (double)hp.n_expert,
-              1.0);
+  const double routed = (double)experts * (double)hp.n_expert_used / (double)hp.n_expert;
+  EXPECT_NEAR((double)moe->bytes_read_per_token(), dense + routed, 1.0);
   std::filesystem::remove(path);
   std::filesystem::remove(moe_path);
 }

@@ -3,8 +3,8 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <random>

@@ -155,8 +155,8 @@ class MarkdownPrinter : public BenchPrinter {
     add(c_.type_v, "type_v", "---");
     add(c_.devices, "dev", "---");
     if (c_.bandwidth) {
-      fmt::print(out_, "{} test | t/s | weights GB/s | read GB/s | % of read |\n{} ---: | ---: | ---: | ---: | ---: |\n",
-                 names, rule);
+      fmt::print(out_, "{} test | t/s | weights GB/s | read GB/s | % of read |\n", names);
+      fmt::print(out_, "{} ---: | ---: | ---: | ---: | ---: |\n", rule);
       return;
     }
     fmt::print(out_, "{} test | t/s |\n{} ---: | ---: |\n", names, rule);

@@ -287,9 +287,15 @@ std::string cpu_model() {
   return "unknown";
 }
 
-}  // namespace
+constexpr size_t kReadBlock = size_t(1) << 20;  // the bandwidth test reads in blocks of this
 
-constexpr size_t kReadBlock = size_t(1) << 20;
+// Thread t's blocks [b0, b1) of `blocks`, split over n threads.
+void read_slice(size_t blocks, int t, int n, size_t& b0, size_t& b1) {
+  b0 = blocks * (size_t)t / (size_t)n;
+  b1 = blocks * (size_t)(t + 1) / (size_t)n;
+}
+
+}  // namespace
 
 ReadProbe::ReadProbe(int n_threads, size_t bytes) : n_(std::max(1, n_threads)) {
   bytes_ = std::max(bytes / kReadBlock, (size_t)n_) * kReadBlock;
@@ -301,7 +307,8 @@ ReadProbe::ReadProbe(int n_threads, size_t bytes) : n_(std::max(1, n_threads)) {
   LOOM_CHECK(buf_, out_of_memory, "[limits] cannot allocate {} bytes for the bandwidth test", bytes_);
   ::madvise(buf_, alloc_bytes, MADV_HUGEPAGE);
   run_threads(n_, [&](int t) {  // first touch by the thread that reads it
-    const size_t b0 = bytes_ / kReadBlock * (size_t)t / (size_t)n_, b1 = bytes_ / kReadBlock * (size_t)(t + 1) / (size_t)n_;
+    size_t b0, b1;
+    read_slice(bytes_ / kReadBlock, t, n_, b0, b1);
     std::memset(buf_ + b0 * kReadBlock, t + 1, (b1 - b0) * kReadBlock);
   });
 }
@@ -312,11 +319,11 @@ double ReadProbe::gbps(double seconds) const {
   void (*reader)(const char*, size_t) = __builtin_cpu_supports("avx512f") ? read_avx512
                                         : __builtin_cpu_supports("avx2")  ? read_avx2
                                                                           : read_scalar;
-  const size_t blocks = bytes_ / kReadBlock;
   std::vector<double> read((size_t)n_, 0.0);
   const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
   const double wall = run_threads(n_, [&](int t) {
-    const size_t b0 = blocks * (size_t)t / (size_t)n_, b1 = blocks * (size_t)(t + 1) / (size_t)n_;
+    size_t b0, b1;
+    read_slice(bytes_ / kReadBlock, t, n_, b0, b1);
     do {
       for (size_t b = b0; b < b1; ++b) reader(buf_ + b * kReadBlock, kReadBlock);
       read[(size_t)t] += (double)((b1 - b0) * kReadBlock);
