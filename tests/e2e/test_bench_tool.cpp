@@ -164,6 +164,7 @@ TEST_F(BenchTool, BandwidthSetsEachTokenAgainstAReadOfMemory) {
   const nlohmann::json j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j.size(), 2u);
   EXPECT_FALSE(j[0].contains("samples_read_gbps")) << "pp tests are not probed";
+  EXPECT_EQ(j[0]["avg_read_gbps"], 0.0);
   const nlohmann::json& tg = j[1];
   ASSERT_EQ(tg["samples_weight_gbps"].size(), 6u);  // 3 tokens x 2 repetitions
   ASSERT_EQ(tg["samples_read_gbps"].size(), 6u);
@@ -172,6 +173,10 @@ TEST_F(BenchTool, BandwidthSetsEachTokenAgainstAReadOfMemory) {
     EXPECT_GT(tg["samples_read_gbps"][i].get<double>(), 0.1);  // a 512 MiB read, not a cached one
   }
   EXPECT_GT(tg["median_read_ratio"].get<double>(), 0.0);
+  r = run("-p 4 -n 3 -r 1 --bandwidth -o csv");  // one set of columns for the pp and tg rows
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out.find("samples"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(",avg_weight_gbps,avg_read_gbps,median_read_ratio\n"), std::string::npos) << r.out;
   r = run("-p 4 -n 3 -r 1 --bandwidth");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("| t/s | weights GB/s | read GB/s | % of read |"), std::string::npos) << r.out;

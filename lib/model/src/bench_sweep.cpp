@@ -124,14 +124,17 @@ nlohmann::ordered_json row_json(const BenchRow& r) {
           {"samples_ts", t.samples_ts}};
 }
 
-// row_json plus, for a probed test (--bandwidth), the weights' and the probe's read rates.
-nlohmann::ordered_json row_json_probed(const BenchRow& r) {
+// row_json plus, with --bandwidth, the weights' and the probe's read rates: the averages in every
+// row (0 where the test was not probed, so csv and sql keep one set of columns), the per-token
+// samples where it was.
+nlohmann::ordered_json row_json_probed(const BenchRow& r, bool bandwidth) {
   nlohmann::ordered_json j = row_json(r);
   const BenchTest& t = r.test;
-  if (!t.probed()) return j;
+  if (!bandwidth) return j;
   j["avg_weight_gbps"] = t.avg_token_gbps();
   j["avg_read_gbps"] = t.avg_probe_gbps();
   j["median_read_ratio"] = t.median_bandwidth_ratio();
+  if (!t.probed()) return j;
   j["samples_weight_gbps"] = t.token_gbps;
   j["samples_read_gbps"] = t.probe_gbps;
   return j;
@@ -201,9 +204,9 @@ std::string scalar(const nlohmann::ordered_json& v, char quote) {
 
 class CsvPrinter : public BenchPrinter {
  public:
-  explicit CsvPrinter(FILE* out) : out_(out) {}
+  CsvPrinter(FILE* out, bool bandwidth) : out_(out), bandwidth_(bandwidth) {}
   void row(const BenchRow& r) override {
-    const nlohmann::ordered_json j = row_json(r);
+    const nlohmann::ordered_json j = row_json_probed(r, bandwidth_);
     std::string names, values;
     for (const auto& [k, v] : j.items()) {
       if (v.is_array()) continue;
@@ -219,17 +222,18 @@ class CsvPrinter : public BenchPrinter {
 
  private:
   FILE* out_;
+  bool bandwidth_;
   bool printed_header_ = false;
 };
 
 class JsonPrinter : public BenchPrinter {
  public:
-  JsonPrinter(FILE* out, bool lines) : out_(out), lines_(lines) {}
+  JsonPrinter(FILE* out, bool lines, bool bandwidth) : out_(out), lines_(lines), bandwidth_(bandwidth) {}
   void header() override {
     if (!lines_) fmt::print(out_, "[\n");
   }
   void row(const BenchRow& r) override {
-    const std::string j = row_json_probed(r).dump(lines_ ? -1 : 2);
+    const std::string j = row_json_probed(r, bandwidth_).dump(lines_ ? -1 : 2);
     if (lines_) {
       fmt::print(out_, "{}\n", j);
       return;
@@ -244,14 +248,15 @@ class JsonPrinter : public BenchPrinter {
  private:
   FILE* out_;
   bool lines_;
+  bool bandwidth_;
   int n_ = 0;
 };
 
 class SqlPrinter : public BenchPrinter {
  public:
-  explicit SqlPrinter(FILE* out) : out_(out) {}
+  SqlPrinter(FILE* out, bool bandwidth) : out_(out), bandwidth_(bandwidth) {}
   void row(const BenchRow& r) override {
-    const nlohmann::ordered_json j = row_json(r);
+    const nlohmann::ordered_json j = row_json_probed(r, bandwidth_);
     std::string names, values, decls;
     for (const auto& [k, v] : j.items()) {
       if (v.is_array()) continue;
@@ -267,6 +272,7 @@ class SqlPrinter : public BenchPrinter {
 
  private:
   FILE* out_;
+  bool bandwidth_;
   bool created_ = false;
 };
 
@@ -276,9 +282,10 @@ bool is_bench_format(std::string_view f) { return f == "md" || f == "csv" || f =
 
 std::unique_ptr<BenchPrinter> make_bench_printer(std::string_view format, const BenchColumns& columns, FILE* out) {
   if (format == "md") return std::make_unique<MarkdownPrinter>(columns, out);
-  if (format == "csv") return std::make_unique<CsvPrinter>(out);
-  if (format == "json" || format == "jsonl") return std::make_unique<JsonPrinter>(out, format == "jsonl");
-  if (format == "sql") return std::make_unique<SqlPrinter>(out);
+  if (format == "csv") return std::make_unique<CsvPrinter>(out, columns.bandwidth);
+  if (format == "json" || format == "jsonl")
+    return std::make_unique<JsonPrinter>(out, format == "jsonl", columns.bandwidth);
+  if (format == "sql") return std::make_unique<SqlPrinter>(out, columns.bandwidth);
   fail(ErrorKind::usage, "-o '{}': expected md, csv, json, jsonl or sql", format);
 }
 
