@@ -179,14 +179,13 @@ std::vector<Tensor*> Model::weight_tensors() const {
 }
 
 size_t Model::bytes_read_per_token() const {
-  double bytes = 0;
-  for (const Tensor* t : weight_tensors()) {
-    if (t == tok_embd && t != output) {
-      bytes += (double)t->nb[1];
-      continue;
-    }
-    const bool routed = hp_.is_moe() && t->ne[2] == hp_.n_expert && t->name.find("_exps") != std::string::npos;
-    bytes += routed ? (double)t->nbytes() * (double)hp_.n_expert_used / (double)hp_.n_expert : (double)t->nbytes();
+  double bytes = (double)n_bytes_;  // every weight
+  if (tok_embd != output) bytes -= (double)(tok_embd->nbytes() - tok_embd->nb[1]);
+  if (hp_.is_moe()) {
+    const double unused = 1.0 - (double)hp_.n_expert_used / (double)hp_.n_expert;
+    for (const LayerWeights& l : layers)
+      for (const Tensor* t : {l.ffn_gate_exps, l.ffn_up_exps, l.ffn_down_exps})
+        if (t) bytes -= (double)t->nbytes() * unused;
   }
   return (size_t)bytes;
 }
