@@ -311,35 +311,37 @@ void q4_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<B
   });
 }
 
-// Q4_K on two groups: the scales as in q4k_r8_scales, both groups' bytes of a sub-block moved to
-// the low 128 bits (vpermq) and widened to 16 lanes.
+// Q4_K on two groups: the scales moved to row lanes as in q4k_r8_scales, in each 256-bit half.
 template <int NC>
 void q4_k_r8x2_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<BlockQ8KA> x, float* const* out) {
-  const __m512i low4 = _mm512_set1_epi8(15), low2 = _mm512_set1_epi8(3);
-  __m512i idx[4];  // qwords jj and 4 + jj: sub-block 4h + jj's bytes (8 rows) of each group
-  for (int jj = 0; jj < 4; ++jj) idx[jj] = _mm512_set_epi64(0, 0, 0, 0, 0, 0, 4 + jj, jj);
-  auto lanes = [&](__m512i v, int jj) {
-    return _mm512_cvtepu8_epi32(_mm512_castsi512_si128(_mm512_permutexvar_epi64(idx[jj], v)));
-  };
+  const __m512i low4 = _mm512_set1_epi8(15), hi2 = _mm512_set1_epi8(0x30);
+  const __m512i perm = _mm512_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15);
+  const __m512i tr = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+  __m512i one[4], pair[4];  // byte b of each lane as its int32 / into both its int16s
+  for (int b = 0; b < 4; ++b) {
+    one[b] = _mm512_broadcast_i32x4(_mm_setr_epi8(b, -1, -1, -1, b + 4, -1, -1, -1, b + 8, -1, -1, -1, b + 12, -1, -1, -1));
+    pair[b] = _mm512_broadcast_i32x4(_mm_setr_epi8(b, -1, b, -1, b + 4, -1, b + 4, -1, b + 8, -1, b + 8, -1, b + 12, -1, b + 12, -1));
+  }
   r8x2_groups<BlockQ4_K, NC>(
       nblk, a, lda, nr, out,
       [&](const uint8_t* pa, const uint8_t* pb, int64_t i, __m512* acc) {
         const __m512 d = r8x2_halves(pa, pb), dmin = r8x2_halves(pa + 16, pb + 16);
-        __m512 scf[8];   // d * sc
-        __m512i mp[8];   // (m, m)
-        const __m512i hi = r8x2_load(pa + kQ4kRepackScaleHi, pb + kQ4kRepackScaleHi);
-        for (int h = 0; h < 2; ++h) {
-          const __m512i lo = r8x2_load(pa + kQ4kRepackScaleLo + 32 * h, pb + kQ4kRepackScaleLo + 32 * h);
-          const __m512i hs = _mm512_srli_epi16(hi, 4 * h);
-          const __m512i scb =
-              _mm512_or_si512(_mm512_and_si512(lo, low4), _mm512_slli_epi16(_mm512_and_si512(hs, low2), 4));
-          const __m512i mb = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lo, 4), low4),
-                                             _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hs, 2), low2), 4));
-          for (int jj = 0; jj < 4; ++jj) {
-            const __m512i s32 = lanes(scb, jj), m32 = lanes(mb, jj);
-            scf[4 * h + jj] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(s32));
-            mp[4 * h + jj] = _mm512_or_si512(m32, _mm512_slli_epi32(m32, 16));
-          }
+        auto rows = [&](size_t off) {
+          return _mm512_shuffle_epi8(_mm512_permutexvar_epi32(perm, r8x2_load(pa + off, pb + off)), tr);
+        };
+        const __m512i lo0 = rows(kQ4kRepackScaleLo), lo1 = rows(kQ4kRepackScaleLo + 32), hi = rows(kQ4kRepackScaleHi);
+        const __m512i sc[2] = {
+            _mm512_or_si512(_mm512_and_si512(lo0, low4), _mm512_and_si512(_mm512_slli_epi16(hi, 4), hi2)),
+            _mm512_or_si512(_mm512_and_si512(lo1, low4), _mm512_and_si512(hi, hi2))};
+        const __m512i mn[2] = {_mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lo0, 4), low4),
+                                               _mm512_and_si512(_mm512_slli_epi16(hi, 2), hi2)),
+                               _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lo1, 4), low4),
+                                               _mm512_and_si512(_mm512_srli_epi16(hi, 2), hi2))};
+        __m512 scf[8];  // d * sc
+        __m512i mp[8];  // (m, m)
+        for (int j = 0; j < 8; ++j) {
+          scf[j] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_shuffle_epi8(sc[j / 4], one[j % 4])));
+          mp[j] = _mm512_shuffle_epi8(mn[j / 4], pair[j % 4]);
         }
         __m512 bacc[NC];
         for (int c = 0; c < NC; ++c) bacc[c] = _mm512_setzero_ps();

@@ -56,27 +56,33 @@ struct Q4kR8Scales {
   __m256i sc[8], m[8];
 };
 inline void q4k_r8_scales(const uint8_t* p, Q4kR8Scales& s) {
-  const __m256i low4 = _mm256_set1_epi8(15), low2 = _mm256_set1_epi8(3);
   s.d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   s.dmin = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
-  // sub-blocks 0-3 then 4-7, bytes j * 8 + row: the low 4 bits from lo, the high 2 from hi
-  // (its low nibbles for j < 4, high nibbles for j >= 4)
-  alignas(32) uint8_t sc[64], mn[64];
-  for (int h = 0; h < 2; ++h) {
-    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kQ4kRepackScaleLo + 32 * h));
-    const __m256i hi =
-        _mm256_srli_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kQ4kRepackScaleHi)), 4 * h);
-    const __m256i scb = _mm256_or_si256(_mm256_and_si256(lo, low4), _mm256_slli_epi16(_mm256_and_si256(hi, low2), 4));
-    const __m256i mb = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo, 4), low4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hi, 2), low2), 4));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(sc + 32 * h), scb);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(mn + 32 * h), mb);
-  }
-  for (int j = 0; j < 8; ++j) {
-    const __m256i s32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8 * j)));
-    const __m256i m32 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn + 8 * j)));
-    s.sc[j] = _mm256_or_si256(s32, _mm256_slli_epi32(s32, 16));
-    s.m[j] = _mm256_or_si256(m32, _mm256_slli_epi32(m32, 16));
+  // The fields' bytes j * 8 + row moved to row lanes (byte j of row's 32 bits): vpermd gathers
+  // rows 0-3 into the low 128 bits and 4-7 into the high ones, vpshufb transposes each 4 x 4.
+  const __m256i perm = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m256i tr = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9, 13,
+                                      2, 6, 10, 14, 3, 7, 11, 15);
+  auto rows = [&](size_t off) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + off));
+    return _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(v, perm), tr);
+  };
+  const __m256i lo0 = rows(kQ4kRepackScaleLo), lo1 = rows(kQ4kRepackScaleLo + 32), hi = rows(kQ4kRepackScaleHi);
+  // byte j of a lane: sc_j / m_j (j < 4) and sc_4+j / m_4+j: the low nibbles from lo, the high
+  // bits from hi's pairs (sc, m of j at bits 0-3, of 4 + j at bits 4-7)
+  const __m256i low4 = _mm256_set1_epi8(15), hi2 = _mm256_set1_epi8(0x30);
+  const __m256i sc[2] = {
+      _mm256_or_si256(_mm256_and_si256(lo0, low4), _mm256_and_si256(_mm256_slli_epi16(hi, 4), hi2)),
+      _mm256_or_si256(_mm256_and_si256(lo1, low4), _mm256_and_si256(hi, hi2))};
+  const __m256i mn[2] = {
+      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo0, 4), low4), _mm256_and_si256(_mm256_slli_epi16(hi, 2), hi2)),
+      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo1, 4), low4), _mm256_and_si256(_mm256_srli_epi16(hi, 2), hi2))};
+  for (int j = 0; j < 8; ++j) {  // byte j % 4 of each lane into both 16-bit halves
+    const int8_t b = (int8_t)(j % 4), z = -128;
+    const __m256i pick = _mm256_setr_epi8(b, z, b, z, b + 4, z, b + 4, z, b + 8, z, b + 8, z, b + 12, z, b + 12, z, b, z,
+                                          b, z, b + 4, z, b + 4, z, b + 8, z, b + 8, z, b + 12, z, b + 12, z);
+    s.sc[j] = _mm256_shuffle_epi8(sc[j / 4], pick);
+    s.m[j] = _mm256_shuffle_epi8(mn[j / 4], pick);
   }
 }
 
