@@ -105,6 +105,52 @@ uint32_t untranspose_qh(uint32_t v) {
   return r;
 }
 
+// Q3_K's levels (cpu_repack.h) of a GGUF block <-> row i's 24 words at p + kQ3kLevels. Byte m
+// of the words (word m / 4, byte m % 4) holds levels m and 96 + m (groups 0-5 and 6-11), and
+// bits of the levels 192 + m' (groups 12-15) as q3k_quad and q3k_high_bits place them. Flat
+// loops: this runs for every Q3_K weight at load.
+void put_q3k_levels(const uint8_t* blk, int i, uint8_t* p) {
+  BlockQ3_K w;
+  std::memcpy(&w, blk, sizeof(w));
+  uint8_t v[256], out[96];
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 4; ++k)
+      for (int l = 0; l < 32; ++l)
+        v[128 * h + 32 * k + l] =
+            (uint8_t)(((w.qs[32 * h + l] >> (2 * k)) & 3) | (((w.hmask[l] >> (4 * h + k)) & 1) << 2));
+  for (int m = 0; m < 96; ++m) out[m] = (uint8_t)(v[m] | v[96 + m] << 5);
+  for (int m = 0; m < 64; ++m) {
+    const int j = m / 4;
+    out[m] |= (uint8_t)((v[192 + m] & 3) << 3);
+    out[64 + 4 * (j / 2) + m % 4] |= (uint8_t)((v[192 + m] >> 2) << (3 + j % 2));
+  }
+  for (int n = 0; n < 24; ++n) std::memcpy(p + kQ3kLevels + (size_t)(n * kRepackRows + i) * 4, out + 4 * n, 4);
+}
+void get_q3k_levels(const uint8_t* p, int i, uint8_t* blk) {
+  uint8_t v[256], in[96];
+  for (int n = 0; n < 24; ++n) std::memcpy(in + 4 * n, p + kQ3kLevels + (size_t)(n * kRepackRows + i) * 4, 4);
+  for (int m = 0; m < 96; ++m) {
+    v[m] = in[m] & 7;
+    v[96 + m] = (uint8_t)(in[m] >> 5);
+  }
+  for (int m = 0; m < 64; ++m) {
+    const int j = m / 4;
+    v[192 + m] = (uint8_t)(((in[m] >> 3) & 3) | (((in[64 + 4 * (j / 2) + m % 4] >> (3 + j % 2)) & 1) << 2));
+  }
+  BlockQ3_K w;
+  std::memcpy(&w, blk, sizeof(w));  // d and the scales, from get_fields
+  std::memset(w.qs, 0, sizeof(w.qs));
+  std::memset(w.hmask, 0, sizeof(w.hmask));
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 4; ++k)
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t x = v[128 * h + 32 * k + l];
+        w.qs[32 * h + l] |= (uint8_t)((x & 3) << (2 * k));
+        w.hmask[l] |= (uint8_t)((x >> 2) << (4 * h + k));
+      }
+  std::memcpy(blk, &w, sizeof(w));
+}
+
 // GGUF block <-> row i of a group block at p, field by field.
 void put_fields(std::span<const RepackField> fields, const uint8_t* blk, int i, uint8_t* p) {
   for (const RepackField& f : fields) {
@@ -144,7 +190,11 @@ void get_fields(std::span<const RepackField> fields, const uint8_t* p, int i, ui
 void put_block(DType type, const uint8_t* blk, int i, uint8_t* p) {
   if (type == DType::Q4_K) return put_block_q4k(blk, i, p);
   if (type == DType::Q6_K) return put_block_q6k(blk, i, p);
-  if (const auto fields = repack_fields(type); !fields.empty()) return put_fields(fields, blk, i, p);
+  if (const auto fields = repack_fields(type); !fields.empty()) {
+    put_fields(fields, blk, i, p);
+    if (type == DType::Q3_K) put_q3k_levels(blk, i, p);
+    return;
+  }
   std::memcpy(p + 2 * i, blk, sizeof(fp16_t));
   uint8_t qs[32];
   const int n = 4 * quads(type);
@@ -156,7 +206,11 @@ void put_block(DType type, const uint8_t* blk, int i, uint8_t* p) {
 void get_block(DType type, const uint8_t* p, int i, uint8_t* blk) {
   if (type == DType::Q4_K) return get_block_q4k(p, i, blk);
   if (type == DType::Q6_K) return get_block_q6k(p, i, blk);
-  if (const auto fields = repack_fields(type); !fields.empty()) return get_fields(fields, p, i, blk);
+  if (const auto fields = repack_fields(type); !fields.empty()) {
+    get_fields(fields, p, i, blk);  // (Q3_K: d and scales, the levels then added)
+    if (type == DType::Q3_K) get_q3k_levels(p, i, blk);
+    return;
+  }
   std::memcpy(blk, p + 2 * i, sizeof(fp16_t));
   uint8_t qs[32];
   for (int q = 0; q < quads(type); ++q) std::memcpy(qs + 4 * q, p + 16 + (q * kRepackRows + i) * 4, 4);

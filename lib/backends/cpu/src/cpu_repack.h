@@ -28,6 +28,14 @@
 //   holds a 4-byte word of every row (its scales decode lane-wise for 8 rows) and the quants
 //   are quads as above. Q5_0 / Q5_1's qh word is stored bit-transposed (byte t, bit b: element
 //   4b + t), so that quad q's fifth bits are one shift and mask away.
+//   Q3_K keeps only d and the scales as fields; its 256 levels v = q | (hmask bit) << 2 (0..7)
+//   follow as 24 words per row (word n of row i at kQ3kLevels + (n * 8 + i) * 4), byte b of a
+//   word standing for element 16 g + 4 t + b of the quads below: the quads (g, t) of 16-value
+//   groups g < 6 whole in bits 0-2 of word 4g + t, of groups 6-11 whole in bits 5-7 of word
+//   4g + t - 24, and those of groups 12-15 (j = 4 (g - 12) + t) split: v & 3 in bits 3-4 of
+//   word j, v >> 2 in bit 3 + j % 2 of word 16 + j / 2. So 48 of the 64 quads are one mask
+//   away, in place (v, 32 v), and the others two masks and a shift (8 v): Q3_K's GGUF fields
+//   took four operations per quad.
 // A repacked tensor carries kFlagRepacked; only MUL_MAT / MUL_MAT_ID (as their weights) read it.
 #pragma once
 
@@ -53,7 +61,7 @@ inline constexpr RepackField kQ5_1Fields[] = {{0, 2, 2}, {2, 2, 2}, {4, 4, 4, tr
 inline constexpr RepackField kIq4NlFields[] = {{0, 2, 2}, {2, 16, 4}};                        // d, qs
 inline constexpr RepackField kMxfp4Fields[] = {{0, 1, 1}, {1, 16, 4}};                        // e, qs
 inline constexpr RepackField kQ2KFields[] = {{80, 2, 2}, {82, 2, 2}, {0, 16, 4}, {16, 64, 4}};  // d, dmin, scales, qs
-inline constexpr RepackField kQ3KFields[] = {{108, 2, 2}, {96, 12, 4}, {0, 32, 4}, {32, 64, 4}};  // d, scales, hmask, qs
+inline constexpr RepackField kQ3KFields[] = {{108, 2, 2}, {96, 12, 4}};  // d, scales, then the levels (above)
 inline constexpr RepackField kQ5KFields[] = {{0, 2, 2}, {2, 2, 2}, {4, 12, 4}, {16, 32, 4}, {48, 128, 4}};
 inline constexpr RepackField kIq4XsFields[] = {{0, 2, 2}, {2, 2, 2}, {4, 4, 4}, {8, 128, 4}};  // d, scales_h/_l, qs
 // Offset of field k in a group block.
@@ -63,6 +71,18 @@ constexpr size_t r8_field(const RepackField (&fields)[N], size_t k) {
   for (size_t f = 0; f < k; ++f) at += (size_t)kRepackRows * fields[f].bytes;
   return at;
 }
+inline constexpr size_t kQ3kLevels = r8_field(kQ3KFields, 2);
+// Q3_K's level quad (g, t): the word holding it (its low bits for groups 12-15), and the
+// position of its levels in that word's bytes (bit 0, 5 or 3: the scale of v in place).
+struct Q3kQuad {
+  int word, shift;
+};
+constexpr Q3kQuad q3k_quad(int g, int t) {
+  const int n = 4 * g + t;
+  return g < 6 ? Q3kQuad{n, 0} : g < 12 ? Q3kQuad{n - 24, 5} : Q3kQuad{n - 48, 3};
+}
+// For groups 12-15: the word and bit of quad j's third bits.
+constexpr Q3kQuad q3k_high_bits(int j) { return {16 + j / 2, 3 + j % 2}; }
 
 // Whether `type` has a repacked layout (Q8_0, Q4_0, Q4_K, Q6_K and those of repack_fields).
 bool repack_type(DType type);

@@ -132,6 +132,11 @@ inline V r8_pick_bytes(int b, bool high) {
 template <int NQ, int kMax, class V>
 inline V r8_quad_sums(const V* u, const int8_t* x) {
 #if LOOM_R8_VNNI
+  if constexpr (NQ <= 4) {  // one chain: the 16-value groups' kernels run many side by side
+    V s = Vx<V>::zero();
+    for (int t = 0; t < NQ; ++t) s = dot_u8_bcast(s, u[t], x + 4 * t);
+    return s;
+  }
   V s0 = Vx<V>::zero(), s1 = s0;
   for (int t = 0; t + 1 < NQ; t += 2) {
     s0 = dot_u8_bcast(s0, u[t], x + 4 * t);
@@ -233,65 +238,72 @@ void q5_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCo
   });
 }
 
-// ---- Q3_K and Q2_K: 2-bit levels (bits 2k of qs[32h + l]), 16-value groups --------------------
-// Element 128h + 32k + l: quad q = 8h + l / 4, group g = 8h + 2k + l / 16. A group's sum (4
-// quads) fits 16 bits, so the two groups of each (h, k) go into one int16 pair per row and one
-// vpdpwssd by their scale pair applies both scales exactly: the block stays integer to its end.
-// The offsets (Q3_K: -4 sc_g per x, Q2_K: -m_g dmin per x) are the scale or min pairs times x's
-// 16-value sums.
+// ---- Q3_K and Q2_K: 16-value groups --------------------------------------------------------------
+// A group's sum (4 quads) fits 16 bits, so groups 2t and 2t + 1 go into one int16 pair per row and
+// one vpdpwssd by their scale pair applies both scales exactly: the block stays integer to its
+// end. The offsets (Q3_K: -4 sc_g per x, Q2_K: -m_g dmin per x) are the scale or min pairs times
+// x's 16-value sums. Group g is elements 16g .. 16g + 15, its quad t the 4 from 16g + 4t.
 
-// isum[c] = sum_g sc_g * (group g's sum) over a Q2_K / Q3_K group block: the 2-bit quads at qs,
-// with kHmask (Q3_K) the third bits' quads at hmask, scp[t] the (sc 2t, sc 2t + 1) int16 pairs.
-template <int NC, int kMax, bool kHmask, class G, class V = typename G::V>
-inline void r8_groups16(const G& g, size_t qs, size_t hmask, const V (&scp)[8], MoreCols<BlockQ8KA> x, int64_t i,
-                        V* isum) {
+// isum[c] += pair t's two group sums s[0][c], s[1][c] (int32, |s| < 2^15) times their scales
+template <int NC, class V>
+inline void r8_pair_sums(const V (&s)[2][NC], V scp, V* isum) {
+#pragma GCC unroll 8
+  for (int c = 0; c < NC; ++c) isum[c] = dot_i16(isum[c], odd16(s[0][c], slli32(s[1][c], 16)), scp);
+}
+
+// Q2_K: element 128h + 32k + l is bits 2k of qs[32h + l] (quad 8h + l / 4), so group g = 8h + 2k
+// + half. isum[c] = sum_g sc_g * (group g's sum), scp[t] the (sc 2t, sc 2t + 1) int16 pairs.
+template <int NC, class G, class V = typename G::V>
+inline void q2k_r8_groups(const G& g, size_t qs, const V (&scp)[8], MoreCols<BlockQ8KA> x, int64_t i, V* isum) {
   const V lo2 = Vx<V>::set8(3);
   for (int c = 0; c < NC; ++c) isum[c] = Vx<V>::zero();
-  // Unrolled whole, so every shift count is an immediate and qv / hm stay in registers (left as
-  // loops, GCC kept them on the stack and shifted by counts in registers: Q3_K at 60% the speed).
+  // Unrolled whole, so every shift count is an immediate and qv stays in registers (left as
+  // loops, GCC kept them on the stack and shifted by counts in registers).
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
-    V qv[8], hm[8];
+    V qv[8];
 #pragma GCC unroll 8
-    for (int t = 0; t < 8; ++t) {
-      qv[t] = g.load(qs + 32 * (8 * h + t));
-      if constexpr (kHmask) hm[t] = g.load(hmask + 32 * t);
-    }
+    for (int t = 0; t < 8; ++t) qv[t] = g.load(qs + 32 * (8 * h + t));
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
       V s[2][NC];
 #pragma GCC unroll 2
       for (int half = 0; half < 2; ++half) {  // group 8h + 2k + half: quads 4 half .. 4 half + 3
-        // With VNNI, Q2_K's fields are masked where they lie (4^k q, the exact sums shifted back
-        // after): one operation per quad instead of two, its kernel 7% faster. Without VNNI the
-        // 16-bit pair sums cannot take 4^k q; Q3_K's third bit gains nothing from it.
-        constexpr bool in_place = LOOM_R8_VNNI && !kHmask;
+        // With VNNI the fields are masked where they lie (4^k q, the exact sums shifted back
+        // after): one operation per quad instead of two, the kernel 7% faster. Without VNNI the
+        // 16-bit pair sums cannot take 4^k q.
         V u[4];
 #pragma GCC unroll 4
-        for (int t = 0; t < 4; ++t) {
-          if constexpr (in_place) {
-            u[t] = qv[4 * half + t] & Vx<V>::set8(3 << (2 * k));
-          } else {
-            u[t] = srli16(qv[4 * half + t], 2 * k) & lo2;
-            if constexpr (kHmask) u[t] = u[t] | r8_bit(hm[4 * half + t], 4 * h + k, 2);
-          }
-        }
+        for (int t = 0; t < 4; ++t)
+          u[t] = LOOM_R8_VNNI ? qv[4 * half + t] & Vx<V>::set8(3 << (2 * k)) : srli16(qv[4 * half + t], 2 * k) & lo2;
 #pragma GCC unroll 8
         for (int c = 0; c < NC; ++c) {
-          s[half][c] = r8_quad_sums<4, kMax>(u, x[c][i].qs + 128 * h + 32 * k + 16 * half);
-          if constexpr (in_place) s[half][c] = srai32(s[half][c], 2 * k);
+          s[half][c] = r8_quad_sums<4, 3>(u, x[c][i].qs + 128 * h + 32 * k + 16 * half);
+          if (LOOM_R8_VNNI) s[half][c] = srai32(s[half][c], 2 * k);
         }
       }
-#pragma GCC unroll 8
-      for (int c = 0; c < NC; ++c) isum[c] = dot_i16(isum[c], odd16(s[0][c], slli32(s[1][c], 16)), scp[4 * h + k]);
+      r8_pair_sums<NC>(s, scp[4 * h + k], isum);
     }
   }
+}
+
+// Q3_K's levels (cpu_repack.h: kQ3kLevels) of quad (gr, t) as the dot takes them: with VNNI where
+// they lie (v << q3k_quad's shift, the sums shifted back after), without it as v.
+template <class G, class V = typename G::V>
+inline V q3k_r8_quad(const G& g, int gr, int t) {
+  const Q3kQuad at = q3k_quad(gr, t);
+  const V w = g.load(kQ3kLevels + 32 * at.word);
+  if (gr < 12) return LOOM_R8_VNNI ? w & Vx<V>::set8(7 << at.shift) : srli16(w, at.shift) & Vx<V>::set8(7);
+  const Q3kQuad hi = q3k_high_bits(at.word);
+  const V wh = g.load(kQ3kLevels + 32 * hi.word);
+  if (LOOM_R8_VNNI) return (w & Vx<V>::set8(0x18)) | (slli32(wh, 5 - hi.shift) & Vx<V>::set8(0x20));
+  return (srli16(w, 3) & Vx<V>::set8(3)) | (srli16(wh, hi.shift - 2) & Vx<V>::set8(4));
 }
 
 // Q3_K: q = q2 | hmask bit << 2 (0..7), x = d (sc - 32) (q - 4), sc 6 bits (q3_k_scale).
 template <int NC>
 void q3_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8KA> x, float* const* out) {
-  constexpr size_t kScales = r8_field(kQ3KFields, 1), kHmask = r8_field(kQ3KFields, 2), kQs = r8_field(kQ3KFields, 3);
+  constexpr size_t kScales = r8_field(kQ3KFields, 1);
   r8_more_groups<BlockQ3_K, NC, true>(nblk, a, lda, nr, out, [&]<class G>(const G& g, int64_t i, typename G::F* acc) {
     using V = typename G::V;
     using F = typename G::F;
@@ -306,7 +318,25 @@ void q3_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCo
     const V pick[2] = {r8_pick_bytes<V>(0, true), r8_pick_bytes<V>(2, true)};
     for (int t = 0; t < 8; ++t) pairs[t] = srai16(lookup(sub8(v[t / 2], bias), pick[t % 2]), 8);
     V isum[NC];
-    r8_groups16<NC, 7, true>(g, kQs, kHmask, pairs, x, i, isum);
+    for (int c = 0; c < NC; ++c) isum[c] = Vx<V>::zero();
+    // Unrolled whole: every word, mask and shift count a constant.
+#pragma GCC unroll 8
+    for (int t2 = 0; t2 < 8; ++t2) {
+      V s[2][NC];
+#pragma GCC unroll 2
+      for (int half = 0; half < 2; ++half) {
+        const int gr = 2 * t2 + half;
+        V u[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; ++t) u[t] = q3k_r8_quad(g, gr, t);
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; ++c) {
+          s[half][c] = r8_quad_sums<4, 7>(u, x[c][i].qs + 16 * gr);
+          if (LOOM_R8_VNNI && q3k_quad(gr, 0).shift != 0) s[half][c] = srai32(s[half][c], q3k_quad(gr, 0).shift);
+        }
+      }
+      r8_pair_sums<NC>(s, pairs[t2], isum);
+    }
     F bacc[NC];
     for (int c = 0; c < NC; ++c) bacc[c] = mulf(to_f(isum[c]), d);
     r8_finish_k<NC>(pairs, mulf(d, Vx<V>::setf(4.0f)), x, i, bacc, acc);
@@ -332,7 +362,7 @@ void q2_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCo
       }
     }
     V isum[NC];
-    r8_groups16<NC, 3, false>(g, kQs, 0, sp, x, i, isum);
+    q2k_r8_groups<NC>(g, kQs, sp, x, i, isum);
     F bacc[NC];
     for (int c = 0; c < NC; ++c) bacc[c] = mulf(to_f(isum[c]), d);
     r8_finish_k<NC>(mp, dmin, x, i, bacc, acc);
