@@ -297,14 +297,17 @@ void q4_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<B
   r8_groups<BlockQ4_K, NC>(nblk, a, lda, nr, out, [&](const uint8_t* p, int64_t i, __m256* acc) {
     Q4kR8Scales sm;
     q4k_r8_scales(p, sm);
-    __m256 scf[8];  // d * sc
-    for (int j = 0; j < 8; ++j) scf[j] = _mm256_mul_ps(sm.d, _mm256_cvtepi32_ps(_mm256_srli_epi32(sm.sc[j], 16)));
+    // d * sc; the high nibbles' sums come 16 times over (taken in place), their scales / 16
+    const __m256 d16 = _mm256_mul_ps(sm.d, _mm256_set1_ps(1.0f / 16));
+    __m256 scf[8];
+    for (int j = 0; j < 8; ++j)
+      scf[j] = _mm256_mul_ps(j % 2 ? d16 : sm.d, _mm256_cvtepi32_ps(_mm256_srli_epi32(sm.sc[j], 16)));
     __m256 bacc[NC];
     for (int c = 0; c < NC; ++c) bacc[c] = _mm256_setzero_ps();
     const uint8_t* qs = p + kQ4kRepackQuads;
     for (int cc = 0; cc < 4; ++cc) {  // sub-blocks 2cc (low nibbles) and 2cc + 1 (high)
       __m256i lo[8], hi[8];
-      q4k_r8_nibbles(qs, cc, lo, hi);
+      q4k_r8_nibbles<true>(qs, cc, lo, hi);
       q4k_r8_dots<NC>(lo, hi, x, i, cc, scf, bacc);
     }
     q4k_r8_finish<NC>(sm.m, sm.dmin, x, i, bacc, acc);
@@ -337,10 +340,11 @@ void q4_k_r8x2_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols
                                                _mm512_and_si512(_mm512_slli_epi16(hi, 2), hi2)),
                                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lo1, 4), low4),
                                                _mm512_and_si512(_mm512_srli_epi16(hi, 2), hi2))};
-        __m512 scf[8];  // d * sc
+        __m512 scf[8];  // d * sc (/ 16 for the high nibbles, taken in place as in q4_k_r8_rows)
         __m512i mp[8];  // (m, m)
+        const __m512 d16 = _mm512_mul_ps(d, _mm512_set1_ps(1.0f / 16));
         for (int j = 0; j < 8; ++j) {
-          scf[j] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_shuffle_epi8(sc[j / 4], one[j % 4])));
+          scf[j] = _mm512_mul_ps(j % 2 ? d16 : d, _mm512_cvtepi32_ps(_mm512_shuffle_epi8(sc[j / 4], one[j % 4])));
           mp[j] = _mm512_shuffle_epi8(mn[j / 4], pair[j % 4]);
         }
         __m512 bacc[NC];
@@ -351,7 +355,7 @@ void q4_k_r8x2_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols
             const size_t at = kQ4kRepackQuads + 32 * (8 * cc + q);
             const __m512i v = r8x2_load(pa + at, pb + at);
             lq[q] = _mm512_and_si512(v, low4);
-            hq[q] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+            hq[q] = _mm512_andnot_si512(low4, v);
           }
           q4k_r8_dots<NC>(lq, hq, x, i, cc, scf, bacc);
         }

@@ -87,13 +87,15 @@ inline void q4k_r8_scales(const uint8_t* p, Q4kR8Scales& s) {
 }
 
 // Quads 8cc .. 8cc + 7 of a Q4_K group block's qs (8 rows x 4 bytes each): the low nibbles
-// (sub-block 2cc) and the high ones (2cc + 1).
+// (sub-block 2cc) and the high ones (2cc + 1), with kInPlace where they lie (16 q: for vpdpbusd,
+// whose sums take them; vpmaddubsw's 16-bit pairs cannot).
+template <bool kInPlace = false>
 inline void q4k_r8_nibbles(const uint8_t* qs, int cc, __m256i (&lo)[8], __m256i (&hi)[8]) {
   const __m256i low4 = _mm256_set1_epi8(15);
   for (int q = 0; q < 8; ++q) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (8 * cc + q)));
     lo[q] = _mm256_and_si256(v, low4);
-    hi[q] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+    hi[q] = kInPlace ? _mm256_andnot_si256(low4, v) : _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
   }
 }
 
