@@ -24,7 +24,6 @@ void pack_2bit(const uint8_t* q, uint8_t* qs) {
       qs[32 * h + l] = (uint8_t)((qq[0] & 3) | ((qq[32] & 3) << 2) | ((qq[64] & 3) << 4) | ((qq[96] & 3) << 6));
     }
 }
-inline int level_2bit(const uint8_t* qs, int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3; }
 
 // Q3_K's fit of 16 values to s * l, l in [-nmax, nmax - 1] (x^2-weighted): the grid that maps the
 // value of largest magnitude to -nmax, then up to 5 passes moving single levels while the
@@ -125,10 +124,17 @@ void dequantize_q2_k_row(const void* src, float* dst, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     const BlockQ2_K& blk = blocks[b];
     const float d = fp16_to_f32(blk.d), dmin = fp16_to_f32(blk.dmin);
-    for (int e = 0; e < kQK_K; ++e) {
-      const uint8_t sc = blk.scales[e / 16];
-      dst[kQK_K * b + e] = d * (float)(sc & 15) * (float)level_2bit(blk.qs, e) - dmin * (float)(sc >> 4);
-    }
+    // element e = 128h + 32k + l: bits 2k of qs[32h + l], group e / 16 (loops the compiler
+    // vectorizes: the prompt GEMM of repacked Q2_K converts every weight through here)
+    for (int h = 0; h < 2; ++h)
+      for (int k = 0; k < 4; ++k)
+        for (int half = 0; half < 2; ++half) {
+          const uint8_t sc = blk.scales[8 * h + 2 * k + half];
+          const float dl = d * (float)(sc & 15), ml = dmin * (float)(sc >> 4);
+          float* out = dst + kQK_K * b + 128 * h + 32 * k + 16 * half;
+          const uint8_t* qs = blk.qs + 32 * h + 16 * half;
+          for (int l = 0; l < 16; ++l) out[l] = dl * (float)((qs[l] >> (2 * k)) & 3) - ml;
+        }
   }
 }
 
@@ -179,10 +185,16 @@ void dequantize_q3_k_row(const void* src, float* dst, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     const BlockQ3_K& blk = blocks[b];
     const float d = fp16_to_f32(blk.d);
-    for (int e = 0; e < kQK_K; ++e) {
-      const int q = level_2bit(blk.qs, e) | (((blk.hmask[e % 32] >> (e / 32)) & 1) << 2);
-      dst[kQK_K * b + e] = d * (float)(q3_k_scale(blk.scales, e / 16) - 32) * (float)(q - 4);
-    }
+    for (int h = 0; h < 2; ++h)  // element e = 128h + 32k + l, as in dequantize_q2_k_row
+      for (int k = 0; k < 4; ++k)
+        for (int half = 0; half < 2; ++half) {
+          const float s = d * (float)(q3_k_scale(blk.scales, 8 * h + 2 * k + half) - 32);
+          float* out = dst + kQK_K * b + 128 * h + 32 * k + 16 * half;
+          for (int l = 16 * half; l < 16 * half + 16; ++l) {
+            const int q = ((blk.qs[32 * h + l] >> (2 * k)) & 3) | (((blk.hmask[l] >> (4 * h + k)) & 1) << 2);
+            out[l - 16 * half] = s * (float)(q - 4);
+          }
+        }
   }
 }
 

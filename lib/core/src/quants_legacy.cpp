@@ -26,12 +26,20 @@ void pack_high_bits(const uint8_t* q, uint8_t* qh) {
   for (int j = 0; j < 32; ++j) bits |= (uint32_t)((q[j] >> 4) & 1) << j;
   std::memcpy(qh, &bits, 4);
 }
-// Level j of a 32-element block from its nibbles and (5-bit types) qh word.
-inline int level4(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 15 : qs[j - 16] >> 4; }
-inline int level5(const uint8_t* qs, const uint8_t* qh, int j) {
+// The 32 levels of a block from its nibbles (element j < 16: low nibble of qs[j], else high of
+// qs[j - 16]) and (5-bit types) qh bit j, in loops the compiler vectorizes: the dequantizers run
+// for every weight of a prompt's GEMM on the CPU's repacked types.
+void levels4(const uint8_t* qs, uint8_t* q) {
+  for (int j = 0; j < 16; ++j) {
+    q[j] = qs[j] & 15;
+    q[16 + j] = qs[j] >> 4;
+  }
+}
+void levels5(const uint8_t* qs, const uint8_t* qh, uint8_t* q) {
   uint32_t bits;
   std::memcpy(&bits, qh, 4);
-  return level4(qs, j) | (int)(((bits >> j) & 1) << 4);
+  levels4(qs, q);
+  for (int j = 0; j < 32; ++j) q[j] |= (uint8_t)(((bits >> j) & 1) << 4);
 }
 
 // Affine fit of the 32-element types: d = (max - min) / nmax, m = min, q = trunc((x - min) / d + 0.5).
@@ -129,7 +137,9 @@ void dequantize_q4_1_row(const void* src, float* dst, int64_t n) {
   auto* blocks = static_cast<const BlockQ4_1*>(src);
   for (int64_t b = 0; b < n / kQK4_1; ++b) {
     const float d = fp16_to_f32(blocks[b].d), m = fp16_to_f32(blocks[b].m);
-    for (int j = 0; j < 32; ++j) dst[32 * b + j] = (float)level4(blocks[b].qs, j) * d + m;
+    uint8_t q[32];
+    levels4(blocks[b].qs, q);
+    for (int j = 0; j < 32; ++j) dst[32 * b + j] = (float)q[j] * d + m;
   }
 }
 
@@ -149,7 +159,9 @@ void dequantize_q5_0_row(const void* src, float* dst, int64_t n) {
   auto* blocks = static_cast<const BlockQ5_0*>(src);
   for (int64_t b = 0; b < n / kQK5_0; ++b) {
     const float d = fp16_to_f32(blocks[b].d);
-    for (int j = 0; j < 32; ++j) dst[32 * b + j] = (float)(level5(blocks[b].qs, blocks[b].qh, j) - 16) * d;
+    uint8_t q[32];
+    levels5(blocks[b].qs, blocks[b].qh, q);
+    for (int j = 0; j < 32; ++j) dst[32 * b + j] = (float)(q[j] - 16) * d;
   }
 }
 
@@ -172,7 +184,9 @@ void dequantize_q5_1_row(const void* src, float* dst, int64_t n) {
   auto* blocks = static_cast<const BlockQ5_1*>(src);
   for (int64_t b = 0; b < n / kQK5_1; ++b) {
     const float d = fp16_to_f32(blocks[b].d), m = fp16_to_f32(blocks[b].m);
-    for (int j = 0; j < 32; ++j) dst[32 * b + j] = (float)level5(blocks[b].qs, blocks[b].qh, j) * d + m;
+    uint8_t q[32];
+    levels5(blocks[b].qs, blocks[b].qh, q);
+    for (int j = 0; j < 32; ++j) dst[32 * b + j] = (float)q[j] * d + m;
   }
 }
 
@@ -212,7 +226,11 @@ void dequantize_mxfp4_row(const void* src, float* dst, int64_t n) {
   auto* blocks = static_cast<const BlockMXFP4*>(src);
   for (int64_t b = 0; b < n / kQK_MXFP4; ++b) {
     const float d = e8m0_half_to_f32(blocks[b].e);
-    for (int j = 0; j < 32; ++j) dst[32 * b + j] = (float)kMxfp4Values[level4(blocks[b].qs, j)] * d;
+    float t[16];  // the grid times d, then looked up
+    for (int k = 0; k < 16; ++k) t[k] = (float)kMxfp4Values[k] * d;
+    uint8_t q[32];
+    levels4(blocks[b].qs, q);
+    for (int j = 0; j < 32; ++j) dst[32 * b + j] = t[q[j]];
   }
 }
 
@@ -238,7 +256,11 @@ void dequantize_iq4_nl_row(const void* src, float* dst, int64_t n) {
   auto* blocks = static_cast<const BlockIQ4_NL*>(src);
   for (int64_t b = 0; b < n / kQK4_NL; ++b) {
     const float d = fp16_to_f32(blocks[b].d);
-    for (int j = 0; j < 32; ++j) dst[32 * b + j] = d * (float)kIq4nlValues[level4(blocks[b].qs, j)];
+    float t[16];  // the grid times d, then looked up
+    for (int k = 0; k < 16; ++k) t[k] = d * (float)kIq4nlValues[k];
+    uint8_t q[32];
+    levels4(blocks[b].qs, q);
+    for (int j = 0; j < 32; ++j) dst[32 * b + j] = t[q[j]];
   }
 }
 
@@ -284,7 +306,11 @@ void dequantize_iq4_xs_row(const void* src, float* dst, int64_t n) {
     const float d = fp16_to_f32(blk.d);
     for (int j = 0; j < 8; ++j) {
       const float dl = d * (float)(iq4_xs_scale(blk, j) - 32);
-      for (int i = 0; i < 32; ++i) dst[kQK_K * b + 32 * j + i] = dl * (float)kIq4nlValues[level4(blk.qs + 16 * j, i)];
+      float t[16];  // the grid times dl, then looked up
+      for (int k = 0; k < 16; ++k) t[k] = dl * (float)kIq4nlValues[k];
+      uint8_t q[32];
+      levels4(blk.qs + 16 * j, q);
+      for (int i = 0; i < 32; ++i) dst[kQK_K * b + 32 * j + i] = t[q[i]];
     }
   }
 }

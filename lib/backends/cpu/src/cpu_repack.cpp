@@ -126,8 +126,9 @@ void put_q3k_levels(const uint8_t* blk, int i, uint8_t* p) {
   }
   for (int n = 0; n < 24; ++n) std::memcpy(p + kQ3kLevels + (size_t)(n * kRepackRows + i) * 4, out + 4 * n, 4);
 }
-void get_q3k_levels(const uint8_t* p, int i, uint8_t* blk) {
-  uint8_t v[256], in[96];
+// Row i's 256 levels (0..7) at v.
+void q3k_levels(const uint8_t* p, int i, uint8_t* v) {
+  uint8_t in[96];
   for (int n = 0; n < 24; ++n) std::memcpy(in + 4 * n, p + kQ3kLevels + (size_t)(n * kRepackRows + i) * 4, 4);
   for (int m = 0; m < 96; ++m) {
     v[m] = in[m] & 7;
@@ -137,6 +138,10 @@ void get_q3k_levels(const uint8_t* p, int i, uint8_t* blk) {
     const int j = m / 4;
     v[192 + m] = (uint8_t)(((in[m] >> 3) & 3) | (((in[64 + 4 * (j / 2) + m % 4] >> (3 + j % 2)) & 1) << 2));
   }
+}
+void get_q3k_levels(const uint8_t* p, int i, uint8_t* blk) {
+  uint8_t v[256];
+  q3k_levels(p, i, v);
   BlockQ3_K w;
   std::memcpy(&w, blk, sizeof(w));  // d and the scales, from get_fields
   std::memset(w.qs, 0, sizeof(w.qs));
@@ -149,6 +154,21 @@ void get_q3k_levels(const uint8_t* p, int i, uint8_t* blk) {
         w.hmask[l] |= (uint8_t)((x >> 2) << (4 * h + k));
       }
   std::memcpy(blk, &w, sizeof(w));
+}
+
+// Row i of a Q3_K group block -> 256 floats straight from the levels (the f32 GEMM's panels),
+// as dequantize_q3_k_row computes them.
+void q3k_block_to_f32(const uint8_t* p, int i, float* out) {
+  uint8_t v[256], scales[12];
+  q3k_levels(p, i, v);
+  for (int c = 0; c < 3; ++c) std::memcpy(scales + 4 * c, p + r8_field(kQ3KFields, 1) + (size_t)(c * kRepackRows + i) * 4, 4);
+  fp16_t h;
+  std::memcpy(&h, p + 2 * i, sizeof(h));
+  const float d = fp16_to_f32(h);
+  for (int g = 0; g < 16; ++g) {
+    const float s = d * (float)(q3_k_scale(scales, g) - 32);
+    for (int k = 0; k < 16; ++k) out[16 * g + k] = s * (float)(v[16 * g + k] - 4);
+  }
 }
 
 // GGUF block <-> row i of a group block at p, field by field.
@@ -308,6 +328,8 @@ void repacked_to_f32(DType type, const uint8_t* group, int i, int64_t b0, int64_
       block_to_f32<DType::Q8_0>(p, i, out);
     } else if (type == DType::Q4_0) {
       block_to_f32<DType::Q4_0>(p, i, out);
+    } else if (type == DType::Q3_K) {
+      q3k_block_to_f32(p, i, out);
     } else {  // the f32 GEMM of the other types (or of a level without the int8 tiles), through GGUF
       alignas(8) uint8_t w[sizeof(BlockQ6_K)];
       get_block(type, p, i, w);
