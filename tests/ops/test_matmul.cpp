@@ -549,13 +549,13 @@ TEST(MatmulOutProd, TransposedBAsInBackward) {
   EXPECT_LE(nmse(r.get_f32(out), ref_out_prod(r.get_f32(a), a->ne, r.get_f32(b), b->ne)), 1e-9);
 }
 
-// A column's product does not depend on the columns that come with it: from 16 columns on the
-// weight types without an int8 GEMM take the f32 GEMM, which reads b rounded as their dot kernels
-// round it (int8 blocks of 32 or 256 values, as llama.cpp's quantized products do on every path).
-// Exact activations there would move each product by ~1e-3 (NMSE ~1e-6).
+// A column's product does not depend on the columns that come with it: from 16 columns on, the
+// int8 GEMM (and the f32 GEMM of Q2_K) reads b rounded as the dot kernels round it (int8 blocks of
+// 32 or 256 values, as llama.cpp's quantized products do on every path). Exact activations, or
+// 32-value blocks where the dots take 256, would move each product by ~1e-3 (NMSE ~1e-6).
 TEST(Matmul, PromptBatchesRoundActivationsAsTheDots) {
-  for (DType t : {DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::MXFP4, DType::Q2_K, DType::Q3_K,
-                  DType::Q5_K, DType::IQ4_XS}) {
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                  DType::IQ4_NL, DType::MXFP4, DType::Q2_K, DType::Q3_K, DType::Q5_K, DType::IQ4_XS}) {
     const cpu::MatmulActivations acts = cpu::matmul_activations(t, 512);
     ASSERT_NE(acts.large, cpu::ActRounding::none) << dtype_name(t);
     ASSERT_EQ(acts.large, acts.small) << dtype_name(t);

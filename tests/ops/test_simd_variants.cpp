@@ -419,7 +419,8 @@ TEST_P(KernelTest, GemmTilesMatchReferenceTiles) {
   const Variant variants[] = {
       {"q8", cpu::kQ8GroupBlockBytes, cpu::gemm_q8_tile_ref, gk->q8_tile, {{3, 0, 15}, {7, 0, 255}}},
       {"q8m", cpu::kQ8MinGroupBlockBytes, cpu::gemm_q8m_tile_ref, gk->q8m_tile, {{0, 0, 15}}},
-      {"q8h", cpu::kQ8HalfGroupBlockBytes, cpu::gemm_q8h_tile_ref, gk->q8h_tile, {{0, -32, 31}}}};
+      {"q8h", cpu::kQ8HalfGroupBlockBytes, cpu::gemm_q8h_tile_ref, gk->q8h_tile, {{0, -32, 31}}},
+      {"q8hm", cpu::kQ8HalfMinGroupBlockBytes, cpu::gemm_q8hm_tile_ref, gk->q8hm_tile, {{0, 0, 3}}}};
   for (const Variant& var : variants)
     for (const Form& form : var.forms)
       for (int64_t nblk : {1L, 3L, 8L})
@@ -434,7 +435,7 @@ TEST_P(KernelTest, GemmTilesMatchReferenceTiles) {
               for (int l = 0; l < 16; ++l) dw[l] = 0.01f * (float)(l + 1);
               if (var.block == cpu::kQ8MinGroupBlockBytes)
                 for (int l = 0; l < 16; ++l) dw[16 + l] = 0.003f * (float)(l % 5);
-              if (var.block == cpu::kQ8HalfGroupBlockBytes) {
+              if (var.block == cpu::kQ8HalfGroupBlockBytes || var.block == cpu::kQ8HalfMinGroupBlockBytes) {
                 auto* off = reinterpret_cast<int32_t*>(dw + 32);
                 for (int l = 0; l < 16; ++l) {
                   dw[16 + l] = 0.02f * (float)(16 - l);
@@ -442,6 +443,8 @@ TEST_P(KernelTest, GemmTilesMatchReferenceTiles) {
                   off[16 + l] = 250 * l - 1000;
                 }
               }
+              if (var.block == cpu::kQ8HalfMinGroupBlockBytes)
+                for (int l = 0; l < 32; ++l) dw[64 + l] = 0.004f * (float)(l % 7);
             }
             std::vector<std::vector<cpu::BlockQ8A>> cols((size_t)nc, std::vector<cpu::BlockQ8A>((size_t)nblk));
             const cpu::BlockQ8A* bp[16];
@@ -489,20 +492,27 @@ TEST_P(KernelTest, RepackedPanelPackingMatchesReference) {
   if (!gk || !gk->pack_q8_0_r8) GTEST_SKIP() << "no panel packers at this level";
   std::mt19937 rng(9);
   std::uniform_int_distribution<int> byte(0, 255);
-  const struct {
+  struct Case {
     DType t;
     cpu::PackR8Fn ref, level;
-  } cases[] = {{DType::Q8_0, cpu::pack_q8_0_r8_ref, gk->pack_q8_0_r8},
-               {DType::Q4_0, cpu::pack_q4_0_r8_ref, gk->pack_q4_0_r8},
-               {DType::Q4_K, cpu::pack_q4k_r8_ref, gk->pack_q4k_r8},
-               {DType::Q6_K, cpu::pack_q6k_r8_ref, gk->pack_q6k_r8}};
+  };
+  std::vector<Case> cases = {{DType::Q8_0, cpu::pack_q8_0_r8_ref, gk->pack_q8_0_r8},
+                             {DType::Q4_0, cpu::pack_q4_0_r8_ref, gk->pack_q4_0_r8},
+                             {DType::Q4_K, cpu::pack_q4k_r8_ref, gk->pack_q4k_r8},
+                             {DType::Q6_K, cpu::pack_q6k_r8_ref, gk->pack_q6k_r8}};
+  for (DType t : {DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::MXFP4, DType::IQ4_XS, DType::Q5_K,
+                  DType::Q3_K, DType::Q2_K})
+    cases.push_back({t, cpu::pack_r8_ref_more(t), cpu::pack_r8_avx2_more(t)});
   for (const auto& c : cases) {
-    ASSERT_TRUE(c.level) << dtype_name(c.t);
+    ASSERT_TRUE(c.ref && c.level) << dtype_name(c.t);
     std::vector<uint8_t> group(cpu::repack_group_block_bytes(c.t));
     for (uint8_t& b : group) b = (uint8_t)byte(rng);
-    for (int i = 0; i < 16; ++i) {  // finite d (and Q4_K's dmin)
+    // finite d (the first field but MXFP4's exponents) and m / dmin (the second, where it is one)
+    const bool mins = c.t == DType::Q4_K || c.t == DType::Q4_1 || c.t == DType::Q5_1 || c.t == DType::Q5_K ||
+                      c.t == DType::Q2_K;
+    for (int i = 0; i < 16 && c.t != DType::MXFP4; ++i) {
       const fp16_t d = f32_to_fp16(std::ldexp(1.0f + (float)(i % 8) / 8, -10 + i % 8));
-      if (c.t == DType::Q4_K || i < 8) std::memcpy(group.data() + 2 * i, &d, sizeof(d));
+      if (mins || i < 8) std::memcpy(group.data() + 2 * i, &d, sizeof(d));
     }
     const size_t blocks = (size_t)(dtype_info(c.t).block_size / 32) * cpu::gemm_q8_block_bytes(c.t);
     for (int h = 0; h < 2; ++h) {

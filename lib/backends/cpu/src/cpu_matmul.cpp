@@ -102,7 +102,8 @@ struct MatmulPlan {
   Path path = Path::dot;       // MUL_MAT; MUL_MAT_ID picks per expert (dot below kGemmMinCols columns)
   bool convert_b = false;      // b is not f32 rows: an f32 copy is made
   bool need_act = false;       // int8 columns for the dot kernels (act) are made
-  bool need_q8 = false;        // 32-value q8 columns for the int8 GEMM are made apart (act is not q8 or not made)
+  bool need_q8 = false;        // 32-value q8 columns for the int8 GEMM are made apart (act is not q8 or not made),
+                               // rounded as act rounds: q8k's 256-value blocks split in eight
   bool round_f32 = false;      // the f32 copy holds b as the dot path rounds it (d * q), as llama.cpp's
                                // quantized products see b on every path
   bool private_b = false;      // per thread, no barrier
@@ -237,10 +238,30 @@ void round_as_act(ActType act, QuantizeActFn quant, const char* blocks, float* x
   }
 }
 
+// x[0, K) -> 32-value int8 columns holding x as the 256-value blocks (Q8_K) round it: each block's
+// d and values split over its eight, their sums counted. The blocks are read from `blocks` (x
+// already quantized) or made here by `quant`.
+void q8_from_q8k(QuantizeActFn quant, const char* blocks, const float* x, BlockQ8A* out, int64_t K) {
+  BlockQ8KA tmp;
+  for (int64_t i = 0; i < K; i += 256, out += 8) {
+    const BlockQ8KA* k = &tmp;
+    if (blocks)
+      k = reinterpret_cast<const BlockQ8KA*>(blocks + act_row_bytes(ActType::q8k, i));
+    else
+      quant(x + i, &tmp, 256);
+    for (int j = 0; j < 8; ++j) {
+      out[j].d = k->d;
+      std::memcpy(out[j].qs, k->qs + 32 * j, 32);
+      out[j].sum = k->bsums[2 * j] + k->bsums[2 * j + 1];
+    }
+  }
+}
+
 // Converts / quantizes rows [r0, r1) of b into the views' buffers (row = a flat column index).
 void prepare_b(const MatmulPlan& p, const Tensor* b, const BCols& v, int64_t r0, int64_t r1) {
   const QuantizeActFn quant = p.need_act || p.round_f32 ? quantize_act(p.act) : nullptr;
-  const QuantizeActFn quant8 = p.need_q8 ? quantize_act(ActType::q8) : nullptr;
+  const QuantizeActFn quant8 = p.need_q8 && p.act != ActType::q8k ? quantize_act(ActType::q8) : nullptr;
+  const QuantizeActFn quant8k = p.need_q8 && p.act == ActType::q8k && !p.need_act ? quantize_act(ActType::q8k) : nullptr;
   for (int64_t r = r0; r < r1; ++r) {
     int64_t i1, i2, i3;
     unravel_row(r, b->ne, i1, i2, i3);
@@ -253,6 +274,8 @@ void prepare_b(const MatmulPlan& p, const Tensor* b, const BCols& v, int64_t r0,
     const char* act_row = p.need_act ? v.act + r * v.act_row : nullptr;
     if (act_row) quant(src, const_cast<char*>(act_row), b->ne[0]);
     if (quant8) quant8(src, const_cast<char*>(v.q8) + r * v.q8_row, b->ne[0]);
+    if (p.need_q8 && p.act == ActType::q8k)
+      q8_from_q8k(quant8k, act_row, src, reinterpret_cast<BlockQ8A*>(const_cast<char*>(v.q8) + r * v.q8_row), b->ne[0]);
     if (p.round_f32) round_as_act(p.act, quant, act_row, const_cast<float*>(src), b->ne[0]);  // last: the others read src
   }
 }
@@ -545,9 +568,8 @@ MatmulActivations matmul_activations(DType type, int64_t K) {
   MatmulActivations m;
   m.small = m.large = rounding(wk->act);  // the dot path (choose_path for unit-stride rows)
   if (const GemmKernels* gk = gemm_kernels(active_isa())) {
-    m.large = gemm_q8_supported(gk, type)      ? ActRounding::q8_32
-              : gemm_bf16_pairs(*gk, type, K) ? ActRounding::bf16
-                                              : m.small;  // gemm_f32 reads b rounded as the dots do (round_f32)
+    // gemm_q8's columns and gemm_f32's (round_f32) hold b rounded as the dots do; bf16 pairs
+    m.large = !gemm_q8_supported(gk, type) && gemm_bf16_pairs(*gk, type, K) ? ActRounding::bf16 : m.small;
     m.large_from = kGemmMinCols;
   }
   return m;
@@ -560,7 +582,7 @@ bool matmul_b_prepared_by(const Tensor* prev, const Tensor* node, int nth) {
   const MatmulPlan a = plan_mul_mat(prev, nth), b = plan_mul_mat(node, nth);
   return !a.private_b && !b.private_b && (b.convert_b || b.need_act || b.need_q8) && a.convert_b == b.convert_b &&
          a.round_f32 == b.round_f32 && (!b.round_f32 || a.act == b.act) &&
-         a.need_act == b.need_act && a.need_q8 == b.need_q8 && (!b.need_act || a.act == b.act) &&
+         a.need_act == b.need_act && a.need_q8 == b.need_q8 && (!(b.need_act || b.need_q8) || a.act == b.act) &&
          a.f32_off == b.f32_off && a.act_off == b.act_off && a.q8_off == b.q8_off;
 }
 

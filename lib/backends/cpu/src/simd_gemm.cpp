@@ -137,6 +137,7 @@ PackR8Fn r8_packer(const GemmKernels& gk, DType t) {
   if (t == DType::Q4_0) level = gk.pack_q4_0_r8, ref = pack_q4_0_r8_ref;
   if (t == DType::Q4_K) level = gk.pack_q4k_r8, ref = pack_q4k_r8_ref;
   if (t == DType::Q6_K) level = gk.pack_q6k_r8, ref = pack_q6k_r8_ref;
+  if (PackR8Fn more = pack_r8_ref_more(t)) level = pack_r8_avx2_more(t), ref = more;  // simd_gemm_pack.cpp
   return level ? level : ref;
 }
 
@@ -237,27 +238,46 @@ void gemm_q8m_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b,
   q8_tile_ref<true>(nblk, p, b, nc, c, mr, shift);
 }
 
-void gemm_q8h_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
-                       int /*shift*/) {
+namespace {
+// Both halves references: MINS reads the Q2_K panel (row mins of each half after the offsets).
+template <bool MINS>
+void q8h_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr) {
+  const size_t block = MINS ? kQ8HalfMinGroupBlockBytes : kQ8HalfGroupBlockBytes;
   for (int j = 0; j < nc; ++j)
     for (int i = 0; i < mr; ++i) {
       const int l = i % kPanelRows;
       float s = 0.0f;
       for (int64_t blk = 0; blk < nblk; ++blk) {
-        const uint8_t* pb = p + (size_t)((i / kPanelRows) * nblk + blk) * kQ8HalfGroupBlockBytes;
+        const uint8_t* pb = p + (size_t)((i / kPanelRows) * nblk + blk) * block;
         const auto* dw = reinterpret_cast<const float*>(pb);
         const auto* off = reinterpret_cast<const int32_t*>(pb + 32 * sizeof(float));
-        const auto* w = reinterpret_cast<const int8_t*>(pb + 64 * sizeof(float));
+        const auto* mw = reinterpret_cast<const float*>(pb + 64 * sizeof(float));
+        const auto* w = reinterpret_cast<const int8_t*>(pb + (MINS ? 96 : 64) * sizeof(float));
         const BlockQ8A& x = b[j][blk];
         for (int h = 0; h < 2; ++h) {
-          int32_t dot = off[h * kPanelRows + l];
-          for (int e = 16 * h; e < 16 * h + 16; ++e)
+          int32_t dot = off[h * kPanelRows + l], xsum = 0;
+          for (int e = 16 * h; e < 16 * h + 16; ++e) {
             dot += (int32_t)w[((e / 4) * kPanelRows + l) * 4 + e % 4] * (x.qs[e] + 128);
-          s += x.d * (dw[h * kPanelRows + l] * (float)dot);
+            xsum += x.qs[e];
+          }
+          float part = dw[h * kPanelRows + l] * (float)dot;
+          if constexpr (MINS) part -= mw[h * kPanelRows + l] * (float)xsum;
+          s += x.d * part;
         }
       }
       c[j][i] = s;
     }
+}
+}  // namespace
+
+void gemm_q8h_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
+                       int /*shift*/) {
+  q8h_tile_ref<false>(nblk, p, b, nc, c, mr);
+}
+
+void gemm_q8hm_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
+                        int /*shift*/) {
+  q8h_tile_ref<true>(nblk, p, b, nc, c, mr);
 }
 
 // Q8_0 / Q4_0: the row scales, each quad's 32 bytes (8 rows) copied (Q4_0: split into low and
@@ -353,20 +373,39 @@ const GemmKernels* gemm_kernels(Isa isa) {
 
 bool gemm_q8_supported(const GemmKernels* gk, DType type) {
   if (!gk) return false;
-  if (type == DType::Q4_K) return gk->q8m_tile != nullptr;
-  if (type == DType::Q6_K) return gk->q8h_tile != nullptr;
-  return gk->q8_tile && (type == DType::Q8_0 || type == DType::Q4_0);
+  switch (gemm_q8_block_bytes(type)) {
+    case kQ8GroupBlockBytes:
+      return gk->q8_tile != nullptr;
+    case kQ8MinGroupBlockBytes:
+      return gk->q8m_tile != nullptr;
+    case kQ8HalfGroupBlockBytes:
+      return gk->q8h_tile != nullptr;
+    case kQ8HalfMinGroupBlockBytes:
+      return gk->q8hm_tile != nullptr;
+    default:
+      return false;
+  }
 }
 
 size_t gemm_q8_block_bytes(DType type) {
   switch (type) {
     case DType::Q8_0:
     case DType::Q4_0:
+    case DType::Q5_0:
+    case DType::IQ4_NL:
+    case DType::MXFP4:
+    case DType::IQ4_XS:
       return kQ8GroupBlockBytes;
     case DType::Q4_K:
+    case DType::Q4_1:
+    case DType::Q5_1:
+    case DType::Q5_K:
       return kQ8MinGroupBlockBytes;
     case DType::Q6_K:
+    case DType::Q3_K:
       return kQ8HalfGroupBlockBytes;
+    case DType::Q2_K:
+      return kQ8HalfMinGroupBlockBytes;
     default:
       return 0;
   }
@@ -494,12 +533,15 @@ void gemm_q8(const GemmKernels& gk, const GemmJob& job, void* scratch) {
   const DType type = job.wk->type;
   const size_t block = gemm_q8_block_bytes(type);
   const int64_t mc = panel_rows_for(block, job.K, job.r1 - job.r0);
-  const int shift = type == DType::Q4_0 ? 3 : 7;  // offsets 8 and 128 of the unsigned bytes (Q4_K: mins)
-  const GemmQ8TileFn tile = type == DType::Q4_K ? gk.q8m_tile : type == DType::Q6_K ? gk.q8h_tile : gk.q8_tile;
+  const int shift = type == DType::Q4_0 ? 3 : 7;  // offsets 8 and 128 of the unsigned bytes (mins: none)
+  const GemmQ8TileFn tile = block == kQ8MinGroupBlockBytes    ? gk.q8m_tile
+                            : block == kQ8HalfGroupBlockBytes ? gk.q8h_tile
+                            : block == kQ8HalfMinGroupBlockBytes ? gk.q8hm_tile
+                                                                 : gk.q8_tile;
   void (*pack)(const GemmKernels&, const GemmJob&, int64_t, int64_t, uint8_t*) =
       job.repacked                                 ? pack_r8
-      : type == DType::Q4_K || type == DType::Q6_K ? pack_gguf
-                                                   : pack_q8;
+      : type == DType::Q8_0 || type == DType::Q4_0 ? pack_q8
+                                                   : pack_gguf;
   auto* panel = align64<uint8_t>(scratch);
   const int nr = std::min(gk.q8_nr, kMaxTileCols);
   const BlockQ8A* bp[kMaxTileCols];

@@ -2,9 +2,9 @@
 // rows of a are decoded once per block into a packed panel the register tiles stream through,
 // and each tile keeps mr x nr results in registers across a block of K. Two flavours:
 //   f32 - any weight type decoded to f32 (weights x f32 columns, FMA tiles);
-//   q8  - Q8_0 / Q4_0 / Q4_K / Q6_K weights repacked as bytes, times int8 columns (BlockQ8A)
-//         with integer dot-product tiles (AVX-512 VNNI); Q4_K's per-block mins and Q6_K's
-//         16-value sub-blocks through tile variants of their own.
+//   q8  - weights repacked as bytes, times int8 columns (BlockQ8A) with integer dot-product
+//         tiles (AVX-512 VNNI): every quantized type; per-block mins (Q4_K, Q4_1, Q5_1, Q5_K),
+//         16-value sub-blocks (Q6_K, Q3_K) and both (Q2_K) through tile variants of their own.
 // The per-level tiles live in simd_gemm_<level>.cpp; readable scalar tiles (the references the
 // tests compare them with) and the driver live in simd_gemm.cpp.
 #pragma once
@@ -28,6 +28,8 @@ inline constexpr size_t kQ8MinGroupBlockBytes = kQ8GroupBlockBytes + 16 * sizeof
 // Q6_K's: per half (16 values) of the block 16 f32 row scales, then per half 16 int32 row
 // offsets, then the quads as signed bytes.
 inline constexpr size_t kQ8HalfGroupBlockBytes = 4 * 16 * sizeof(float) + 32 * 16;
+// Q2_K's: the same with per half 16 f32 row mins after the offsets.
+inline constexpr size_t kQ8HalfMinGroupBlockBytes = kQ8HalfGroupBlockBytes + 2 * 16 * sizeof(float);
 
 // f32 tile: for rows i < mr and columns j < nc,
 //   c[j][i] = (accumulate ? c[j][i] : 0) + sum_{k < kc} P(i, k) * b[k * ldb + j]
@@ -44,7 +46,7 @@ using GemmF32TileFn = void (*)(int64_t kc, const float* p, const float* b, int l
 // then byte (q * 16 + i % 16) * 4 + t holding u for element e = 4q + t. shift 7: Q8_0 (u = q + 128),
 // shift 3: Q4_0, whose u <= 15 (the AVX2 tile adds their products up in int16).
 // The mins variant (shift unused): blocks of kQ8MinGroupBlockBytes holding dw[16], mw[16], then
-// the bytes as above (u <= 15), and
+// the bytes as above (u <= 31), and
 //   c[j][i] = sum_blk x.d * (dw(i, blk) * sum_{e < 32} u(i, blk, e) * x.qs[e] - mw(i, blk) * x.sum).
 // The halves variant (Q6_K, shift unused): blocks of kQ8HalfGroupBlockBytes holding dw[2][16],
 // off[2][16] (int32), then the bytes as signed w in [-32, 31] (the activations are the unsigned
@@ -52,6 +54,9 @@ using GemmF32TileFn = void (*)(int64_t kc, const float* p, const float* b, int l
 //   c[j][i] = sum_blk x.d * sum_{h < 2} dw(h, i, blk) *
 //             (off(h, i, blk) + sum_{e in half h} w(i, blk, e) * (x.qs[e] + 128)),
 // the packer storing off = -128 * sum of the half's w, so that the + 128 cancels.
+// The halves-with-mins variant (Q2_K, shift unused): blocks of kQ8HalfMinGroupBlockBytes holding
+// dw[2][16], off[2][16], mw[2][16], then the bytes (w in [0, 3]), and the halves' value less
+// x.d * mw(h, i, blk) * (sum of x.qs over half h) per half.
 using GemmQ8TileFn = void (*)(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
                               int shift);
 // A repacked group block at src (cpu_repack.h: 8 rows x 32 values of Q8_0 / Q4_0, x 256 of Q4_K /
@@ -77,6 +82,7 @@ struct GemmKernels {
   PackR8Fn pack_q4_0_r8 = nullptr;
   PackR8Fn pack_q4k_r8 = nullptr;
   PackR8Fn pack_q6k_r8 = nullptr;
+  GemmQ8TileFn q8hm_tile = nullptr;  // halves with mins (same rows and columns as q8_tile)
 };
 
 // Tiles of a level (nullptr for scalar: the dot kernels serve every width there).
@@ -94,11 +100,17 @@ void gemm_q8m_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b,
                        int shift);
 void gemm_q8h_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
                        int shift);
+void gemm_q8hm_tile_ref(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr,
+                        int shift);
 void transpose16_ref(const float* const* src, int nsrc, int64_t n, float* dst, int ldd);
 void pack_q8_0_r8_ref(const uint8_t* src, uint8_t* pb, int h);
 void pack_q4_0_r8_ref(const uint8_t* src, uint8_t* pb, int h);
 void pack_q4k_r8_ref(const uint8_t* src, uint8_t* pb, int h);
 void pack_q6k_r8_ref(const uint8_t* src, uint8_t* pb, int h);
+// The newer types' packers (simd_gemm_pack.cpp: Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, IQ4_XS, Q5_K,
+// Q3_K, Q2_K), readable and 8-row AVX2 (every level with int8 tiles has AVX2); nullptr for other types.
+PackR8Fn pack_r8_ref_more(DType t);
+PackR8Fn pack_r8_avx2_more(DType t);
 
 // One weight matrix times a set of columns: dst rows [r0, r1) of every column.
 struct GemmJob {

@@ -75,19 +75,23 @@ void f32_tile_any(int64_t kc, const float* p, const float* b, int ldb, int nc, f
 // No VNNI here: vpmaddubsw multiplies unsigned by signed bytes into int16 pair sums (which
 // saturate) and vpmaddwd by ones widens them to int32 lanes, one per row. The kinds differ in
 // what keeps the pair sums in range:
-//   nibbles (Q4_0, Q4_K): weights <= 15, so 8 quads of pair sums add up in int16 first;
+//   nibbles (Q4_0): weights <= 15, so 8 quads of pair sums add up in int16 first;
+//   mins (Q4_K, Q4_1, Q5_1, Q5_K): weights <= 31, so 4 quads at a time;
 //   bytes   (Q8_0): u = q + 128 would overflow, so the signed q = u ^ 0x80 goes in as |q| with
 //                   its sign moved onto the activations (sum q * x, which is the offset form's value);
-//   halves  (Q6_K): signed 6-bit weights, the activations + 128 as the unsigned side.
+//   halves  (Q6_K, Q3_K; Q2_K with mins): signed 6-bit weights, the activations + 128 as the
+//           unsigned side.
 constexpr int kQ8Cols = 2;
-enum class Q8Kind { nibbles, bytes, mins, halves };
+enum class Q8Kind { nibbles, bytes, mins, halves, halves_mins };
 
 template <int NC, Q8Kind KIND>
 void q8_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* const* c, int mr, int shift) {
-  constexpr size_t kBlock = KIND == Q8Kind::mins     ? kQ8MinGroupBlockBytes
-                            : KIND == Q8Kind::halves ? kQ8HalfGroupBlockBytes
-                                                     : kQ8GroupBlockBytes;
-  constexpr size_t kBytesAt = KIND == Q8Kind::mins ? 128 : KIND == Q8Kind::halves ? 256 : 64;
+  constexpr bool kHalves = KIND == Q8Kind::halves || KIND == Q8Kind::halves_mins;
+  constexpr size_t kBlock = KIND == Q8Kind::mins          ? kQ8MinGroupBlockBytes
+                            : KIND == Q8Kind::halves      ? kQ8HalfGroupBlockBytes
+                            : KIND == Q8Kind::halves_mins ? kQ8HalfMinGroupBlockBytes
+                                                          : kQ8GroupBlockBytes;
+  constexpr size_t kBytesAt = KIND == Q8Kind::mins ? 128 : KIND == Q8Kind::halves ? 256 : kHalves ? 384 : 64;
   const __m256i ones = _mm256_set1_epi16(1), k80 = _mm256_set1_epi8((char)0x80);
   __m256 acc[2][NC];
   for (int j = 0; j < NC; ++j) acc[0][j] = acc[1][j] = _mm256_setzero_ps();
@@ -111,23 +115,35 @@ void q8_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* co
     const uint8_t* pb = p + (size_t)blk * kBlock;
     const uint8_t* u = pb + kBytesAt;
     __m256i isum[2][NC];
-    if constexpr (KIND == Q8Kind::halves) {
+    if constexpr (kHalves) {
+      const __m256i ones8 = _mm256_set1_epi8(1);
       for (int hv = 0; hv < 2; ++hv) {
+        __m256i xsum[NC];  // halves_mins: the column's sum over the half
         for (int h = 0; h < 2; ++h) {
           const __m256i off = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 128 + 64 * hv + 32 * h));
           for (int j = 0; j < NC; ++j) isum[h][j] = off;
         }
+        for (int j = 0; j < NC; ++j) xsum[j] = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int q = 4 * hv; q < 4 * hv + 4; ++q) {
           __m256i w[2];
           for (int h = 0; h < 2; ++h) w[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u + 64 * q + 32 * h));
           for (int j = 0; j < NC; ++j) {
-            const __m256i xu = _mm256_xor_si256(xq(j, blk, q), k80);
+            const __m256i xs = xq(j, blk, q), xu = _mm256_xor_si256(xs, k80);
             for (int h = 0; h < 2; ++h)
               isum[h][j] = _mm256_add_epi32(isum[h][j], _mm256_madd_epi16(_mm256_maddubs_epi16(xu, w[h]), ones));
+            if constexpr (KIND == Q8Kind::halves_mins)
+              xsum[j] = _mm256_add_epi32(xsum[j], _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xs), ones));
           }
         }
         scale_add(isum, pb + 64 * hv, blk);
+        if constexpr (KIND == Q8Kind::halves_mins)  // acc -= mw * (x.d * the half's sum)
+          for (int j = 0; j < NC; ++j) {
+            const __m256 xm = _mm256_mul_ps(_mm256_cvtepi32_ps(xsum[j]), _mm256_set1_ps(b[j][blk].d));
+            for (int h = 0; h < 2; ++h)
+              acc[h][j] = _mm256_fnmadd_ps(
+                  _mm256_loadu_ps(reinterpret_cast<const float*>(pb + 256 + 64 * hv) + 8 * h), xm, acc[h][j]);
+          }
       }
       continue;
     }
@@ -147,24 +163,29 @@ void q8_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* co
                 isum[h][j], _mm256_madd_epi16(_mm256_maddubs_epi16(aw[h], _mm256_sign_epi8(xv, w[h])), ones));
         }
       }
-    } else {  // nibbles, mins: int16 pair sums of all 8 quads, then one widening
+    } else {  // nibbles, mins: int16 pair sums of 8 (mins: 4) quads, then a widening
       // Not unrolled: GCC would reassociate the 32 products of an unrolled block into an add tree
       // and spill them.
-      __m256i s16[2][NC];
-      for (int j = 0; j < NC; ++j) s16[0][j] = s16[1][j] = _mm256_setzero_si256();
-#pragma GCC unroll 1
-      for (int q = 0; q < 8; ++q) {
-        __m256i w[2];
-        for (int h = 0; h < 2; ++h) w[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u + 64 * q + 32 * h));
-        for (int j = 0; j < NC; ++j) {
-          const __m256i xv = xq(j, blk, q);
-          for (int h = 0; h < 2; ++h) s16[h][j] = _mm256_add_epi16(s16[h][j], _mm256_maddubs_epi16(w[h], xv));
-        }
-      }
+      constexpr int kRun = KIND == Q8Kind::mins ? 4 : 8;
       for (int j = 0; j < NC; ++j) {
         const __m256i off =
             KIND == Q8Kind::mins ? _mm256_setzero_si256() : _mm256_set1_epi32(-(b[j][blk].sum * (1 << shift)));
-        for (int h = 0; h < 2; ++h) isum[h][j] = _mm256_add_epi32(_mm256_madd_epi16(s16[h][j], ones), off);
+        isum[0][j] = isum[1][j] = off;
+      }
+      for (int q0 = 0; q0 < 8; q0 += kRun) {
+        __m256i s16[2][NC];
+        for (int j = 0; j < NC; ++j) s16[0][j] = s16[1][j] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+        for (int q = q0; q < q0 + kRun; ++q) {
+          __m256i w[2];
+          for (int h = 0; h < 2; ++h) w[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(u + 64 * q + 32 * h));
+          for (int j = 0; j < NC; ++j) {
+            const __m256i xv = xq(j, blk, q);
+            for (int h = 0; h < 2; ++h) s16[h][j] = _mm256_add_epi16(s16[h][j], _mm256_maddubs_epi16(w[h], xv));
+          }
+        }
+        for (int j = 0; j < NC; ++j)
+          for (int h = 0; h < 2; ++h) isum[h][j] = _mm256_add_epi32(isum[h][j], _mm256_madd_epi16(s16[h][j], ones));
       }
     }
     scale_add(isum, pb, blk);
@@ -250,7 +271,8 @@ const GemmKernels kKernels{16,
                            pack_q8_0_r8,
                            pack_q4_0_r8,
                            pack_q4k_r8,
-                           pack_q6k_r8};
+                           pack_q6k_r8,
+                           q8_tile_kind<Q8Kind::halves_mins>};
 
 }  // namespace
 }  // namespace loom::cpu

@@ -142,21 +142,28 @@ void q8_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* co
   store_tile(acc, c, mr);
 }
 
-// The halves variant (Q6_K): per block and 16-value half, the integer sums start at the row
+// The halves variant (Q6_K, Q3_K): per block and 16-value half, the integer sums start at the row
 // offsets, the activations are the unsigned side (+ 128 through the xor) and each half gets its
-// own row scale.
-template <int G, int NC>
+// own row scale. MINS (Q2_K): each half's row mins times the column's sum over the half: the
+// first half's counted with one more vpdpbusd per quad (ones x the signed activations), the
+// second's the block's sum less the first's.
+template <int G, int NC, bool MINS>
 void q8h_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* const* c, int mr) {
+  constexpr size_t kBlock = MINS ? kQ8HalfMinGroupBlockBytes : kQ8HalfGroupBlockBytes;
+  constexpr size_t kBytesAt = MINS ? 384 : 256;
   __m512 acc[G][NC];
 #pragma GCC unroll 16
   for (int j = 0; j < NC; ++j)
     for (int g = 0; g < G; ++g) acc[g][j] = _mm512_setzero_ps();
   const BlockQ8A* bj[NC];
   for (int j = 0; j < NC; ++j) bj[j] = b[j];
-  const __m512i k80 = _mm512_set1_epi32((int32_t)0x80808080u);
-  const size_t gstride = (size_t)nblk * kQ8HalfGroupBlockBytes;
+  const __m512i k80 = _mm512_set1_epi32((int32_t)0x80808080u), ones = _mm512_set1_epi8(1);
+  const size_t gstride = (size_t)nblk * kBlock;
   for (int64_t blk = 0; blk < nblk; ++blk) {
-    const uint8_t* pb = p + (size_t)blk * kQ8HalfGroupBlockBytes;
+    const uint8_t* pb = p + (size_t)blk * kBlock;
+    __m512i xsum[NC];
+    if constexpr (MINS)
+      for (int j = 0; j < NC; ++j) xsum[j] = _mm512_setzero_si512();
     for (int h = 0; h < 2; ++h) {
       __m512i isum[G][NC];
       for (int g = 0; g < G; ++g) {
@@ -166,22 +173,32 @@ void q8h_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* c
 #pragma GCC unroll 4
       for (int q = 4 * h; q < 4 * h + 4; ++q) {
         __m512i w[G];
-        for (int g = 0; g < G; ++g) w[g] = _mm512_loadu_si512(pb + g * gstride + 256 + 64 * q);
+        for (int g = 0; g < G; ++g) w[g] = _mm512_loadu_si512(pb + g * gstride + kBytesAt + 64 * q);
 #pragma GCC unroll 6
         for (int j = 0; j < NC; ++j) {
           int32_t x4;
           std::memcpy(&x4, bj[j][blk].qs + 4 * q, 4);
-          const __m512i xv = _mm512_xor_si512(_mm512_set1_epi32(x4), k80);
+          const __m512i xs = _mm512_set1_epi32(x4), xv = _mm512_xor_si512(xs, k80);
           for (int g = 0; g < G; ++g) isum[g][j] = _mm512_dpbusd_epi32(isum[g][j], xv, w[g]);
+          if constexpr (MINS)
+            if (h == 0) xsum[j] = _mm512_dpbusd_epi32(xsum[j], ones, xs);
         }
       }
-      __m512 dw[G];
-      for (int g = 0; g < G; ++g) dw[g] = _mm512_loadu_ps(reinterpret_cast<const float*>(pb + g * gstride + 64 * h));
+      __m512 dw[G], mw[G];
+      for (int g = 0; g < G; ++g) {
+        dw[g] = _mm512_loadu_ps(reinterpret_cast<const float*>(pb + g * gstride + 64 * h));
+        if constexpr (MINS) mw[g] = _mm512_loadu_ps(reinterpret_cast<const float*>(pb + g * gstride + 256 + 64 * h));
+      }
 #pragma GCC unroll 6
       for (int j = 0; j < NC; ++j) {
         const __m512 dx = _mm512_set1_ps(bj[j][blk].d);
         for (int g = 0; g < G; ++g)
           acc[g][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[g][j]), _mm512_mul_ps(dw[g], dx), acc[g][j]);
+        if constexpr (MINS) {  // acc -= mw * (x.d * the half's sum)
+          const __m512i hs = h == 0 ? xsum[j] : _mm512_sub_epi32(_mm512_set1_epi32(bj[j][blk].sum), xsum[j]);
+          const __m512 xm = _mm512_mul_ps(_mm512_cvtepi32_ps(hs), dx);
+          for (int g = 0; g < G; ++g) acc[g][j] = _mm512_fnmadd_ps(mw[g], xm, acc[g][j]);
+        }
       }
     }
   }
@@ -189,9 +206,22 @@ void q8h_tile(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, float* c
 }
 
 void q8h_tile_any(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr, int) {
-  if (mr > 16 && nc == kQ8Cols) return q8h_tile<2, kQ8Cols>(nblk, p, b, c, mr);
-  if (mr > 16) return with_count<kQ8Cols>(nc, [&]<int NC>() { q8h_tile<2, NC>(nblk, p, b, c, mr); });
-  with_count<kQ8Cols>(nc, [&]<int NC>() { q8h_tile<1, NC>(nblk, p, b, c, mr); });
+  if (mr > 16 && nc == kQ8Cols) return q8h_tile<2, kQ8Cols, false>(nblk, p, b, c, mr);
+  if (mr > 16) return with_count<kQ8Cols>(nc, [&]<int NC>() { q8h_tile<2, NC, false>(nblk, p, b, c, mr); });
+  with_count<kQ8Cols>(nc, [&]<int NC>() { q8h_tile<1, NC, false>(nblk, p, b, c, mr); });
+}
+// With mins, 4 columns at a time: the columns' half sums would not leave registers for 6.
+void q8hm_tile_any(int64_t nblk, const uint8_t* p, const BlockQ8A* const* b, int nc, float* const* c, int mr, int) {
+  constexpr int kCols = 4;
+  for (int j0 = 0; j0 < nc; j0 += kCols) {
+    const int n = std::min(kCols, nc - j0);
+    if (mr > 16 && n == kCols) {
+      q8h_tile<2, kCols, true>(nblk, p, b + j0, c + j0, mr);
+      continue;
+    }
+    if (mr > 16) with_count<kCols>(n, [&]<int NC>() { q8h_tile<2, NC, true>(nblk, p, b + j0, c + j0, mr); });
+    else with_count<kCols>(n, [&]<int NC>() { q8h_tile<1, NC, true>(nblk, p, b + j0, c + j0, mr); });
+  }
 }
 
 template <int G, bool MINS>
@@ -247,7 +277,7 @@ void transpose16(const float* const* src, int nsrc, int64_t n, float* dst, int l
 const GemmKernels kKernels{
     32,           kF32Cols,    f32_tile_any, 32,      kQ8Cols,      q8_tile_any<false>, q8_tile_any<true>,
     q8h_tile_any, transpose16, nullptr,      nullptr, pack_q8_0_r8, pack_q4_0_r8,       pack_q4k_r8,
-    pack_q6k_r8};
+    pack_q6k_r8,  q8hm_tile_any};
 
 // ---- bf16 pairs (AVX-512 BF16, where the CPU has it) ---------------------------------------------
 // The f32 tile's loop with vdpbf16ps: each 32-bit lane of the panel and each broadcast column
