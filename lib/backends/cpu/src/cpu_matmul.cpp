@@ -66,8 +66,7 @@ Path choose_path(const Tensor* a, int64_t ncols, const GemmKernels* gk) {
   if (a->has_flag(kFlagRepacked)) {  // rows in 8-row groups: the level's rows_dot_r8, or a GEMM packing from them
     LOOM_CHECK(repacked_kernels(a->type), unsupported, "MUL_MAT: {} is repacked for kernels this CPU level lacks",
                a->name);
-    if (!gk || ncols < kGemmMinCols) return Path::dot;
-    return gemm_q8_supported(gk, a->type) ? Path::gemm_q8 : Path::gemm_f32;
+    return gk && ncols >= kGemmMinCols && gemm_q8_supported(gk, a->type) ? Path::gemm_q8 : Path::dot;
   }
   if (!unit_stride(a)) return Path::strided;
   if (gk && ncols >= kGemmMinCols) return gemm_q8_supported(gk, a->type) ? Path::gemm_q8 : Path::gemm_f32;
@@ -104,8 +103,6 @@ struct MatmulPlan {
   bool need_act = false;       // int8 columns for the dot kernels (act) are made
   bool need_q8 = false;        // 32-value q8 columns for the int8 GEMM are made apart (act is not q8 or not made),
                                // rounded as act rounds: q8k's 256-value blocks split in eight
-  bool round_f32 = false;      // the f32 copy holds b as the dot path rounds it (d * q), as llama.cpp's
-                               // quantized products see b on every path
   bool private_b = false;      // per thread, no barrier
   bool pack_b = false;         // gemm_f32 over one matrix: b packed once for all threads (else per panel)
   size_t f32_off = 0, act_off = 0, q8_off = 0, bpack_off = 0, ids_off = 0, slices_off = 0, slice_stride = 0;
@@ -139,9 +136,8 @@ MatmulPlan plan_mul_mat(const Tensor* node, int nth) {
   const bool need_f32 = reads[(int)BForm::f32];
   p.need_act = reads[(int)BForm::act];
   p.need_q8 = reads[(int)BForm::q8] && !(p.need_act && p.act == ActType::q8);  // else the int8 columns serve
-  p.round_f32 = need_f32 && p.path == Path::gemm_f32 && (p.act == ActType::q8 || p.act == ActType::q8k);
   // An f32 copy is also the source of quantization when b is not f32 rows.
-  p.convert_b = p.round_f32 || (!unit_f32_rows(b) && (need_f32 || p.need_act || p.need_q8));
+  p.convert_b = !unit_f32_rows(b) && (need_f32 || p.need_act || p.need_q8);
   p.private_b = !is_id && b->nelements() <= kPrivateBElems;
   const size_t f32_bytes = p.convert_b ? align64(sizeof(float) * (size_t)b->nelements()) : 0;
   const size_t act_bytes = p.need_act ? align64(act_row_bytes(p.act, K) * (size_t)b->nrows()) : 0;
@@ -219,25 +215,6 @@ struct BCols {
   }
 };
 
-// x[0, K) replaced by its int8 rounding in `act`'s blocks (d * q), 256 values at a time: read
-// from `blocks` (x already quantized by `quant`) or, when null, quantized here.
-void round_as_act(ActType act, QuantizeActFn quant, const char* blocks, float* x, int64_t K) {
-  BlockQ8A tmp[8];  // 256 values in either form
-  static_assert(sizeof(BlockQ8KA) <= sizeof(tmp));
-  for (int64_t i = 0; i < K; i += 256) {
-    const int64_t n = std::min<int64_t>(256, K - i);
-    const char* q = blocks ? blocks + act_row_bytes(act, i) : reinterpret_cast<const char*>(tmp);
-    if (!blocks) quant(x + i, tmp, n);
-    if (act == ActType::q8) {
-      const auto* b = reinterpret_cast<const BlockQ8A*>(q);
-      for (int64_t j = 0; j < n; ++j) x[i + j] = b[j / 32].d * (float)b[j / 32].qs[j % 32];
-    } else {
-      const auto* b = reinterpret_cast<const BlockQ8KA*>(q);
-      for (int64_t j = 0; j < n; ++j) x[i + j] = b->d * (float)b->qs[j];
-    }
-  }
-}
-
 // x[0, K) -> 32-value int8 columns holding x as the 256-value blocks (Q8_K) round it: each block's
 // d and values split over its eight, their sums counted. The blocks are read from `blocks` (x
 // already quantized) or made here by `quant`.
@@ -259,7 +236,7 @@ void q8_from_q8k(QuantizeActFn quant, const char* blocks, const float* x, BlockQ
 
 // Converts / quantizes rows [r0, r1) of b into the views' buffers (row = a flat column index).
 void prepare_b(const MatmulPlan& p, const Tensor* b, const BCols& v, int64_t r0, int64_t r1) {
-  const QuantizeActFn quant = p.need_act || p.round_f32 ? quantize_act(p.act) : nullptr;
+  const QuantizeActFn quant = p.need_act ? quantize_act(p.act) : nullptr;
   const QuantizeActFn quant8 = p.need_q8 && p.act != ActType::q8k ? quantize_act(ActType::q8) : nullptr;
   const QuantizeActFn quant8k = p.need_q8 && p.act == ActType::q8k && !p.need_act ? quantize_act(ActType::q8k) : nullptr;
   for (int64_t r = r0; r < r1; ++r) {
@@ -276,7 +253,6 @@ void prepare_b(const MatmulPlan& p, const Tensor* b, const BCols& v, int64_t r0,
     if (quant8) quant8(src, const_cast<char*>(v.q8) + r * v.q8_row, b->ne[0]);
     if (p.need_q8 && p.act == ActType::q8k)
       q8_from_q8k(quant8k, act_row, src, reinterpret_cast<BlockQ8A*>(const_cast<char*>(v.q8) + r * v.q8_row), b->ne[0]);
-    if (p.round_f32) round_as_act(p.act, quant, act_row, const_cast<float*>(src), b->ne[0]);  // last: the others read src
   }
 }
 
@@ -568,7 +544,7 @@ MatmulActivations matmul_activations(DType type, int64_t K) {
   MatmulActivations m;
   m.small = m.large = rounding(wk->act);  // the dot path (choose_path for unit-stride rows)
   if (const GemmKernels* gk = gemm_kernels(active_isa())) {
-    // gemm_q8's columns and gemm_f32's (round_f32) hold b rounded as the dots do; bf16 pairs
+    // gemm_q8's columns hold b rounded as the dots do (every quantized type); bf16 pairs
     m.large = !gemm_q8_supported(gk, type) && gemm_bf16_pairs(*gk, type, K) ? ActRounding::bf16 : m.small;
     m.large_from = kGemmMinCols;
   }
@@ -581,7 +557,6 @@ bool matmul_b_prepared_by(const Tensor* prev, const Tensor* node, int nth) {
     return false;
   const MatmulPlan a = plan_mul_mat(prev, nth), b = plan_mul_mat(node, nth);
   return !a.private_b && !b.private_b && (b.convert_b || b.need_act || b.need_q8) && a.convert_b == b.convert_b &&
-         a.round_f32 == b.round_f32 && (!b.round_f32 || a.act == b.act) &&
          a.need_act == b.need_act && a.need_q8 == b.need_q8 && (!(b.need_act || b.need_q8) || a.act == b.act) &&
          a.f32_off == b.f32_off && a.act_off == b.act_off && a.q8_off == b.q8_off;
 }

@@ -156,21 +156,6 @@ void get_q3k_levels(const uint8_t* p, int i, uint8_t* blk) {
   std::memcpy(blk, &w, sizeof(w));
 }
 
-// Row i of a Q3_K group block -> 256 floats straight from the levels (the f32 GEMM's panels),
-// as dequantize_q3_k_row computes them.
-void q3k_block_to_f32(const uint8_t* p, int i, float* out) {
-  uint8_t v[256], scales[12];
-  q3k_levels(p, i, v);
-  for (int c = 0; c < 3; ++c) std::memcpy(scales + 4 * c, p + r8_field(kQ3KFields, 1) + (size_t)(c * kRepackRows + i) * 4, 4);
-  fp16_t h;
-  std::memcpy(&h, p + 2 * i, sizeof(h));
-  const float d = fp16_to_f32(h);
-  for (int g = 0; g < 16; ++g) {
-    const float s = d * (float)(q3_k_scale(scales, g) - 32);
-    for (int k = 0; k < 16; ++k) out[16 * g + k] = s * (float)(v[16 * g + k] - 4);
-  }
-}
-
 // GGUF block <-> row i of a group block at p, field by field.
 void put_fields(std::span<const RepackField> fields, const uint8_t* blk, int i, uint8_t* p) {
   for (const RepackField& f : fields) {
@@ -239,26 +224,6 @@ void get_block(DType type, const uint8_t* p, int i, uint8_t* blk) {
   std::memcpy(blk + sizeof(fp16_t), qs, (size_t)(4 * quads(type)));
 }
 
-// One row's block b of a group -> 32 floats: the quads gathered into plain bytes first, so the
-// conversion is a loop the compiler vectorizes.
-template <DType T>
-void block_to_f32(const uint8_t* p, int i, float* out) {
-  fp16_t h;
-  std::memcpy(&h, p + 2 * i, sizeof(h));
-  const float d = fp16_to_f32(h);
-  constexpr int kQuads = T == DType::Q8_0 ? 8 : 4;
-  uint8_t u[4 * kQuads];
-  for (int q = 0; q < kQuads; ++q) std::memcpy(u + 4 * q, p + 16 + (q * kRepackRows + i) * 4, 4);
-  if constexpr (T == DType::Q8_0) {
-    for (int k = 0; k < 32; ++k) out[k] = d * (float)((int)u[k] - 128);
-  } else {
-    for (int k = 0; k < 16; ++k) {
-      out[k] = d * (float)((u[k] & 15) - 8);
-      out[16 + k] = d * (float)((u[k] >> 4) - 8);
-    }
-  }
-}
-
 }  // namespace
 
 ScaleMin repacked_q4k_scale_min(const uint8_t* p, int i, int j) {
@@ -318,24 +283,6 @@ void unpack_blocks(DType type, const uint8_t* group, int i, int64_t b0, int64_t 
   const size_t gbb = repack_group_block_bytes(type), bb = block_bytes(type);
   for (int64_t b = 0; b < nb; ++b)
     get_block(type, group + (size_t)(b0 + b) * gbb, i, static_cast<uint8_t*>(out) + (size_t)b * bb);
-}
-
-void repacked_to_f32(DType type, const uint8_t* group, int i, int64_t b0, int64_t nb, float* out) {
-  const size_t gbb = repack_group_block_bytes(type);
-  for (int64_t b = 0; b < nb; ++b, out += block_values(type)) {
-    const uint8_t* p = group + (size_t)(b0 + b) * gbb;
-    if (type == DType::Q8_0) {
-      block_to_f32<DType::Q8_0>(p, i, out);
-    } else if (type == DType::Q4_0) {
-      block_to_f32<DType::Q4_0>(p, i, out);
-    } else if (type == DType::Q3_K) {
-      q3k_block_to_f32(p, i, out);
-    } else {  // the f32 GEMM of the other types (or of a level without the int8 tiles), through GGUF
-      alignas(8) uint8_t w[sizeof(BlockQ6_K)];
-      get_block(type, p, i, w);
-      dtype_info(type).to_float(w, out, block_values(type));
-    }
-  }
 }
 
 void unpack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K) {

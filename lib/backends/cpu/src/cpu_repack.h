@@ -117,8 +117,6 @@ inline constexpr size_t q6k_repack_ql(int q, int i) {
 inline constexpr size_t q6k_repack_qh(int q, int i) { return kQ6kRepackSteps + (size_t)q * 96 + 64 + (size_t)i * 4; }
 // Row i (< 8) of the repacked group at `group`, blocks [b0, b0 + nb), as GGUF blocks at out.
 void unpack_blocks(DType type, const uint8_t* group, int i, int64_t b0, int64_t nb, void* out);
-// The same blocks decoded to floats (the f32 GEMM's panel packing).
-void repacked_to_f32(DType type, const uint8_t* group, int i, int64_t b0, int64_t nb, float* out);
 
 // The readable reference of the repacked rows_dot (RowsDotFn with nr a multiple of 8 and a the
 // first row of a group): each group unpacked, then the scalar GGUF-row kernel.

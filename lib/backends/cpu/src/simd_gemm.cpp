@@ -48,11 +48,6 @@ void pack_f32(const GemmKernels& gk, const GemmJob& job, bool pairs, int64_t m0,
       const char* row = job.a + (m0 + g * kPanelRows + l) * job.lda;
       if (wk.type == DType::F32 || pairs) {
         rows[l] = reinterpret_cast<const float*>(row) + k0;
-      } else if (job.repacked) {  // the row's blocks out of its 8-row group (cpu_repack.h)
-        const int64_t r = m0 + g * kPanelRows + l, i = r % kRepackRows;
-        const auto* group = reinterpret_cast<const uint8_t*>(job.a + (r - i) * job.lda);
-        repacked_to_f32(wk.type, group, (int)i, k0 / wk.block, kc / wk.block, tmp + l * kc);
-        rows[l] = tmp + l * kc;
       } else {
         wk.to_f32(row + (size_t)(k0 / wk.block) * wk.block_bytes, tmp + l * kc, kc);
         rows[l] = tmp + l * kc;
