@@ -26,7 +26,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def run(cmd):
-    return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:  # the tool's own last line says why (llamacpp-speed.mjs: node-llama-cpp missing, ...)
+        last = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"speed-vs-llamacpp: {os.path.basename(cmd[0 if cmd[0] != 'node' else 1])} failed "
+                         f"(exit {r.returncode}): {last}")
+    return r.stdout
 
 
 def main():
