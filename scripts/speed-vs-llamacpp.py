@@ -9,8 +9,11 @@ scripts/llamacpp-compat.sh), then loom's again, then both prompts (--pp tokens i
 llama.cpp's decode is set against the mean read bandwidth of the two loom runs around it; its
 weight bytes per token are loom's (the same file). Prints a markdown table of the medians.
 
+With --depth N every test starts from a context already holding N tokens (loom-bench -d, as
+llama-bench's; llama.cpp with flash attention, as llama-bench picks on the CPU).
+
 usage: scripts/speed-vs-llamacpp.py [--bin build/bin] [--models DIR] [--types Q4_0,Q4_K,...]
-                                    [--rounds 2] [--threads 2] [--pp 128] [--tg 32]
+                                    [--rounds 2] [--threads 2] [--pp 128] [--tg 32] [--depth 0]
 """
 import argparse
 import glob
@@ -43,6 +46,7 @@ def main():
     ap.add_argument("--threads", default="2")
     ap.add_argument("--pp", default="128")
     ap.add_argument("--tg", default="32")
+    ap.add_argument("--depth", default="0")
     a = ap.parse_args()
     B, T = a.bin, a.threads
 
@@ -55,13 +59,13 @@ def main():
         return max(found)[1]
 
     def loom(path, pp, tg):
-        j = json.loads(run([f"{B}/loom-bench", "-m", path, "-t", T, "-p", pp, "-n", tg, "-r", "2",
+        j = json.loads(run([f"{B}/loom-bench", "-m", path, "-t", T, "-p", pp, "-n", tg, "-r", "2", "-d", a.depth,
                             *(["--bandwidth"] if tg != "0" else []), "-o", "json"]))[0]
         return j
 
     def llamacpp(path, pp, tg):
         return json.loads(run(["node", os.path.join(HERE, "llamacpp-speed.mjs"), path, "--threads", T,
-                               "--pp", pp, "--tg", tg, "--reps", "2"]))
+                               "--pp", pp, "--tg", tg, "--reps", "2", "--depth", a.depth]))
 
     types = a.types.split(",")
     paths = {t: largest(t) for t in types}
@@ -94,7 +98,8 @@ def main():
             print(time.strftime("%H:%M:%S"), f"round {n} {t}: tg loom {r['loom_tg'][-1]:.1f} ({r['loom_pct'][-1]:.0f}%) "
                   f"llama.cpp {ll_ts:.1f} ({r['ll_pct'][-1]:.0f}%) t/s, read {read:.1f} GB/s; pp{a.pp} loom "
                   f"{r['loom_pp'][-1]:.1f} llama.cpp {r['ll_pp'][-1]:.1f} t/s", flush=True)
-    print(f"\nllama.cpp: node-llama-cpp's prebuilt {variant}; medians of {a.rounds} rounds, {T} threads\n")
+    print(f"\nllama.cpp: node-llama-cpp's prebuilt {variant}; medians of {a.rounds} rounds, {T} threads, "
+          f"depth {a.depth}\n")
     print(f"| type | tg{a.tg} loom t/s | llama.cpp t/s | loom / llama.cpp | loom % of read | llama.cpp % of read "
           f"| pp{a.pp} loom t/s | llama.cpp t/s | loom / llama.cpp |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
