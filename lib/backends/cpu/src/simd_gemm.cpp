@@ -366,21 +366,25 @@ const GemmKernels* gemm_kernels(Isa isa) {
   }
 }
 
-bool gemm_q8_supported(const GemmKernels* gk, DType type) {
-  if (!gk) return false;
+namespace {
+// The tile of `type`'s panel form (its block size), or nullptr.
+GemmQ8TileFn q8_tile_of(const GemmKernels& gk, DType type) {
   switch (gemm_q8_block_bytes(type)) {
     case kQ8GroupBlockBytes:
-      return gk->q8_tile != nullptr;
+      return gk.q8_tile;
     case kQ8MinGroupBlockBytes:
-      return gk->q8m_tile != nullptr;
+      return gk.q8m_tile;
     case kQ8HalfGroupBlockBytes:
-      return gk->q8h_tile != nullptr;
+      return gk.q8h_tile;
     case kQ8HalfMinGroupBlockBytes:
-      return gk->q8hm_tile != nullptr;
+      return gk.q8hm_tile;
     default:
-      return false;
+      return nullptr;
   }
 }
+}  // namespace
+
+bool gemm_q8_supported(const GemmKernels* gk, DType type) { return gk && q8_tile_of(*gk, type); }
 
 size_t gemm_q8_block_bytes(DType type) {
   switch (type) {
@@ -529,10 +533,7 @@ void gemm_q8(const GemmKernels& gk, const GemmJob& job, void* scratch) {
   const size_t block = gemm_q8_block_bytes(type);
   const int64_t mc = panel_rows_for(block, job.K, job.r1 - job.r0);
   const int shift = type == DType::Q4_0 ? 3 : 7;  // offsets 8 and 128 of the unsigned bytes (mins: none)
-  const GemmQ8TileFn tile = block == kQ8MinGroupBlockBytes    ? gk.q8m_tile
-                            : block == kQ8HalfGroupBlockBytes ? gk.q8h_tile
-                            : block == kQ8HalfMinGroupBlockBytes ? gk.q8hm_tile
-                                                                 : gk.q8_tile;
+  const GemmQ8TileFn tile = q8_tile_of(gk, type);
   void (*pack)(const GemmKernels&, const GemmJob&, int64_t, int64_t, uint8_t*) =
       job.repacked                                 ? pack_r8
       : type == DType::Q8_0 || type == DType::Q4_0 ? pack_q8

@@ -23,15 +23,14 @@ namespace {
 
 enum class Form { plain, mins, halves, halves_mins };
 
+// The form is the panel block's (gemm_q8_block_bytes, the one place that assigns it).
 Form form_of(DType t) {
-  switch (t) {
-    case DType::Q4_1:
-    case DType::Q5_1:
-    case DType::Q5_K:
+  switch (gemm_q8_block_bytes(t)) {
+    case kQ8MinGroupBlockBytes:
       return Form::mins;
-    case DType::Q3_K:
+    case kQ8HalfGroupBlockBytes:
       return Form::halves;
-    case DType::Q2_K:
+    case kQ8HalfMinGroupBlockBytes:
       return Form::halves_mins;
     default:
       return Form::plain;
