@@ -235,8 +235,9 @@ TEST_P(KernelTest, RowsDotOfRandomBlocksMatchesScalar) {
 }
 
 // Every type with a repacked layout (cpu_repack.h).
-const DType kRepackTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K, DType::Q4_1,  DType::Q5_0,  DType::Q5_1,
-                              DType::Q2_K, DType::Q3_K, DType::Q5_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
+const DType kRepackTypes[] = {DType::Q8_0,   DType::Q4_0,   DType::Q4_K, DType::Q6_K, DType::Q4_1,
+                              DType::Q5_0,   DType::Q5_1,   DType::Q2_K, DType::Q3_K, DType::Q5_K,
+                              DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
 
 // Repacked rows (cpu_repack.h): the layout round-trips, and each level's rows_dot_r8 gives the
 // scalar GGUF-row kernel's results.
@@ -503,8 +504,8 @@ TEST_P(KernelTest, RepackedPanelPackingMatchesReference) {
     std::vector<uint8_t> group(cpu::repack_group_block_bytes(c.t));
     for (uint8_t& b : group) b = (uint8_t)byte(rng);
     // finite d (the first field but MXFP4's exponents) and m / dmin (the second, where it is one)
-    const bool mins = c.t == DType::Q4_K || c.t == DType::Q4_1 || c.t == DType::Q5_1 || c.t == DType::Q5_K ||
-                      c.t == DType::Q2_K;
+    const bool mins =
+        c.t == DType::Q4_K || c.t == DType::Q4_1 || c.t == DType::Q5_1 || c.t == DType::Q5_K || c.t == DType::Q2_K;
     for (int i = 0; i < 16 && c.t != DType::MXFP4; ++i) {
       const fp16_t d = f32_to_fp16(std::ldexp(1.0f + (float)(i % 8) / 8, -10 + i % 8));
       if (mins || i < 8) std::memcpy(group.data() + 2 * i, &d, sizeof(d));
@@ -587,29 +588,30 @@ TEST_P(MatmulLevelTest, SharedPackedColumnsForPlainFloats) {
 
 // Weights repacked as the model loader places them (where the level has the kernels): the dot
 // path (N < 16) and the GEMM (N >= 16: int8 tiles, or f32 ones decoding the groups), M a multiple
-// of 8 but not of 16.
+// of 8 but not of 16; at M 264 a thread's share is many row blocks, taken as claimed ranges.
 TEST_P(MatmulLevelTest, RepackedWeightsDotAndGemm) {
   for (DType t : kRepackTypes)
     for (int64_t N : {1L, 3L, 8L, 16L, 29L})
-      for (int th : {1, 2}) {
-        const int64_t K = dtype_info(t).block_size == 256 ? 512 : 96, M = 40;
-        if (!cpu::repacked_kernels(t)) continue;
-        OpRunner r;
-        Tensor* a = r.input(t, {K, M}, "a");
-        Tensor* b = r.input(DType::F32, {K, N}, "b");
-        Tensor* out = ops::mul_mat(r.ctx, a, b);
-        r.alloc();
-        r.fill_normal(a);
-        r.fill_normal(b);
-        const auto want = ref_mul_mat(r.get_f32(a), a->ne, r.get_f32(b), b->ne);
-        if (!repack_in_place(a)) GTEST_SKIP() << "no repacked kernels at this level";
-        ASSERT_TRUE(a->has_flag(kFlagRepacked));
-        EXPECT_FALSE(cpu::supports(ops::cont(r.ctx, a)));  // no other op reads the layout
-        EXPECT_TRUE(cpu::supports(out));
-        r.compute(out, th);
-        const double e = nmse(r.get_f32(out), want);
-        EXPECT_LE(e, limit_for(t)) << dtype_name(t) << " N " << N << " threads " << th;
-      }
+      for (int th : {1, 2})
+        for (int64_t M : {40L, 264L}) {
+          const int64_t K = dtype_info(t).block_size == 256 ? 512 : 96;
+          if (!cpu::repacked_kernels(t)) continue;
+          OpRunner r;
+          Tensor* a = r.input(t, {K, M}, "a");
+          Tensor* b = r.input(DType::F32, {K, N}, "b");
+          Tensor* out = ops::mul_mat(r.ctx, a, b);
+          r.alloc();
+          r.fill_normal(a);
+          r.fill_normal(b);
+          const auto want = ref_mul_mat(r.get_f32(a), a->ne, r.get_f32(b), b->ne);
+          if (!repack_in_place(a)) GTEST_SKIP() << "no repacked kernels at this level";
+          ASSERT_TRUE(a->has_flag(kFlagRepacked));
+          EXPECT_FALSE(cpu::supports(ops::cont(r.ctx, a)));  // no other op reads the layout
+          EXPECT_TRUE(cpu::supports(out));
+          r.compute(out, th);
+          const double e = nmse(r.get_f32(out), want);
+          EXPECT_LE(e, limit_for(t)) << dtype_name(t) << " M " << M << " N " << N << " threads " << th;
+        }
 }
 
 // b not F32 rows (converted first), a transposed float view (the strided path), broadcast.

@@ -238,7 +238,8 @@ void q8_from_q8k(QuantizeActFn quant, const char* blocks, const float* x, BlockQ
 void prepare_b(const MatmulPlan& p, const Tensor* b, const BCols& v, int64_t r0, int64_t r1) {
   const QuantizeActFn quant = p.need_act ? quantize_act(p.act) : nullptr;
   const QuantizeActFn quant8 = p.need_q8 && p.act != ActType::q8k ? quantize_act(ActType::q8) : nullptr;
-  const QuantizeActFn quant8k = p.need_q8 && p.act == ActType::q8k && !p.need_act ? quantize_act(ActType::q8k) : nullptr;
+  const QuantizeActFn quant8k =
+      p.need_q8 && p.act == ActType::q8k && !p.need_act ? quantize_act(ActType::q8k) : nullptr;
   for (int64_t r = r0; r < r1; ++r) {
     int64_t i1, i2, i3;
     unravel_row(r, b->ne, i1, i2, i3);
@@ -360,17 +361,34 @@ void mul_mat(const KernelArgs& args, Tensor* dst) {
   }
   const int64_t n_cc = ceil_div(N, col_chunk);
 
-  for_units(args, batches * n_rb * n_cc, [&](int64_t u) {
-    const int64_t cc = u % n_cc, rbi = (u / n_cc) % n_rb, bi = u / (n_cc * n_rb);
+  // Row blocks rbi0 .. rbi1 - 1 of batch bi, columns of chunk cc.
+  auto rows = [&](int64_t bi, int64_t rbi0, int64_t rbi1, int64_t cc) {
     const int64_t i2 = bi % b2, i3 = bi / b2;
     const Matrix m{row_ptr(a, 0, i2 / (b2 / a->ne[2]), i3 / (b3 / a->ne[3])), a->nb[0], a->nb[1], K,
                    a->has_flag(kFlagRepacked)};
     char* db = row_ptr(dst, 0, i2, i3);
     const int64_t j0 = cc * col_chunk, j1 = std::min(N, j0 + col_chunk);
     matrix_rows(
-        p, slice, p.path, m, rbi * rb, std::min(M, (rbi + 1) * rb), j1 - j0,
+        p, slice, p.path, m, rbi0 * rb, std::min(M, rbi1 * rb), j1 - j0,
         [&](int64_t j, BForm form) { return v.at(form, j0 + j, i2, i3); },
         [&](int64_t j) { return reinterpret_cast<float*>(db + (j0 + j) * dst->nb[1]); }, bpack);
+  };
+  if (p.path == Path::dot && n_cc == 1) {
+    // The dot kernels take a claimed range of row blocks in one call (per batch): decode of 900
+    // MiB models read 1-8 points more of the bandwidth than with a call per block, most where the
+    // memory is fastest (docs/PERFORMANCE.md).
+    for_unit_ranges(args, batches * n_rb, [&](int64_t first, int64_t last) {
+      for (int64_t u = first; u < last;) {
+        const int64_t bi = u / n_rb, end = std::min(last, (bi + 1) * n_rb);
+        rows(bi, u % n_rb, u % n_rb + (end - u), 0);
+        u = end;
+      }
+    });
+    return;
+  }
+  for_units(args, batches * n_rb * n_cc, [&](int64_t u) {
+    const int64_t rbi = (u / n_cc) % n_rb;
+    rows(u / (n_cc * n_rb), rbi, rbi + 1, u % n_cc);
   });
 }
 

@@ -22,4 +22,15 @@ void for_units(const KernelArgs& args, int64_t total, F&& f) {
     for (int64_t u = first; u < last; ++u) f(u);
 }
 
+// for_units with f(first, last) once per claimed range of units [first, last).
+template <class F>
+void for_unit_ranges(const KernelArgs& args, int64_t total, F&& f) {
+  if (!args.pool) {
+    if (total > 0) f(int64_t(0), total);
+    return;
+  }
+  int64_t first, last;
+  while (args.pool->claim(total, 1, first, last)) f(first, last);
+}
+
 }  // namespace loom::cpu
