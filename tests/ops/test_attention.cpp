@@ -296,6 +296,9 @@ struct FlashCase {
   DType mask_type;
   float scale, max_bias, softcap;
   float q_sigma;
+  // keys [0, hide_first) and the last hide_last hidden from every row: a sliding window's older
+  // keys and the cache's padding past the context (decode reads only the keys between)
+  int64_t hide_first = 0, hide_last = 0;
 };
 const FlashCase kFlashCases[] = {
     {"basic", 16, 16, 3, 7, 2, 2, 1, false, DType::F32, 0.25f, 0.0f, 0.0f, 1.0f},
@@ -307,6 +310,9 @@ const FlashCase kFlashCases[] = {
     {"prompt_alibi_softcap", 64, 48, 40, 150, 8, 2, 1, true, DType::F16, 0.125f, 8.0f, 30.0f, 2.0f},
     // a prompt with whole 32-value blocks per row: also run over quantized K/V (-ctk/-ctv q8_0, q4_0)
     {"prompt_gqa", 64, 64, 40, 150, 8, 2, 1, true, DType::F16, 0.125f, 0.0f, 0.0f, 1.0f},
+    {"decode_window_padded", 64, 64, 1, 300, 8, 2, 1, true, DType::F16, 0.125f, 0.0f, 0.0f, 1.0f, 70, 190},
+    {"decode_window_chunks", 64, 64, 1, 300, 8, 2, 1, true, DType::F16, 0.125f, 0.0f, 0.0f, 1.0f, 70, 30},
+    {"decode_rows_padded", 32, 32, 2, 256, 4, 1, 2, true, DType::F32, 0.2f, 0.0f, 0.0f, 1.0f, 0, 200},
 };
 
 // q {D, n_q, h, b}, k {D, n_kv, h_kv, b}, v {Dv, n_kv, h_kv, b} -> {Dv, h, n_q, b}
@@ -370,6 +376,9 @@ TEST_P(AttentionFlashTest, MatchesExplicitSoftmaxQKV) {
   const int64_t all_masked = c.n_q > 2 ? 2 : -1;
   if (mask) {
     mv = make_mask(mask->ne, c.n_q, all_masked, r.rng);
+    for (int64_t iq = 0; iq < mask->ne[1]; ++iq)
+      for (int64_t j = 0; j < c.n_kv; ++j)
+        if (j < c.hide_first || j >= c.n_kv - c.hide_last) mv[(size_t)(iq * c.n_kv + j)] = kNegInfF;
     r.set_f32(mask, mv);
     mv = r.get_f32(mask);
   }

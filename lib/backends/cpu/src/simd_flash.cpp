@@ -14,9 +14,10 @@
 // unit masks out entirely (causal prompts) are skipped, a tile's mask is added only where it
 // holds something other than zeros (in a causal prompt, the diagonal's tiles).
 // Decode (at most kMaxDotCols rows per kv head) streams K and V instead of packing them (a
-// quantized cache's tile of rows is first converted to f32, in the thread's scratch): S by the row-dot kernels of K's type (the decode GEMV), O += P V by rows_axpy
-// from the V rows, read once, in place. A decode unit runs every kv head over a chunk of the
-// keys, a few keys at a time with the heads inside, so that the cache rows (each holding every
+// quantized cache's tile of rows is first converted to f32, in the thread's scratch): S by the
+// row-dot kernels of K's type (the decode GEMV), O += P V by rows_axpy from the V rows, read
+// once, in place. A decode unit runs every kv head over a chunk of the keys the mask leaves
+// visible, a few keys at a time with the heads inside, so that the cache rows (each holding every
 // kv head of a key) stream past in order, which the hardware prefetcher follows (one head over
 // all keys, a 128-byte slice of every 512-byte row, ran at half the bandwidth); the chunks'
 // softmax states (O, m, l) merge after.
@@ -136,11 +137,43 @@ Layout layout_of(const Shape& f) {
 
 // Decode chunks of the keys: enough units for every thread twice over (a thread the shared host
 // slows leaves little to wait on), whole key tiles each. Returns the keys per chunk.
-int64_t decode_chunk_keys(const Shape& f, int64_t blocks, int nth) {
-  const int64_t tiles = ceil_div(f.n_kv, kKeyTile);
+int64_t decode_chunk_keys(int64_t n_keys, int64_t blocks, int nth) {
+  const int64_t tiles = ceil_div(n_keys, kKeyTile);
   const int64_t want = std::clamp<int64_t>(ceil_div(2 * nth, blocks), 1, tiles);
   return ceil_div(tiles, want) * kKeyTile;
 }
+// At most this many chunks for any range of the cache's keys (ceil(n / decode_chunk_keys(n)) is
+// at most the `want` above).
+int64_t decode_max_chunks(const Shape& f, int64_t blocks, int nth) {
+  return std::clamp<int64_t>(ceil_div(2 * nth, blocks), 1, std::max<int64_t>(1, ceil_div(f.n_kv, kKeyTile)));
+}
+// Keys [begin, end) some query row's mask leaves visible (F32 / F16 masks; the whole cache
+// otherwise); an empty range where no row sees any key.
+struct KeyRange {
+  int64_t begin, end;
+};
+KeyRange decode_visible_keys(const Tensor* q, const Tensor* mask, int64_t n_kv) {
+  if (!mask || (mask->type != DType::F32 && mask->type != DType::F16)) return {0, n_kv};
+  constexpr uint16_t kF16NegInf = 0xfc00;
+  KeyRange r{n_kv, 0};
+  for (int64_t ib = 0; ib < q->ne[3]; ++ib)
+    for (int64_t m2 = 0; m2 < std::min(mask->ne[2], q->ne[2]); ++m2)
+      for (int64_t iq = 0; iq < q->ne[1]; ++iq) {
+        const char* row = row_ptr(mask, iq, m2, ib % mask->ne[3]);
+        auto sees = [&](int64_t j) {
+          if (mask->type == DType::F16) return reinterpret_cast<const uint16_t*>(row)[j] != kF16NegInf;
+          return reinterpret_cast<const float*>(row)[j] != kNegInf;
+        };
+        int64_t a = 0;
+        while (a < r.begin && !sees(a)) ++a;
+        r.begin = std::min(r.begin, a);
+        int64_t b = n_kv;
+        while (b > r.end && !sees(b - 1)) --b;
+        r.end = std::max(r.end, b);
+      }
+  return r.begin < r.end ? r : KeyRange{0, 0};
+}
+
 // Floats of one decode unit's softmax state: O (R x Dv), then m and l (R each).
 size_t decode_state_floats(const Shape& f) { return (size_t)(f.R * (f.Dv + 2)); }
 
@@ -203,7 +236,8 @@ bool cache_readable(const Tensor* t) {
 bool flash_tiled_supported(const Tensor* node) {
   const GemmKernels* gk = gemm_kernels(active_isa());
   // attention sinks (gpt-oss) take the reference loop
-  return gk && gk->f32_mr >= kPanelRows && !node->src[4] && node->src[1]->ne[2] > 0 && node->src[0]->ne[2] % node->src[1]->ne[2] == 0;
+  return gk && gk->f32_mr >= kPanelRows && !node->src[4] && node->src[1]->ne[2] > 0 &&
+         node->src[0]->ne[2] % node->src[1]->ne[2] == 0;
 }
 
 size_t flash_tiled_work_size(const Tensor* node, int nth) {
@@ -211,8 +245,7 @@ size_t flash_tiled_work_size(const Tensor* node, int nth) {
   size_t shared = sizeof(float) * f.head_floats * (size_t)f.chunk_heads;  // prompts: K/V panels
   if (f.stream) {                                                         // decode: the chunks' softmax states
     const int64_t blocks = node->src[0]->ne[3] * ceil_div(f.n_q, f.qb);
-    const int64_t chunks = ceil_div(f.n_kv, decode_chunk_keys(f, blocks, nth));
-    shared = sizeof(float) * decode_state_floats(f) * (size_t)(blocks * chunks);
+    shared = sizeof(float) * decode_state_floats(f) * (size_t)(blocks * decode_max_chunks(f, blocks, nth));
   }
   return layout_of(f).total * (size_t)nth + shared + 128;
 }
@@ -444,8 +477,8 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
       const PrefetchRows krows{jn < jb ? kbase + jn * k->nb[1] : nullptr, k->nb[1], std::min(kt, jb - jn), krow};
       if (f.v_conv) {
         convert_tile(vread, vbase, v->nb[1], v->nb[2], j0, kt, n_kvh, f.Dv, vc);
-        vk->heads_axpy(f.Dv, kt, vc, sizeof(float) * n_kvh * f.Dv, sizeof(float) * f.Dv, (int)n_kvh, S, f.kt, (int)C,
-                       O, f.Dv, krows);
+        vk->heads_axpy(f.Dv, kt, vc, sizeof(float) * n_kvh * f.Dv, sizeof(float) * f.Dv, (int)n_kvh, S, f.kt, (int)C, O,
+                       f.Dv, krows);
       } else {
         vk->heads_axpy(f.Dv, kt, vbase + j0 * v->nb[1], v->nb[1], v->nb[2], (int)n_kvh, S, f.kt, (int)C, O, f.Dv,
                        krows);
@@ -461,18 +494,22 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
   };
 
   if (f.stream) {
-    // units: (batch, position block, chunk of keys), chunks fastest, every kv head in each
-    const int64_t blocks = q->ne[3] * n_pb;
-    const int64_t ck = decode_chunk_keys(f, blocks, args.nth), nch = ceil_div(f.n_kv, ck);
+    // units: (batch, position block, chunk of keys), chunks fastest, every kv head in each. Only
+    // the keys some row sees are chunked: the cache's padding past the context and a sliding
+    // window's older keys cost no units, and the window's keys spread over the threads.
+    const KeyRange seen = decode_visible_keys(q, mask, f.n_kv);
+    const int64_t blocks = q->ne[3] * n_pb, n_seen = seen.end - seen.begin;
+    const int64_t ck = n_seen > 0 ? decode_chunk_keys(n_seen, blocks, args.nth) : kKeyTile;
+    const int64_t nch = std::max<int64_t>(1, ceil_div(n_seen, ck));
     if (nch == 1) {
-      for_units(args, blocks, [&](int64_t b) { decode_unit(b / n_pb, b % n_pb, 0, f.n_kv, nullptr); });
+      for_units(args, blocks, [&](int64_t b) { decode_unit(b / n_pb, b % n_pb, seen.begin, seen.end, nullptr); });
       return;
     }
     auto* states = reinterpret_cast<float*>(base + L.total * args.nth);
     const size_t sf = decode_state_floats(f);
     for_units(args, blocks * nch, [&](int64_t u) {
-      const int64_t b = u / nch, c0 = u % nch * ck;
-      decode_unit(b / n_pb, b % n_pb, c0, std::min(f.n_kv, c0 + ck), states + (size_t)u * sf);
+      const int64_t b = u / nch, c0 = seen.begin + u % nch * ck;
+      decode_unit(b / n_pb, b % n_pb, c0, std::min(seen.end, c0 + ck), states + (size_t)u * sf);
     });
     args.barrier();
     // the chunks' states merged per row: m = max m_c, l = sum l_c e^(m_c - m), out = sum O_c e^(m_c - m) / l
@@ -505,8 +542,8 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
     const int64_t nh = std::min(f.chunk_heads, heads - h0);
     for_units(args, nh * head_items, [&](int64_t u) {
       const int64_t hh = h0 + u / head_items, ikv = hh % n_kvh, ib = hh / n_kvh;
-      pack_head_item(gk, f, kread, vread, row_ptr(k, 0, ikv, ib), k->nb[1], row_ptr(v, 0, ikv, ib), v->nb[1], u % head_items,
-                     packed + (size_t)(u / head_items) * f.head_floats, rows);
+      pack_head_item(gk, f, kread, vread, row_ptr(k, 0, ikv, ib), k->nb[1], row_ptr(v, 0, ikv, ib), v->nb[1],
+                     u % head_items, packed + (size_t)(u / head_items) * f.head_floats, rows);
     });
     args.barrier();
     // the chunk's heads of one position block one after the other (they read the same mask
