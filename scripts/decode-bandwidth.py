@@ -1,6 +1,5 @@
 #!/usr/bin/env python3
-"""Decode speed of every weight type against the read bandwidth (docs/PERFORMANCE.md, "Decode per
-weight type", issue 23).
+"""Decode speed of every weight type against the read bandwidth (docs/DECODE-SPEED.md, issue 23).
 
 Per type, a llama of Llama 3.2 1B's matrix shapes (--shape 1b: n_embd 2048, n_ff 8192, 32 heads, 8
 key/value heads; the small preset's 32000-token vocabulary) or of the small preset's (--shape small:

@@ -36,7 +36,7 @@ Isa initial() {
 constexpr uint64_t bit(DType t) { return uint64_t{1} << (int)t; }
 // The two-group choices per host class, each what decoded faster from memory in same-minute
 // pairs of LOOM_CPU_WIDE512=0 and 1, or of the two forms for rows of kWideLongRow values and more
-// (docs/PERFORMANCE.md, "Decode per weight type").
+// (docs/DECODE-SPEED.md).
 constexpr uint64_t kIntelTypes = bit(DType::Q4_0) | bit(DType::Q4_K) | bit(DType::Q2_K) | bit(DType::Q3_K) |
                                  bit(DType::Q4_1) | bit(DType::Q5_0) | bit(DType::Q5_1) | bit(DType::MXFP4);
 constexpr Wide512 kWideIntel{kIntelTypes, kIntelTypes};

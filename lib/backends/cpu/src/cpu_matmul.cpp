@@ -376,7 +376,7 @@ void mul_mat(const KernelArgs& args, Tensor* dst) {
   if (p.path == Path::dot && n_cc == 1) {
     // The dot kernels take a claimed range of row blocks in one call (per batch): decode of 900
     // MiB models read 1-8 points more of the bandwidth than with a call per block, most where the
-    // memory is fastest (docs/PERFORMANCE.md).
+    // memory is fastest (docs/DECODE-SPEED.md).
     for_unit_ranges(args, batches * n_rb, [&](int64_t first, int64_t last) {
       for (int64_t u = first; u < last;) {
         const int64_t bi = u / n_rb, end = std::min(last, (bi + 1) * n_rb);

@@ -78,7 +78,7 @@ template <> constexpr DType kBlockType<BlockIQ4_NL> = DType::IQ4_NL;
 // where the type has a two-group form (kTwo) and the host takes it for rows of this length
 // (wide_512: measured per host class), two at a time (a last odd group one at a time). Q5_K and
 // IQ4_XS have none: theirs ran 1.15-1.55x faster from L2 but no faster, or slower, from memory
-// on a Xeon and on Zen 5, for long rows too (docs/PERFORMANCE.md).
+// on a Xeon and on Zen 5, for long rows too (docs/DECODE-SPEED.md).
 template <class W, int NC, bool kTwo, class Block>
 inline void r8_more_groups(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, float* const* out, Block block) {
   auto one = [&](const uint8_t* ga, int64_t n, float* const* o) {
