@@ -378,10 +378,10 @@ void mul_mat(const KernelArgs& args, Tensor* dst) {
     // MiB models read 1-8 points more of the bandwidth than with a call per block, most where the
     // memory is fastest (docs/DECODE-SPEED.md).
     for_unit_ranges(args, batches * n_rb, [&](int64_t first, int64_t last) {
-      for (int64_t u = first; u < last;) {
-        const int64_t bi = u / n_rb, end = std::min(last, (bi + 1) * n_rb);
-        rows(bi, u % n_rb, u % n_rb + (end - u), 0);
-        u = end;
+      for (int64_t u = first; u < last;) {  // the range's part in each batch
+        const int64_t bi = u / n_rb, rbi = u % n_rb, n = std::min(last, (bi + 1) * n_rb) - u;
+        rows(bi, rbi, rbi + n, 0);
+        u += n;
       }
     });
     return;

@@ -135,17 +135,15 @@ Layout layout_of(const Shape& f) {
   return L;
 }
 
-// Decode chunks of the keys: enough units for every thread twice over (a thread the shared host
-// slows leaves little to wait on), whole key tiles each. Returns the keys per chunk.
-int64_t decode_chunk_keys(int64_t n_keys, int64_t blocks, int nth) {
-  const int64_t tiles = ceil_div(n_keys, kKeyTile);
-  const int64_t want = std::clamp<int64_t>(ceil_div(2 * nth, blocks), 1, tiles);
-  return ceil_div(tiles, want) * kKeyTile;
+// Decode chunks of n_keys keys: enough units for every thread twice over (a thread the shared
+// host slows leaves little to wait on), whole key tiles each. A range of a cache's keys never
+// takes more chunks than the whole cache's count, which sizes the states' scratch.
+int64_t decode_chunks(int64_t n_keys, int64_t blocks, int nth) {
+  return std::clamp<int64_t>(ceil_div(2 * nth, blocks), 1, std::max<int64_t>(1, ceil_div(n_keys, kKeyTile)));
 }
-// At most this many chunks for any range of the cache's keys (ceil(n / decode_chunk_keys(n)) is
-// at most the `want` above).
-int64_t decode_max_chunks(const Shape& f, int64_t blocks, int nth) {
-  return std::clamp<int64_t>(ceil_div(2 * nth, blocks), 1, std::max<int64_t>(1, ceil_div(f.n_kv, kKeyTile)));
+// The keys per chunk (at least one tile).
+int64_t decode_chunk_keys(int64_t n_keys, int64_t blocks, int nth) {
+  return std::max<int64_t>(1, ceil_div(ceil_div(n_keys, kKeyTile), decode_chunks(n_keys, blocks, nth))) * kKeyTile;
 }
 // Keys [begin, end) some query row's mask leaves visible (F32 / F16 masks; the whole cache
 // otherwise); an empty range where no row sees any key.
@@ -245,7 +243,7 @@ size_t flash_tiled_work_size(const Tensor* node, int nth) {
   size_t shared = sizeof(float) * f.head_floats * (size_t)f.chunk_heads;  // prompts: K/V panels
   if (f.stream) {                                                         // decode: the chunks' softmax states
     const int64_t blocks = node->src[0]->ne[3] * ceil_div(f.n_q, f.qb);
-    shared = sizeof(float) * decode_state_floats(f) * (size_t)(blocks * decode_max_chunks(f, blocks, nth));
+    shared = sizeof(float) * decode_state_floats(f) * (size_t)(blocks * decode_chunks(f.n_kv, blocks, nth));
   }
   return layout_of(f).total * (size_t)nth + shared + 128;
 }
@@ -499,8 +497,7 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
     // window's older keys cost no units, and the window's keys spread over the threads.
     const KeyRange seen = decode_visible_keys(q, mask, f.n_kv);
     const int64_t blocks = q->ne[3] * n_pb, n_seen = seen.end - seen.begin;
-    const int64_t ck = n_seen > 0 ? decode_chunk_keys(n_seen, blocks, args.nth) : kKeyTile;
-    const int64_t nch = std::max<int64_t>(1, ceil_div(n_seen, ck));
+    const int64_t ck = decode_chunk_keys(n_seen, blocks, args.nth), nch = std::max<int64_t>(1, ceil_div(n_seen, ck));
     if (nch == 1) {
       for_units(args, blocks, [&](int64_t b) { decode_unit(b / n_pb, b % n_pb, seen.begin, seen.end, nullptr); });
       return;
