@@ -126,6 +126,7 @@ struct FaCase {
   float max_bias, softcap;
   uint32_t modes;
   bool sinks = false;
+  bool cache_rows = false;  // K/V as a model's cache holds them: a row per key with every head in it
 };
 
 void add_flash_attn(std::vector<OpCase>& out) {
@@ -146,18 +147,24 @@ void add_flash_attn(std::vector<OpCase>& out) {
       {64, 64, 1, 256, 16, 4, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},  // a decode step of the ~300M llama
       {128, 128, 512, 512, 32, 8, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},
       {64, 64, 512, 512, 16, 4, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},  // a 512-token prompt of the ~300M llama
+      // a decode step of a 1B llama at depth 2048 and 8192, K/V in the cache's layout
+      {64, 64, 1, 2048, 32, 8, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf, false, true},
+      {128, 128, 1, 8192, 32, 8, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf, false, true},
+      {64, 64, 1, 67, 8, 2, 1, DType::F16, 2, 0.0f, 0.0f, kModeTest, false, true},
   };
   auto add = [&](const FaCase& f, DType tk, DType tv) {
     const std::string types =
         tk == tv ? fmt::format("type_kv={}", tn(tk)) : fmt::format("type_k={},type_v={}", tn(tk), tn(tv));
     const std::string params = fmt::format(
-        "hs={},hs_v={},n_q={},n_kv={},nh={},nh_kv={},nb={},{},mask={},max_bias={:g},softcap={:g}{}", f.d, f.dv, f.n_q,
+        "hs={},hs_v={},n_q={},n_kv={},nh={},nh_kv={},nb={},{},mask={},max_bias={:g},softcap={:g}{}{}", f.d, f.dv, f.n_q,
         f.n_kv, f.h, f.h_kv, f.batch, types, f.mask == 0 ? "none" : f.mask == 1 ? "f32" : "f16", f.max_bias, f.softcap,
-        f.sinks ? ",sinks=1" : "");
+        f.sinks ? ",sinks=1" : "", f.cache_rows ? ",layout=cache" : "");
     add_case(out, "FLASH_ATTN_EXT", params, f.modes, [=](CaseBuilder& b) {
       Tensor* q = b.input(DType::F32, {f.d, f.n_q, f.h, f.batch});
-      Tensor* k = b.input(tk, {f.d, f.n_kv, f.h_kv, f.batch});
-      Tensor* v = b.input(tv, {f.dv, f.n_kv, f.h_kv, f.batch});
+      Tensor* k = f.cache_rows ? ops::permute(b.ctx(), b.input(tk, {f.d, f.h_kv, f.n_kv, f.batch}), 0, 2, 1, 3)
+                               : b.input(tk, {f.d, f.n_kv, f.h_kv, f.batch});
+      Tensor* v = f.cache_rows ? ops::permute(b.ctx(), b.input(tv, {f.dv, f.h_kv, f.n_kv, f.batch}), 0, 2, 1, 3)
+                               : b.input(tv, {f.dv, f.n_kv, f.h_kv, f.batch});
       Tensor* m = f.mask ? b.input(f.mask == 1 ? DType::F32 : DType::F16, {f.n_kv, f.n_q}) : nullptr;
       Tensor* sinks = f.sinks ? b.input(DType::F32, {f.h}, LeafInit::normal(0.0, 2.0)) : nullptr;
       ops::flash_attn_ext(b.ctx(), q, k, v, m, 1.0f / std::sqrt((float)f.d), f.max_bias, f.softcap, sinks);

@@ -110,20 +110,21 @@ inline constexpr size_t kStreamAheadBytes = 8192;
 inline void prefetch_stream(const void* p, size_t bytes) {
   prefetch_bytes<1>(static_cast<const char*>(p) + kStreamAheadBytes, bytes);
 }
-// Rows whose cache lines a kernel asks for as it goes (rows j < rows at base + j * ld, `bytes`
-// from each row's start), in step with its own rows j.
+// Rows whose cache lines a kernel asks for into L2 as it goes (rows j < rows at base + j * ld,
+// `bytes` from each row's start), in step with its own rows j. Into L2 (hint T2), not L1: decode
+// attention asks for a whole tile of rows (64-128 KiB) ahead, more than L1 holds; the tile-ahead
+// walk over a cache past L3 took half the time it took asking into L1.
 struct PrefetchRows {
   const char* base = nullptr;
   size_t ld = 0;
   int64_t rows = 0;
   size_t bytes = 0;
   void ask(int64_t j0, int64_t j1) const {
-    for (int64_t j = j0; j < std::min(j1, rows); ++j) prefetch_bytes(base + j * ld, bytes);
+    for (int64_t j = j0; j < std::min(j1, rows); ++j) prefetch_bytes<1>(base + j * ld, bytes);
   }
 };
-// Decode attention's key-order walk (simd_flash.cpp). Rows x_jh (key j, head h < nh) at
-// x + j * ldx + h * ldh bytes; keys are visited a few at a time with every head inside, the
-// rows' memory order when a cache row holds every head of a key.
+// Decode attention's key-order walk (simd_flash.cpp, simd_heads.h). Rows x_jh (key j, head
+// h < nh) at x + j * ldx + h * ldh bytes; a cache row holds every head of a key.
 //   heads_dot:  out[h * nc + c][j] = a_jh . b[h * nc + c] for keys j < nr, c < nc <= kMaxDotCols
 using HeadsDotFn = void (*)(int64_t K, const void* a, size_t lda, size_t ldh, int64_t nr, int nh, const float* const* b,
                             int nc, float* const* out, const PrefetchRows& pf);
