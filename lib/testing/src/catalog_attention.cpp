@@ -147,9 +147,11 @@ void add_flash_attn(std::vector<OpCase>& out) {
       {64, 64, 1, 256, 16, 4, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},  // a decode step of the ~300M llama
       {128, 128, 512, 512, 32, 8, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},
       {64, 64, 512, 512, 16, 4, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},  // a 512-token prompt of the ~300M llama
-      // a decode step of a 1B llama at depth 2048 and 8192, K/V in the cache's layout
+      // decode steps, K/V in the cache's layout: a 1B llama at depth 2048, an 8B at 8192 (past L3)
+      // and at 256 (in L2: the walk's own speed)
       {64, 64, 1, 2048, 32, 8, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf, false, true},
       {128, 128, 1, 8192, 32, 8, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf, false, true},
+      {128, 128, 1, 256, 32, 8, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf, false, true},
       {64, 64, 1, 67, 8, 2, 1, DType::F16, 2, 0.0f, 0.0f, kModeTest, false, true},
   };
   auto add = [&](const FaCase& f, DType tk, DType tv) {
