@@ -199,6 +199,32 @@ void f32_to_bf16_fast(const float* src, void* dst, int64_t n) {
   for (; i < n; ++i) d[i] = f32_to_bf16(src[i]);
 }
 
+// Q8_0 / Q4_0 rows to f32, a block's 32 values as four 8-lane vectors (see simd_avx512.cpp).
+void to_f32_q8_0_fast(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const BlockQ8_0*>(src);
+  for (int64_t i = 0; i < n / kQK8_0; ++i, dst += kQK8_0) {
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(b[i].d));
+    for (int k = 0; k < kQK8_0; k += 8) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b[i].qs + k));
+      _mm256_storeu_ps(dst + k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+    }
+  }
+}
+void to_f32_q4_0_fast(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const BlockQ4_0*>(src);
+  const __m128i low4 = _mm_set1_epi8(15), eight = _mm_set1_epi8(8);
+  for (int64_t i = 0; i < n / kQK4_0; ++i, dst += kQK4_0) {
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(b[i].d));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(q, low4), eight);  // values 0..15, then 16..31
+    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), low4), eight);
+    _mm256_storeu_ps(dst, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), d));
+    _mm256_storeu_ps(dst + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), d));
+    _mm256_storeu_ps(dst + 16, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), d));
+    _mm256_storeu_ps(dst + 24, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), d));
+  }
+}
+
 #include "simd_heads.h"  // this level's copy of the decode walk, over dot_row and rows_axpy_n above
 
 const WeightKernels kKernels[] = {
@@ -211,9 +237,9 @@ const WeightKernels kKernels[] = {
     {DType::BF16, 1, sizeof(bf16_t), dot_cols_fast<DType::BF16>, to_f32_fast<DType::BF16>, axpy_fast<DType::BF16>,
      ActType::f32, rows_dot_fast<DType::BF16>, rows_axpy_fast<DType::BF16>, nullptr, f32_to_bf16_fast,
      heads_dot_fast<DType::BF16>, heads_axpy_fast<DType::BF16>},
-    {DType::Q8_0, kQK8_0, sizeof(BlockQ8_0), dot_cols<DecQ8_0>, to_f32<DecQ8_0>, nullptr, ActType::q8,
+    {DType::Q8_0, kQK8_0, sizeof(BlockQ8_0), dot_cols<DecQ8_0>, to_f32_q8_0_fast, nullptr, ActType::q8,
      rows_dot_q8_0_avx2, nullptr, rows_dot_q8_0_r8_avx2},
-    {DType::Q4_0, kQK4_0, sizeof(BlockQ4_0), dot_cols<DecQ4_0>, to_f32<DecQ4_0>, nullptr, ActType::q8,
+    {DType::Q4_0, kQK4_0, sizeof(BlockQ4_0), dot_cols<DecQ4_0>, to_f32_q4_0_fast, nullptr, ActType::q8,
      rows_dot_q4_0_avx2, nullptr, rows_dot_q4_0_r8_avx2},
     {DType::Q4_K, kQK_K, sizeof(BlockQ4_K), dot_cols<DecQ4_K>, to_f32<DecQ4_K>, nullptr, ActType::q8k,
      rows_dot_q4_k_avx2, nullptr, rows_dot_q4_k_r8_avx2},

@@ -235,6 +235,35 @@ void f32_to_bf16_fast(const float* src, void* dst, int64_t n) {
   for (; i < n; ++i) d[i] = f32_to_bf16(src[i]);
 }
 
+// Q8_0 / Q4_0 rows to f32, a block's 32 values as two 16-lane vectors (a quantized KV cache's
+// tiles in decode attention; the generic block decoder compiled here ran 4-wide with the scale
+// converted in integer steps and took ~60% of a q4_0 cache's decode step). Bit for bit the
+// reference: each value q * d, d exact.
+void to_f32_q8_0_fast(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const BlockQ8_0*>(src);
+  for (int64_t i = 0; i < n / kQK8_0; ++i, dst += kQK8_0) {
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(b[i].d));
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs));
+    const __m512i lo = _mm512_cvtepi8_epi32(_mm256_castsi256_si128(q));
+    const __m512i hi = _mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1));
+    _mm512_storeu_ps(dst, _mm512_mul_ps(_mm512_cvtepi32_ps(lo), d));
+    _mm512_storeu_ps(dst + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(hi), d));
+  }
+}
+void to_f32_q4_0_fast(const void* src, float* dst, int64_t n) {
+  const auto* b = static_cast<const BlockQ4_0*>(src);
+  const __m128i low4 = _mm_set1_epi8(15);
+  const __m512i eight = _mm512_set1_epi32(8);
+  for (int64_t i = 0; i < n / kQK4_0; ++i, dst += kQK4_0) {
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(b[i].d));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
+    const __m512i lo = _mm512_cvtepu8_epi32(_mm_and_si128(q, low4));
+    const __m512i hi = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), low4));
+    _mm512_storeu_ps(dst, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(lo, eight)), d));
+    _mm512_storeu_ps(dst + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hi, eight)), d));
+  }
+}
+
 #include "simd_heads.h"  // this level's copy of the decode walk, over dot_row and rows_axpy_n above
 
 const WeightKernels kKernels[] = {
@@ -247,9 +276,9 @@ const WeightKernels kKernels[] = {
     {DType::BF16, 1, sizeof(bf16_t), dot_cols_fast<DType::BF16>, to_f32_fast<DType::BF16>, axpy_fast<DType::BF16>,
      ActType::f32, rows_dot_fast<DType::BF16>, rows_axpy_fast<DType::BF16>, nullptr, f32_to_bf16_fast,
      heads_dot_fast<DType::BF16>, heads_axpy_fast<DType::BF16>},
-    {DType::Q8_0, kQK8_0, sizeof(BlockQ8_0), dot_cols<DecQ8_0>, to_f32<DecQ8_0>, nullptr, ActType::q8,
+    {DType::Q8_0, kQK8_0, sizeof(BlockQ8_0), dot_cols<DecQ8_0>, to_f32_q8_0_fast, nullptr, ActType::q8,
      rows_dot_q8_0_avx512, nullptr, rows_dot_q8_0_r8_avx512},
-    {DType::Q4_0, kQK4_0, sizeof(BlockQ4_0), dot_cols<DecQ4_0>, to_f32<DecQ4_0>, nullptr, ActType::q8,
+    {DType::Q4_0, kQK4_0, sizeof(BlockQ4_0), dot_cols<DecQ4_0>, to_f32_q4_0_fast, nullptr, ActType::q8,
      rows_dot_q4_0_avx512, nullptr, rows_dot_q4_0_r8_avx512},
     {DType::Q4_K, kQK_K, sizeof(BlockQ4_K), dot_cols<DecQ4_K>, to_f32<DecQ4_K>, nullptr, ActType::q8k,
      rows_dot_q4_k_avx512, nullptr, rows_dot_q4_k_r8_avx512},
