@@ -17,10 +17,10 @@
 // quantized cache's tile of rows is first converted to f32, in the thread's scratch): S by the
 // row-dot kernels of K's type (the decode GEMV), O += P V by rows_axpy from the V rows, read
 // once, in place. A decode unit runs every kv head over a chunk of the keys the mask leaves
-// visible, a few keys at a time with the heads inside, so that the cache rows (each holding every
-// kv head of a key) stream past in order, which the hardware prefetcher follows (one head over
-// all keys, a 128-byte slice of every 512-byte row, ran at half the bandwidth); the chunks'
-// softmax states (O, m, l) merge after.
+// visible, tile by tile: S one key at a time with the heads inside, so that the cache rows (each
+// holding every kv head of a key) come from memory in order, and P V one head at a time over the
+// tile, whose rows the S pass has asked for into L2 (simd_heads.h); the chunks' softmax states
+// (O, m, l) merge after.
 #include "simd_flash.h"
 
 #include <algorithm>

@@ -9,20 +9,9 @@
 
 namespace loom::cpu {
 
-// Runs f(u) for the units u of [0, total) this thread gets. Every thread of the node must call it
-// (once per phase between barriers) with the same total.
-template <class F>
-void for_units(const KernelArgs& args, int64_t total, F&& f) {
-  if (!args.pool) {
-    for (int64_t u = 0; u < total; ++u) f(u);
-    return;
-  }
-  int64_t first, last;
-  while (args.pool->claim(total, 1, first, last))
-    for (int64_t u = first; u < last; ++u) f(u);
-}
-
-// for_units with f(first, last) once per claimed range of units [first, last).
+// Runs f(first, last) once per range of units [first, last) of [0, total) this thread claims
+// (all of them in one range on a single thread). Every thread of the node must call it (once per
+// phase between barriers) with the same total.
 template <class F>
 void for_unit_ranges(const KernelArgs& args, int64_t total, F&& f) {
   if (!args.pool) {
@@ -31,6 +20,14 @@ void for_unit_ranges(const KernelArgs& args, int64_t total, F&& f) {
   }
   int64_t first, last;
   while (args.pool->claim(total, 1, first, last)) f(first, last);
+}
+
+// for_unit_ranges with f(u) for each unit u.
+template <class F>
+void for_units(const KernelArgs& args, int64_t total, F&& f) {
+  for_unit_ranges(args, total, [&](int64_t first, int64_t last) {
+    for (int64_t u = first; u < last; ++u) f(u);
+  });
 }
 
 }  // namespace loom::cpu
