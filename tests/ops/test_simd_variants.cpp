@@ -270,15 +270,20 @@ TEST_P(KernelTest, RepackedRowsDotMatchesScalar) {
             gp[c] = got.data() + c * nr;
           }
           cpu::weight_kernels(t, Isa::scalar)->rows_dot(K, rows.data(), lda, nr, bp, nc, wp);
-          for (bool wide : {false, true}) {  // the avx512 level's 8-row and two-group kernels
-            const cpu::Wide512 was = cpu::force_wide_512(wide ? cpu::kWide512All : cpu::Wide512{});
-            std::fill(got.begin(), got.end(), NAN);
-            r8(K, packed.data(), lda, nr, bp, nc, gp);
-            cpu::force_wide_512(was);
-            for (size_t i = 0; i < want.size(); ++i)
-              EXPECT_NEAR(got[i], want[i], 1e-5 * std::fabs(want[i]) + 1e-4)
-                  << dtype_name(t) << " K " << K << " nc " << nc << " wide " << wide;
-          }
+          // the avx512 level's 8-row and two-group kernels, the 8-row walk with and without the
+          // stream prefetch
+          for (bool wide : {false, true})
+            for (bool pf : {false, true}) {
+              const cpu::Wide512 was = cpu::force_wide_512(wide ? cpu::kWide512All : cpu::Wide512{});
+              const uint64_t was_pf = cpu::force_stream_prefetch(pf ? cpu::kStreamPrefetchAll : 0);
+              std::fill(got.begin(), got.end(), NAN);
+              r8(K, packed.data(), lda, nr, bp, nc, gp);
+              cpu::force_wide_512(was);
+              cpu::force_stream_prefetch(was_pf);
+              for (size_t i = 0; i < want.size(); ++i)
+                EXPECT_NEAR(got[i], want[i], 1e-5 * std::fabs(want[i]) + 1e-4)
+                    << dtype_name(t) << " K " << K << " nc " << nc << " wide " << wide << " prefetch " << pf;
+            }
         }
       }
 }

@@ -42,19 +42,42 @@ constexpr uint64_t kIntelTypes = bit(DType::Q4_0) | bit(DType::Q4_K) | bit(DType
 constexpr Wide512 kWideIntel{kIntelTypes, kIntelTypes};
 constexpr Wide512 kWideZen5{bit(DType::Q2_K) | bit(DType::Q3_K) | bit(DType::Q4_K), kWide512All.long_rows};
 
+// The CPU family of an AMD processor (0x19 Zen 3/4, 0x1a Zen 5), 0 on any other.
+unsigned amd_family() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__builtin_cpu_is("amd") || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return 0;
+  return ((eax >> 8) & 15) + ((eax >> 20) & 255);  // base 0xf + extended on AMD
+#else
+  return 0;
+#endif
+}
+
 Wide512 initial_wide_512() {
   const char* v = std::getenv("LOOM_CPU_WIDE512");
   if (v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0)) return v[0] == '1' ? kWide512All : Wide512{};
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   if (__builtin_cpu_is("intel")) return kWideIntel;
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (!__builtin_cpu_is("amd") || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return {};
-  const unsigned family = ((eax >> 8) & 15) + ((eax >> 20) & 255);  // base 0xf + extended on AMD
-  return family >= 0x1a ? kWideZen5 : Wide512{};                     // Zen 4 (0x19) splits 512-bit ops
-#else
-  return {};
 #endif
+  return amd_family() >= 0x1a ? kWideZen5 : Wide512{};  // Zen 4 (0x19) splits 512-bit ops
+}
+
+// Zen 4: the types whose decode read more without the stream prefetch, switched token by token
+// in one decode (docs/DECODE-SPEED.md); F16, Q2_K, Q3_K, Q4_K, Q6_K and IQ4_NL read more with it.
+constexpr uint64_t kNoPrefetchZen4 = bit(DType::Q8_0) | bit(DType::Q4_0) | bit(DType::Q4_1) | bit(DType::Q5_0) |
+                                     bit(DType::Q5_1) | bit(DType::Q5_K) | bit(DType::IQ4_XS) | bit(DType::MXFP4);
+
+uint64_t initial_stream_prefetch() {
+  const char* v = std::getenv("LOOM_CPU_PREFETCH");
+  if (v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0)) return v[0] == '1' ? kStreamPrefetchAll : 0;
+  const bool zen4 = amd_family() == 0x19 && detected_isa() == Isa::avx512;  // not Zen 3 (same family)
+  return zen4 ? ~kNoPrefetchZen4 : kStreamPrefetchAll;
+}
+std::atomic<uint64_t>& prefetch_mask() {
+  static std::atomic<uint64_t> mask{initial_stream_prefetch()};
+  return mask;
 }
 // Read by every kernel call, written only by force_wide_512 between graph computations.
 std::atomic<uint64_t>* wide() {
@@ -98,6 +121,13 @@ Wide512 force_wide_512(Wide512 choice) {
   return {wide()[0].exchange(choice.types, std::memory_order_relaxed),
           wide()[1].exchange(choice.long_rows, std::memory_order_relaxed)};
 }
+
+bool stream_prefetch(DType type) {
+  const uint64_t mask = prefetch_mask().load(std::memory_order_relaxed);
+  return (unsigned)type >= 64 || ((mask >> (int)type) & 1);
+}
+
+uint64_t force_stream_prefetch(uint64_t types) { return prefetch_mask().exchange(types, std::memory_order_relaxed); }
 
 Isa detected_isa() {
   static const Isa isa = detect();

@@ -104,6 +104,7 @@ inline void prefetch_bytes(const char* p, size_t bytes) {
 // step also asks for the line this many bytes ahead. The request goes to L2 only (hint T2): a
 // synthetic stream with int8-dot work per line read 5-10% more than with T0 at 4 KiB, and decode
 // of 900 MiB models was faster in 46 of 62 same-minute pairs (F16 15 of 15; docs/DECODE-SPEED.md).
+// On Zen 4 the lighter repacked kernels read more without it (stream_prefetch, cpu_features.h).
 inline constexpr size_t kStreamAheadBytes = 8192;
 // Asks for the lines kStreamAheadBytes past [p, p + bytes), the part of a stream being read now.
 // A prefetch never faults, so the last rows of a tensor may ask past its end.

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu_features.h"
 #include "cpu_vec_dot.h"
 #include "loom/core/quants.h"
 #include "simd_isa.h"
@@ -113,14 +114,21 @@ void dot_cols_fast(int64_t K, const void* a, const float* const* b, int nc, floa
   with_count<kMaxDotCols>(nc, [&]<int NC>() { dot_row<T, NC>(K, a, b, out); });
 }
 
-// rows r < nr (stride lda bytes) x NC f32 columns -> out[c][r]
+// rows r < nr (stride lda bytes) x NC f32 columns -> out[c][r]; a weight stream, asked for ahead
+// where the host's choice for the type says so (stream_prefetch)
 template <DType T, int NC>
 void rows_n(int64_t K, const uint8_t* a, size_t lda, int64_t nr, const float* const* b, float* const* out) {
-  float o[NC];
-  for (int64_t r = 0; r < nr; ++r) {
-    dot_row<T, NC, true>(K, a + r * lda, b, o);
-    for (int c = 0; c < NC; ++c) out[c][r] = o[c];
-  }
+  auto rows = [&]<bool kStream>() {
+    float o[NC];
+    for (int64_t r = 0; r < nr; ++r) {
+      dot_row<T, NC, kStream>(K, a + r * lda, b, o);
+      for (int c = 0; c < NC; ++c) out[c][r] = o[c];
+    }
+  };
+  if (stream_prefetch(T))
+    rows.template operator()<true>();
+  else
+    rows.template operator()<false>();
 }
 
 // One column (decode) streams through the AVX2 level's 256-bit kernel: on Zen 4, which runs

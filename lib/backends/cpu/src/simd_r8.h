@@ -11,28 +11,56 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu_features.h"
 #include "cpu_repack.h"
 #include "cpu_vec_dot.h"
+#include "loom/core/quants.h"
 #include "simd_gemm.h"
 
 namespace loom::cpu {
 namespace {
 
+// The weight type of a GGUF block (for wide_512 and stream_prefetch).
+template <class W>
+constexpr DType kBlockType = DType::F32;
+template <> constexpr DType kBlockType<BlockQ8_0> = DType::Q8_0;
+template <> constexpr DType kBlockType<BlockQ4_0> = DType::Q4_0;
+template <> constexpr DType kBlockType<BlockQ4_1> = DType::Q4_1;
+template <> constexpr DType kBlockType<BlockQ5_0> = DType::Q5_0;
+template <> constexpr DType kBlockType<BlockQ5_1> = DType::Q5_1;
+template <> constexpr DType kBlockType<BlockQ2_K> = DType::Q2_K;
+template <> constexpr DType kBlockType<BlockQ3_K> = DType::Q3_K;
+template <> constexpr DType kBlockType<BlockQ4_K> = DType::Q4_K;
+template <> constexpr DType kBlockType<BlockQ5_K> = DType::Q5_K;
+template <> constexpr DType kBlockType<BlockQ6_K> = DType::Q6_K;
+template <> constexpr DType kBlockType<BlockIQ4_NL> = DType::IQ4_NL;
+template <> constexpr DType kBlockType<BlockIQ4_XS> = DType::IQ4_XS;
+template <> constexpr DType kBlockType<BlockMXFP4> = DType::MXFP4;
+
 // W: the GGUF block (a group block is 8 of them); nr a multiple of 8. Per group, block(p, i, acc)
 // adds block i (at p) of the 8 rows times column c to acc[c]; the 8 results are then stored.
-template <class W, int NC, class Block>
-inline void r8_groups(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, float* const* out, Block block) {
+// With kPrefetch each step also asks for its bytes kStreamAheadBytes ahead (stream_prefetch).
+template <class W, int NC, bool kPrefetch, class Block>
+inline void r8_groups_walk(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, float* const* out, Block& block) {
   constexpr size_t kGroupBlockBytes = kRepackRows * sizeof(W);
   for (int64_t r = 0; r < nr; r += kRepackRows) {
     const uint8_t* g = a + r * lda;
     __m256 acc[NC];
     for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nblk; ++i) {
-      prefetch_stream(g + i * kGroupBlockBytes, kGroupBlockBytes);
+      if constexpr (kPrefetch) prefetch_stream(g + i * kGroupBlockBytes, kGroupBlockBytes);
       block(g + i * kGroupBlockBytes, i, acc);
     }
     for (int c = 0; c < NC; ++c) _mm256_storeu_ps(out[c] + r, acc[c]);
   }
+}
+template <class W, int NC, class Block>
+inline void r8_groups(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, float* const* out, Block block) {
+  static_assert(kBlockType<W> != DType::F32);
+  if (stream_prefetch(kBlockType<W>))
+    r8_groups_walk<W, NC, true>(nblk, a, lda, nr, out, block);
+  else
+    r8_groups_walk<W, NC, false>(nblk, a, lda, nr, out, block);
 }
 
 // Q8_0 / Q4_0 (W: BlockQ8_0 or BlockQ4_0): block(qs, i, s) puts the integer dots in s[c].

@@ -63,17 +63,6 @@ struct G16 {  // groups a (rows r .. r + 7, low halves) and b (r + 8 .. r + 15, 
 };
 #endif
 
-// The weight type of a GGUF block (for wide_512).
-template <class W>
-constexpr DType kBlockType = DType::F32;
-template <> constexpr DType kBlockType<BlockQ2_K> = DType::Q2_K;
-template <> constexpr DType kBlockType<BlockQ3_K> = DType::Q3_K;
-template <> constexpr DType kBlockType<BlockQ4_1> = DType::Q4_1;
-template <> constexpr DType kBlockType<BlockQ5_0> = DType::Q5_0;
-template <> constexpr DType kBlockType<BlockQ5_1> = DType::Q5_1;
-template <> constexpr DType kBlockType<BlockMXFP4> = DType::MXFP4;
-template <> constexpr DType kBlockType<BlockIQ4_NL> = DType::IQ4_NL;
-
 // Runs block(g, i, acc) (acc[c] += group block i of view g times column c) over the row groups;
 // where the type has a two-group form (kTwo) and the host takes it for rows of this length
 // (wide_512: measured per host class), two at a time (a last odd group one at a time). Q5_K and
