@@ -65,10 +65,10 @@ Wide512 initial_wide_512() {
 }
 
 // Zen 4: the types whose decode read more without the stream prefetch, switched token by token
-// in one decode (docs/DECODE-SPEED.md); F16, Q3_K, Q4_K, Q6_K and IQ4_NL read more with it where
-// the memory is fastest, and Q2_K's and MXFP4's runs disagreed.
+// in one decode (docs/DECODE-SPEED.md); F16, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_NL read more with it
+// where the memory is fastest, and Q2_K's and MXFP4's runs disagreed.
 constexpr uint64_t kNoPrefetchZen4 = bit(DType::Q8_0) | bit(DType::Q4_0) | bit(DType::Q4_1) | bit(DType::Q5_0) |
-                                     bit(DType::Q5_1) | bit(DType::Q5_K) | bit(DType::IQ4_XS);
+                                     bit(DType::Q5_1) | bit(DType::IQ4_XS);
 
 uint64_t initial_stream_prefetch() {
   const char* v = std::getenv("LOOM_CPU_PREFETCH");
