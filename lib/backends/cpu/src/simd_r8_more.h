@@ -31,7 +31,7 @@
 
 // The per-block helpers of the 32-value kernels must inline into the block loop: left to GCC,
 // Q5_0's, Q5_1's, IQ4_NL's and MXFP4's levels() were calls that passed their 8 vectors
-// through the stack, 20-30% of those kernels' time (perf of a decode, Zen 5).
+// through the stack, a quarter to two fifths of those kernels' time (perf of a decode, Zen 5).
 #define LOOM_R8_INLINE [[gnu::always_inline]] inline
 
 namespace loom::cpu {
