@@ -8,11 +8,14 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "../../lib/backends/cpu/src/cpu_features.h"
 #include "../../lib/backends/cpu/src/cpu_repack.h"
@@ -928,25 +931,31 @@ INSTANTIATE_TEST_SUITE_P(Levels, MathLevelTest, testing::ValuesIn(kLevels), leve
 // ---- work sharing of the thread pool the kernels rely on ---------------------------------------
 
 // claim() hands out every item of a phase exactly once, in ranges, whatever the interleaving,
-// and starts over after each barrier (phases use different totals here).
+// and starts over after each barrier and each run (phases use different totals here; phases
+// that claim nothing (-1) leave the shares of one set untouched for two phases, and run 1 delays
+// a thread so the others take from its share).
 TEST(ThreadPoolClaim, EveryItemOnceAndRestartsAfterBarrier) {
   for (int nth : {1, 2, 3, 5}) {
     ThreadPool pool(nth);
-    const int64_t totals[] = {1000, 7, 1, 0, 333};
-    std::vector<std::vector<std::atomic<int>>> hits;
-    for (int64_t t : totals) hits.emplace_back((size_t)t);
-    pool.run([&](int, int) {
-      for (size_t phase = 0; phase < std::size(totals); ++phase) {
-        int64_t first, last;
-        while (pool.claim(totals[phase], 2, first, last)) {
-          EXPECT_LT(first, last);
-          for (int64_t i = first; i < last; ++i) hits[phase][(size_t)i].fetch_add(1);
+    const int64_t totals[] = {1000, 7, -1, 1, -1, -1, 0, 333, 64, -1, 64};
+    for (int run = 0; run < 3; ++run) {
+      std::vector<std::vector<std::atomic<int>>> hits;
+      for (int64_t t : totals) hits.emplace_back((size_t)std::max<int64_t>(t, 0));
+      pool.run([&](int ith, int) {
+        for (size_t phase = 0; phase < std::size(totals); ++phase) {
+          if (run == 1 && ith == nth - 1) std::this_thread::sleep_for(std::chrono::microseconds(200));
+          int64_t first, last;
+          while (totals[phase] >= 0 && pool.claim(totals[phase], 2, first, last)) {
+            EXPECT_LT(first, last);
+            for (int64_t i = first; i < last; ++i) hits[phase][(size_t)i].fetch_add(1);
+          }
+          pool.barrier();
         }
-        pool.barrier();
-      }
-    });
-    for (size_t phase = 0; phase < std::size(totals); ++phase)
-      for (const auto& h : hits[phase]) ASSERT_EQ(h.load(), 1) << "threads " << nth << " phase " << phase;
+      });
+      for (size_t phase = 0; phase < std::size(totals); ++phase)
+        for (const auto& h : hits[phase])
+          ASSERT_EQ(h.load(), 1) << "threads " << nth << " run " << run << " phase " << phase;
+    }
   }
 }
 

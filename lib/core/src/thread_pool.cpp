@@ -36,6 +36,9 @@ constexpr int kYields = 3;
 thread_local int t_spin = kSpinMax / 2;
 // Index of the calling thread in the pool it works for (the caller of run() is 0).
 thread_local int t_ith = 0;
+// Which of the two sets of shares (ThreadPool::claim) the calling thread's phase uses: 0 at the
+// start of run(), flipped by every barrier.
+thread_local int t_parity = 0;
 
 int current_cpu() {
 #if defined(__linux__)
@@ -72,9 +75,8 @@ int ThreadPool::default_threads() { return std::max(1u, std::thread::hardware_co
 
 ThreadPool::ThreadPool(int n_threads)
     : n_threads_(std::max(1, n_threads)),
-      shares_(std::make_unique<Share[]>((size_t)n_threads_)),
-      cpu_(std::make_unique<std::atomic<int>[]>((size_t)n_threads_)) {
-  for (int i = 0; i < n_threads_; ++i) cpu_[i].store(-1, std::memory_order_relaxed);
+      shares_(std::make_unique<Share[]>(2 * (size_t)n_threads_)),
+      cpu_(std::make_unique<SeenCpu[]>((size_t)n_threads_)) {
   try {
     for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
   } catch (const std::system_error& e) {
@@ -96,10 +98,11 @@ void ThreadPool::stop_workers() {
 
 bool ThreadPool::note_cpu_and_check_spin(int ith) {
   const int cpu = current_cpu();
-  cpu_[ith].store(cpu, std::memory_order_relaxed);
+  // Written only when it changed: a store would take the line from the peers that read it.
+  if (cpu_[ith].cpu.load(std::memory_order_relaxed) != cpu) cpu_[ith].cpu.store(cpu, std::memory_order_relaxed);
   if (cpu < 0) return true;
   for (int j = 0; j < n_threads_; ++j)
-    if (j != ith && cpu_[j].load(std::memory_order_relaxed) == cpu) return false;
+    if (j != ith && cpu_[j].cpu.load(std::memory_order_relaxed) == cpu) return false;
   return true;
 }
 
@@ -112,18 +115,26 @@ void ThreadPool::worker(int ith) {
     wait_while_equal(generation_, seen, note_cpu_and_check_spin(ith));
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;
+    t_parity = 0;
     (*job_)(ith, n_threads_);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
   }
 }
 
 void ThreadPool::reset_claims() {
-  claimed_.store(0, std::memory_order_relaxed);
-  for (int i = 0; i < n_threads_; ++i) shares_[i].taken.store(0, std::memory_order_relaxed);
+  // Only counters a claim moved: storing a zero over a zero would still take the line from the
+  // thread that owns it.
+  if (claimed_.load(std::memory_order_relaxed) != 0) claimed_.store(0, std::memory_order_relaxed);
+  for (int i = 0; i < 2 * n_threads_; ++i) reset_share(i);
+}
+
+void ThreadPool::reset_share(int i) {
+  if (shares_[i].taken.load(std::memory_order_relaxed) != 0) shares_[i].taken.store(0, std::memory_order_relaxed);
 }
 
 void ThreadPool::run(const std::function<void(int, int)>& fn) {
   reset_claims();
+  t_parity = 0;
   if (n_threads_ == 1) {
     fn(0, 1);
     return;
@@ -144,16 +155,23 @@ void ThreadPool::barrier() {
     reset_claims();
     return;
   }
+  // The shares alternate between two sets: the phase that starts here claims from the set the
+  // last one did not use, and each thread clears its own share of the set just used for the
+  // phase after next (nobody reads it before then). No thread writes another's share at the
+  // barrier, so a thread's first claims stay in its own cache.
   const bool spin = note_cpu_and_check_spin(t_ith);
   const uint32_t phase = barrier_phase_.load(std::memory_order_acquire);
   if (barrier_count_.fetch_add(1, std::memory_order_acq_rel) == n_threads_ - 1) {
     barrier_count_.store(0, std::memory_order_relaxed);
-    reset_claims();  // published by the phase increment below
+    // the one-counter claims (totals >= 2^31), published by the phase increment below
+    if (claimed_.load(std::memory_order_relaxed) != 0) claimed_.store(0, std::memory_order_relaxed);
     barrier_phase_.fetch_add(1, std::memory_order_acq_rel);
     barrier_phase_.notify_all();
-    return;
+  } else {
+    wait_while_equal(barrier_phase_, phase, spin);
   }
-  wait_while_equal(barrier_phase_, phase, spin);
+  reset_share(t_parity * n_threads_ + std::clamp(t_ith, 0, n_threads_ - 1));
+  t_parity ^= 1;
 }
 
 bool ThreadPool::claim(int64_t total, int64_t min_items, int64_t& first, int64_t& last) {
@@ -174,7 +192,7 @@ bool ThreadPool::claim(int64_t total, int64_t min_items, int64_t& first, int64_t
   for (int s = 0; s < nth; ++s) {  // own share first, then the others'
     const int r = (self + s) % nth;
     const int64_t lo = total * r / nth, size = total * (r + 1) / nth - lo;
-    std::atomic<uint64_t>& taken = shares_[r].taken;
+    std::atomic<uint64_t>& taken = shares_[t_parity * nth + r].taken;
     uint64_t cur = taken.load(std::memory_order_relaxed);
     for (;;) {
       const auto front = (int64_t)(cur & 0xffffffffu), back = (int64_t)(cur >> 32);

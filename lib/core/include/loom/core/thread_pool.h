@@ -55,10 +55,14 @@ class ThreadPool {
   struct alignas(64) Share {
     std::atomic<uint64_t> taken{0};
   };
-  std::unique_ptr<Share[]> shares_;
+  std::unique_ptr<Share[]> shares_;  // two sets of n_threads_, alternating phase by phase (barrier())
   void reset_claims();
+  void reset_share(int i);
   std::atomic<bool> stop_{false};
-  std::unique_ptr<std::atomic<int>[]> cpu_;  // last CPU each thread was seen on (-1: unknown)
+  struct alignas(64) SeenCpu {  // the last CPU a thread was seen on (-1: unknown), a line each
+    std::atomic<int> cpu{-1};
+  };
+  std::unique_ptr<SeenCpu[]> cpu_;
 };
 
 }  // namespace loom
