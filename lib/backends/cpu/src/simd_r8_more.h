@@ -120,6 +120,13 @@ template <class V>
 inline V r8_pick_bytes(int b, bool high) {
   return r8_pick_bytes<V>(b, b + 1, high);
 }
+// The vpshufb control taking byte b of each 32-bit lane to its low byte, the others zeroed.
+template <class V>
+inline V r8_pick_byte(int b) {
+  alignas(16) int8_t t[16];
+  for (int k = 0; k < 16; ++k) t[k] = k % 4 == 0 ? (int8_t)(k + b) : (int8_t)-128;
+  return Vx<V>::table(t);
+}
 
 // sum_{t < NQ} u[t] . x[4t, 4t + 4) per row lane, u unsigned bytes <= kMax. Without VNNI (256-bit
 // only) the vpmaddubsw pair sums add up in 16 bits over as many quads as cannot overflow.
@@ -372,19 +379,24 @@ void iq4_xs_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, More
   r8_more_groups<BlockIQ4_XS, NC, false>(nblk, a, lda, nr, out, [&]<class G>(const G& g, int64_t i, typename G::F* acc) {
     using V = typename G::V;
     using F = typename G::F;
-    const V lo4 = Vx<V>::set8(15), table = r8_iq4_table<V>();
-    const F d = g.halves(0);
-    const V sh = g.words(kSh), sl = g.load(kSl);
-    auto scale = [&](int j) {  // ls_j - 32
-      const V ls = (srli32(sl, 4 * j) & Vx<V>::set32(15)) | slli32(srli32(sh, 2 * j) & Vx<V>::set32(3), 4);
-      return sub32(ls, Vx<V>::set32(32));
+    const V lo4 = Vx<V>::set8(15), table = r8_iq4_table<V>(), hi2 = Vx<V>::set8(0x30);
+    const F d = g.halves(0), d32 = mulf(d, Vx<V>::setf(32.0f));
+    // The 6-bit scales ls_j as bytes, decoded once: ls_2k in byte k of ls[0], ls_2k+1 of ls[1].
+    // sh's nibble k is spread to byte k; its bits 0-1 and 2-3 are the high bits of ls_2k, ls_2k+1.
+    const V sl = g.load(kSl);
+    V sh = g.words(kSh);
+    sh = (sh | slli32(sh, 8)) & Vx<V>::set32(0x00ff00ff);
+    sh = (sh | slli32(sh, 4)) & lo4;
+    const V ls[2] = {(sl & lo4) | (slli32(sh, 4) & hi2), (srli32(sl, 4) & lo4) | (slli32(sh, 2) & hi2)};
+    auto scale = [&](int j) {  // d (ls_j - 32) as d ls_j - 32 d: exact, at most 17 significant bits
+      return fmsub(d, to_f(lookup(ls[j % 2], r8_pick_byte<V>(j / 2))), d32);
     };
     F bacc[NC];
     for (int c = 0; c < NC; ++c) bacc[c] = Vx<V>::zerof();
     // unrolled, each d * scale made where it is used (as in Q5_K's)
 #pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
-      const F scf = mulf(d, to_f(scale(j)));
+      const F scf = scale(j);
       V v[8];
       for (int t = 0; t < 4; ++t) {
         const V w = g.load(kQs + 32 * (4 * j + t));

@@ -47,6 +47,7 @@ inline __m256 to_f(__m256i v) { return _mm256_cvtepi32_ps(v); }
 inline __m256 mulf(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
 inline __m256 fmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
 inline __m256 fnmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fnmadd_ps(a, b, c); }
+inline __m256 fmsub(__m256 a, __m256 b, __m256 c) { return _mm256_fmsub_ps(a, b, c); }
 // per lane: e > 1 ? a : b
 inline __m256i select_gt1(__m256i e, __m256i a, __m256i b) {
   return _mm256_blendv_epi8(b, a, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1)));
@@ -97,6 +98,7 @@ inline __m512 to_f(__m512i v) { return _mm512_cvtepi32_ps(v); }
 inline __m512 mulf(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
 inline __m512 fmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
 inline __m512 fnmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fnmadd_ps(a, b, c); }
+inline __m512 fmsub(__m512 a, __m512 b, __m512 c) { return _mm512_fmsub_ps(a, b, c); }
 inline __m512i select_gt1(__m512i e, __m512i a, __m512i b) {
   return _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1)), b, a);
 }
