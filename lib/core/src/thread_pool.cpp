@@ -40,6 +40,13 @@ thread_local int t_ith = 0;
 // start of run(), flipped by every barrier.
 thread_local int t_parity = 0;
 
+// Zeroes a counter only where it is not zero already: a store takes the cache line from the threads
+// holding it even when it writes the value it finds.
+template <typename T>
+void clear(std::atomic<T>& a) {
+  if (a.load(std::memory_order_relaxed) != 0) a.store(0, std::memory_order_relaxed);
+}
+
 int current_cpu() {
 #if defined(__linux__)
   return sched_getcpu();
@@ -122,14 +129,8 @@ void ThreadPool::worker(int ith) {
 }
 
 void ThreadPool::reset_claims() {
-  // Only counters a claim moved: storing a zero over a zero would still take the line from the
-  // thread that owns it.
-  if (claimed_.load(std::memory_order_relaxed) != 0) claimed_.store(0, std::memory_order_relaxed);
-  for (int i = 0; i < 2 * n_threads_; ++i) reset_share(i);
-}
-
-void ThreadPool::reset_share(int i) {
-  if (shares_[i].taken.load(std::memory_order_relaxed) != 0) shares_[i].taken.store(0, std::memory_order_relaxed);
+  clear(claimed_);
+  for (int i = 0; i < 2 * n_threads_; ++i) clear(shares_[i].taken);
 }
 
 void ThreadPool::run(const std::function<void(int, int)>& fn) {
@@ -164,13 +165,13 @@ void ThreadPool::barrier() {
   if (barrier_count_.fetch_add(1, std::memory_order_acq_rel) == n_threads_ - 1) {
     barrier_count_.store(0, std::memory_order_relaxed);
     // the one-counter claims (totals >= 2^31), published by the phase increment below
-    if (claimed_.load(std::memory_order_relaxed) != 0) claimed_.store(0, std::memory_order_relaxed);
+    clear(claimed_);
     barrier_phase_.fetch_add(1, std::memory_order_acq_rel);
     barrier_phase_.notify_all();
   } else {
     wait_while_equal(barrier_phase_, phase, spin);
   }
-  reset_share(t_parity * n_threads_ + std::clamp(t_ith, 0, n_threads_ - 1));
+  clear(shares_[t_parity * n_threads_ + std::clamp(t_ith, 0, n_threads_ - 1)].taken);
   t_parity ^= 1;
 }
 

@@ -57,7 +57,6 @@ class ThreadPool {
   };
   std::unique_ptr<Share[]> shares_;  // two sets of n_threads_, alternating phase by phase (barrier())
   void reset_claims();
-  void reset_share(int i);
   std::atomic<bool> stop_{false};
   struct alignas(64) SeenCpu {  // the last CPU a thread was seen on (-1: unknown), a line each
     std::atomic<int> cpu{-1};
