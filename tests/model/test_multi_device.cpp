@@ -10,11 +10,12 @@
 #include <filesystem>
 #include <map>
 
+#include "cpu_features.h"  // wide_512: whether weights are repacked in pairs
+#include "loom/backend/registry.h"
 #include "loom/core/error.h"
 #include "loom/model/model_file.h"
 #include "loom/model/quantize.h"
 #include "loom/model/session.h"
-#include "loom/backend/registry.h"
 
 namespace loom {
 namespace {
@@ -24,7 +25,8 @@ std::string make_model(Arch arch, const std::string& tag, DType type = DType::F3
   o.type = type;
   o.hparams = preset_hparams(arch, "tiny");
   o.seed = 11;
-  o.output = (std::filesystem::temp_directory_path() / ("loom-md-" + std::to_string(getpid()) + "-" + tag + ".gguf")).string();
+  o.output =
+      (std::filesystem::temp_directory_path() / ("loom-md-" + std::to_string(getpid()) + "-" + tag + ".gguf")).string();
   make_random_model(o);
   return o.output;
 }
@@ -184,79 +186,92 @@ std::string make_model_of_type(DType type, const std::string& tag) {
   return o.output;
 }
 
-// Matrices repacked for the CPU kernels (the default where the CPU level has them) give the
-// logits of the file's layout (--no-repack) to float rounding, through both the decode rows (one
-// column) and the GEMMs (a 40-token prompt); token embeddings are never repacked.
+// Matrices repacked for the CPU kernels (the default where the CPU level has them), in groups and
+// in pairs of groups (where every type's two groups are taken), give the logits of the file's
+// layout (--no-repack) to float rounding, through both the decode rows (one column) and the GEMMs
+// (a 40-token prompt); token embeddings are never repacked.
 TEST(CpuWeights, RepackedMatricesGiveTheFileLayoutsLogits) {
   int types_without = 0;
-  const DType types[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K,   DType::Q3_K,   DType::IQ4_XS, DType::Q2_K,
-                         DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::MXFP4};
-  for (DType type : types) {
-    SCOPED_TRACE(dtype_name(type));
-    const std::string path = make_model_of_type(type, std::string("repack-") + dtype_name(type));
-    struct RemoveAtExit {  // also when the type has no repacked kernels or an assertion fails
-      std::string path;
-      ~RemoveAtExit() { std::filesystem::remove(path); }
-    } remove_at_exit{path};
-    ModelLoadOptions plain;
-    plain.placement.repack = false;
-    auto repacked = Model::load(path);
-    auto file_layout = Model::load(path, plain);
-    int n_repacked = 0;
-    for (const Tensor* t : repacked->weight_tensors()) n_repacked += t->has_flag(kFlagRepacked);
-    for (const Tensor* t : file_layout->weight_tensors()) EXPECT_FALSE(t->has_flag(kFlagRepacked)) << t->name;
-    EXPECT_FALSE(repacked->tok_embd->has_flag(kFlagRepacked));
-    if (n_repacked == 0) {  // this CPU level has no repacked kernels for the type
-      ++types_without;
-      continue;
-    }
-    // Per type (a Q4_K file keeps some matrices in Q6_K, as llama.cpp's Q4_K_M does), all of its
-    // matrices but the token embeddings repacked, or none (no kernels for it at this level).
-    std::map<DType, std::pair<int, int>> matrices;  // type -> (matrices, repacked)
-    for (const Tensor* t : repacked->weight_tensors())
-      if (t->ne[1] > 1 && t != repacked->tok_embd) {
-        matrices[t->type].first++;
-        matrices[t->type].second += t->has_flag(kFlagRepacked);
+  const DType types[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q3_K,   DType::IQ4_XS,
+                         DType::Q2_K, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::MXFP4};
+  for (DType type : types)
+    for (bool pairs : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(type)) + (pairs ? " pairs" : ""));
+      const std::string path = make_model_of_type(type, std::string("repack-") + dtype_name(type));
+      struct RemoveAtExit {  // also when the type has no repacked kernels or an assertion fails
+        std::string path;
+        ~RemoveAtExit() { std::filesystem::remove(path); }
+      } remove_at_exit{path};
+      ModelLoadOptions plain;
+      plain.placement.repack = false;
+      const cpu::Wide512 was = cpu::force_wide_512(pairs ? cpu::kWide512All : cpu::Wide512{});
+      auto repacked = Model::load(path);
+      cpu::force_wide_512(was);
+      auto file_layout = Model::load(path, plain);
+      int n_pairs = 0;
+      for (const Tensor* t : repacked->weight_tensors()) n_pairs += t->has_flag(kFlagRepackedPairs);
+      if (!pairs) {
+        EXPECT_EQ(n_pairs, 0);
       }
-    for (const auto& [t, n] : matrices) EXPECT_TRUE(n.second == 0 || n.second == n.first) << dtype_name(t);
-    EXPECT_EQ(matrices[type].second, matrices[type].first);
-    if (dtype_info(type).block_size == 32) {  // no fallbacks: every matrix in the type
-      EXPECT_EQ(n_repacked, 7 * (int)repacked->layers.size() + (repacked->output != repacked->tok_embd ? 1 : 0));
-    }
-    auto logits = [](Model& m, std::vector<int32_t>& tokens) {
-      SessionParams sp;
-      sp.n_ctx = 96;
-      sp.n_ubatch = 64;
-      sp.n_threads = 2;
-      Session s(m, sp);
-      std::vector<int32_t> prompt;
-      for (int i = 0; i < 40; ++i) prompt.push_back((7 * i + 3) % 200);
-      s.decode(prompt);
-      std::vector<std::vector<float>> out;
-      for (int i = 0; i < 6; ++i) {
-        std::span<const float> l = s.logits(0);
-        out.emplace_back(l.begin(), l.end());
-        const int32_t best = (int32_t)(std::max_element(l.begin(), l.end()) - l.begin());
-        tokens.push_back(best);
-        s.decode(std::span<const int32_t>(&best, 1));
+      int n_repacked = 0;
+      for (const Tensor* t : repacked->weight_tensors()) n_repacked += t->has_flag(kFlagRepacked);
+      for (const Tensor* t : file_layout->weight_tensors()) EXPECT_FALSE(t->has_flag(kFlagRepacked)) << t->name;
+      EXPECT_FALSE(repacked->tok_embd->has_flag(kFlagRepacked));
+      if (n_repacked == 0) {  // this CPU level has no repacked kernels for the type
+        types_without += !pairs;
+        continue;
       }
-      return out;
-    };
-    std::vector<int32_t> ta, tb;
-    const auto a = logits(*repacked, ta), b = logits(*file_layout, tb);
-    EXPECT_EQ(ta, tb);
-    // Per step, the largest difference relative to the step's largest logit. The prompt's GEMMs
-    // decode the same values in the same order: float rounding only. The decode steps' repacked
-    // kernels add in another order, and a rounding difference that moves an activation across
-    // an int8 rounding boundary moves logits by ~1/127 of their scale (a wrong layout: by O(1)).
-    for (size_t i = 0; i < a.size(); ++i) {
-      float scale = 1e-1f;
-      double worst = 0;
-      for (float v : b[i]) scale = std::max(scale, std::abs(v));
-      for (size_t j = 0; j < a[i].size(); ++j) worst = std::max(worst, (double)std::abs(a[i][j] - b[i][j]) / scale);
-      EXPECT_LE(worst, i == 0 ? 1e-5 : 2e-2) << "step " << i;
+      // in pairs: every matrix of the type where the level has its two-group kernel
+      if (pairs && cpu::active_isa() == cpu::Isa::avx512 && type != DType::Q5_K && type != DType::IQ4_XS) {
+        EXPECT_GT(n_pairs, 0);
+      }
+      // Per type (a Q4_K file keeps some matrices in Q6_K, as llama.cpp's Q4_K_M does), all of its
+      // matrices but the token embeddings repacked, or none (no kernels for it at this level).
+      std::map<DType, std::pair<int, int>> matrices;  // type -> (matrices, repacked)
+      for (const Tensor* t : repacked->weight_tensors())
+        if (t->ne[1] > 1 && t != repacked->tok_embd) {
+          matrices[t->type].first++;
+          matrices[t->type].second += t->has_flag(kFlagRepacked);
+        }
+      for (const auto& [t, n] : matrices) EXPECT_TRUE(n.second == 0 || n.second == n.first) << dtype_name(t);
+      EXPECT_EQ(matrices[type].second, matrices[type].first);
+      if (dtype_info(type).block_size == 32) {  // no fallbacks: every matrix in the type
+        EXPECT_EQ(n_repacked, 7 * (int)repacked->layers.size() + (repacked->output != repacked->tok_embd ? 1 : 0));
+      }
+      auto logits = [](Model& m, std::vector<int32_t>& tokens) {
+        SessionParams sp;
+        sp.n_ctx = 96;
+        sp.n_ubatch = 64;
+        sp.n_threads = 2;
+        Session s(m, sp);
+        std::vector<int32_t> prompt;
+        for (int i = 0; i < 40; ++i) prompt.push_back((7 * i + 3) % 200);
+        s.decode(prompt);
+        std::vector<std::vector<float>> out;
+        for (int i = 0; i < 6; ++i) {
+          std::span<const float> l = s.logits(0);
+          out.emplace_back(l.begin(), l.end());
+          const int32_t best = (int32_t)(std::max_element(l.begin(), l.end()) - l.begin());
+          tokens.push_back(best);
+          s.decode(std::span<const int32_t>(&best, 1));
+        }
+        return out;
+      };
+      std::vector<int32_t> ta, tb;
+      const auto a = logits(*repacked, ta), b = logits(*file_layout, tb);
+      EXPECT_EQ(ta, tb);
+      // Per step, the largest difference relative to the step's largest logit. The prompt's GEMMs
+      // decode the same values in the same order: float rounding only. The decode steps' repacked
+      // kernels add in another order, and a rounding difference that moves an activation across
+      // an int8 rounding boundary moves logits by ~1/127 of their scale (a wrong layout: by O(1)).
+      for (size_t i = 0; i < a.size(); ++i) {
+        float scale = 1e-1f;
+        double worst = 0;
+        for (float v : b[i]) scale = std::max(scale, std::abs(v));
+        for (size_t j = 0; j < a[i].size(); ++j) worst = std::max(worst, (double)std::abs(a[i][j] - b[i][j]) / scale);
+        EXPECT_LE(worst, i == 0 ? 1e-5 : 2e-2) << "step " << i;
+      }
     }
-  }
   if (types_without == (int)std::size(types)) GTEST_SKIP() << "this CPU level has no repacked kernels";
 }
 

@@ -1,10 +1,10 @@
 // Every SIMD variant of the CPU kernels against the readable scalar reference: each level this
 // CPU has (scalar, avx2, avx512) is forced in turn. Kernel level: int8 column quantization bit
 // for bit, row conversions bit for bit, fused dots / rows_dot / axpy / GEMM tiles within float
-// rounding of the reference (bounded by sum |a_k b_k|), exp within 2 ulp of std::exp with the
-// same inf / 0 / NaN. Op level: MUL_MAT / MUL_MAT_ID through every path (dot, gemm f32, gemm
-// int8, strided), SILU / SWIGLU / SOFT_MAX and tiled FLASH_ATTN_EXT against double-precision
-// loops, with odd shapes. Levels the CPU lacks are skipped.
+// rounding of the reference (bounded by sum |a_k b_k|), repacked layouts round-tripping. Op
+// level: MUL_MAT / MUL_MAT_ID through every path (dot, gemm f32, gemm int8, strided) against
+// double-precision loops, with odd shapes. Levels the CPU lacks are skipped (the vectorized math
+// and attention: test_simd_math.cpp).
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -21,51 +21,16 @@
 #include "../../lib/backends/cpu/src/cpu_repack.h"
 #include "../../lib/backends/cpu/src/cpu_vec_dot.h"
 #include "../../lib/backends/cpu/src/simd_gemm.h"
+#include "../../lib/backends/cpu/src/simd_isa.h"
 #include "../../lib/backends/cpu/src/simd_math.h"
 #include "loom/core/fp16.h"
 #include "loom/core/quants.h"
 #include "loom/core/thread_pool.h"
 #include "op_harness.h"
+#include "simd_levels.h"
 
 namespace loom::test {
 namespace {
-
-using cpu::Isa;
-
-const Isa kLevels[] = {Isa::scalar, Isa::avx2, Isa::avx512};
-const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,  DType::Q4_0,   DType::Q4_K,
-                              DType::Q6_K, DType::Q4_1, DType::Q5_0, DType::Q5_1,  DType::IQ4_NL, DType::MXFP4,
-                              DType::Q2_K, DType::Q3_K, DType::Q5_K, DType::IQ4_XS};
-
-std::string level_name(const testing::TestParamInfo<Isa>& i) { return cpu::isa_name(i.param); }
-
-// Forces a level for the test's lifetime (skips when the CPU lacks it).
-class LevelTest : public testing::TestWithParam<Isa> {
- protected:
-  void SetUp() override {
-    if ((int)GetParam() > (int)cpu::detected_isa()) GTEST_SKIP() << "CPU lacks " << cpu::isa_name(GetParam());
-    saved_ = cpu::active_isa();
-    ASSERT_EQ(cpu::force_isa(GetParam()), GetParam());
-  }
-  void TearDown() override { cpu::force_isa(saved_); }
-  Isa saved_ = Isa::scalar;
-};
-
-std::vector<float> normal(std::mt19937& rng, size_t n, float sigma = 1.0f) {
-  std::normal_distribution<float> d(0.0f, sigma);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-// Rows of weights of a type made from f32 values (K a multiple of the block).
-std::vector<uint8_t> make_rows(DType t, const std::vector<float>& v, int64_t K, int64_t rows) {
-  const DTypeInfo& info = dtype_info(t);
-  const size_t rb = (size_t)(K / info.block_size) * info.type_size;
-  std::vector<uint8_t> out(rb * (size_t)rows);
-  for (int64_t r = 0; r < rows; ++r) info.from_float(v.data() + r * K, out.data() + rb * (size_t)r, K);
-  return out;
-}
 
 // ---- kernel level ------------------------------------------------------------------------------
 
@@ -242,53 +207,85 @@ const DType kRepackTypes[] = {DType::Q8_0,   DType::Q4_0,   DType::Q4_K, DType::
                               DType::Q5_0,   DType::Q5_1,   DType::Q2_K, DType::Q3_K, DType::Q5_K,
                               DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
 
-// Repacked rows (cpu_repack.h): the layout round-trips, and each level's rows_dot_r8 gives the
-// scalar GGUF-row kernel's results.
+// Repacked rows (cpu_repack.h), in groups and in pairs of groups: the layout round-trips, and
+// each level's kernel of it gives the scalar GGUF-row kernel's results (in pairs: the AVX-512
+// level's two-group kernels, and the reference at every level).
 TEST_P(KernelTest, RepackedRowsDotMatchesScalar) {
   std::mt19937 rng(15);
   for (DType t : kRepackTypes)
     for (int64_t kb : {1L, 3L, 11L})
-      for (int64_t nr : {8L, 24L}) {
-        const int64_t K = kb * dtype_info(t).block_size;
-        const cpu::ActType act_type = dtype_info(t).block_size == 256 ? cpu::ActType::q8k : cpu::ActType::q8;
-        const auto rows = make_rows(t, normal(rng, (size_t)(K * nr)), K, nr);
-        const size_t lda = rows.size() / (size_t)nr;
-        std::vector<uint8_t> packed(rows.size()), back(rows.size());
-        cpu::repack_rows(t, rows.data(), packed.data(), nr, K);
-        cpu::unpack_rows(t, packed.data(), back.data(), nr, K);
-        ASSERT_EQ(back, rows) << dtype_name(t);
-        ASSERT_NE(packed, rows);
-        const cpu::RowsDotFn r8 = cpu::weight_kernels(t, GetParam())->rows_dot_r8;
-        if (!r8) continue;
-        for (int nc = 1; nc <= cpu::kMaxDotCols; ++nc) {
-          const std::vector<float> xv = normal(rng, (size_t)(K * nc));
-          std::vector<std::vector<uint8_t>> act((size_t)nc, std::vector<uint8_t>(cpu::act_row_bytes(act_type, K)));
-          std::vector<float> want((size_t)(nr * nc)), got((size_t)(nr * nc), NAN);
-          const void* bp[cpu::kMaxDotCols];
-          float *wp[cpu::kMaxDotCols], *gp[cpu::kMaxDotCols];
-          for (int c = 0; c < nc; ++c) {
-            cpu::quantize_act(act_type, Isa::scalar)(xv.data() + c * K, act[(size_t)c].data(), K);
-            bp[c] = act[(size_t)c].data();
-            wp[c] = want.data() + c * nr;
-            gp[c] = got.data() + c * nr;
+      for (int64_t nr : {8L, 24L, 32L})  // 24: a pair, then a group alone
+        for (bool pairs : {false, true}) {
+          const int64_t K = kb * dtype_info(t).block_size;
+          const cpu::ActType act_type = dtype_info(t).block_size == 256 ? cpu::ActType::q8k : cpu::ActType::q8;
+          const auto rows = make_rows(t, normal(rng, (size_t)(K * nr)), K, nr);
+          const size_t lda = rows.size() / (size_t)nr;
+          std::vector<uint8_t> packed(rows.size()), back(rows.size()), groups(rows.size());
+          cpu::repack_rows(t, rows.data(), packed.data(), nr, K, pairs);
+          cpu::unpack_rows(t, packed.data(), back.data(), nr, K, pairs);
+          ASSERT_EQ(back, rows) << dtype_name(t);
+          ASSERT_NE(packed, rows);
+          cpu::repack_rows(t, rows.data(), groups.data(), nr, K);
+          if (pairs && nr > 8 && kb > 1) {               // (one block per row: the same bytes)
+            ASSERT_NE(packed, groups) << dtype_name(t);  // the pairs interleave
           }
-          cpu::weight_kernels(t, Isa::scalar)->rows_dot(K, rows.data(), lda, nr, bp, nc, wp);
-          // the avx512 level's 8-row and two-group kernels, the 8-row walk with and without the
-          // stream prefetch
-          for (bool wide : {false, true})
+          const cpu::RowsDotFn level_pairs = GetParam() == Isa::avx512 ? cpu::rows_dot_pairs_avx512(t) : nullptr;
+          const cpu::RowsDotFn r8 = pairs ? level_pairs : cpu::weight_kernels(t, GetParam())->rows_dot_r8;
+          if (!r8 && !pairs) continue;
+          for (int nc = 1; nc <= cpu::kMaxDotCols; ++nc) {
+            const std::vector<float> xv = normal(rng, (size_t)(K * nc));
+            std::vector<std::vector<uint8_t>> act((size_t)nc, std::vector<uint8_t>(cpu::act_row_bytes(act_type, K)));
+            std::vector<float> want((size_t)(nr * nc)), got((size_t)(nr * nc), NAN);
+            const void* bp[cpu::kMaxDotCols];
+            float *wp[cpu::kMaxDotCols], *gp[cpu::kMaxDotCols];
+            for (int c = 0; c < nc; ++c) {
+              cpu::quantize_act(act_type, Isa::scalar)(xv.data() + c * K, act[(size_t)c].data(), K);
+              bp[c] = act[(size_t)c].data();
+              wp[c] = want.data() + c * nr;
+              gp[c] = got.data() + c * nr;
+            }
+            cpu::weight_kernels(t, Isa::scalar)->rows_dot(K, rows.data(), lda, nr, bp, nc, wp);
+            auto check = [&](const char* what) {
+              for (size_t i = 0; i < want.size(); ++i)
+                EXPECT_NEAR(got[i], want[i], 1e-5 * std::fabs(want[i]) + 1e-4)
+                    << dtype_name(t) << " K " << K << " nr " << nr << " nc " << nc << " " << what;
+            };
+            if (pairs) {
+              cpu::rows_dot_r8_ref(t, K, packed.data(), lda, nr, bp, nc, gp, true);
+              check("pairs, reference");
+              if (!r8) continue;
+              std::fill(got.begin(), got.end(), NAN);
+              r8(K, packed.data(), lda, nr, bp, nc, gp);
+              check("pairs");
+              continue;
+            }
+            // the 8-row walk with and without the stream prefetch
             for (bool pf : {false, true}) {
-              const cpu::Wide512 was = cpu::force_wide_512(wide ? cpu::kWide512All : cpu::Wide512{});
               const uint64_t was_pf = cpu::force_stream_prefetch(pf ? cpu::kStreamPrefetchAll : 0);
               std::fill(got.begin(), got.end(), NAN);
               r8(K, packed.data(), lda, nr, bp, nc, gp);
-              cpu::force_wide_512(was);
               cpu::force_stream_prefetch(was_pf);
-              for (size_t i = 0; i < want.size(); ++i)
-                EXPECT_NEAR(got[i], want[i], 1e-5 * std::fabs(want[i]) + 1e-4)
-                    << dtype_name(t) << " K " << K << " nc " << nc << " wide " << wide << " prefetch " << pf;
+              check(pf ? "groups, prefetch" : "groups");
             }
+          }
         }
-      }
+}
+
+// Which types the AVX-512 level reads in pairs, and that a matrix is repacked in pairs where
+// wide_512 takes two groups for its rows (and only where it has their kernel).
+TEST(RepackLayout, PairsWhereTwoGroupsAreTaken) {
+  const DType with[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q4_1,   DType::Q5_0,
+                        DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::MXFP4};
+  for (DType t : with) EXPECT_NE(cpu::rows_dot_pairs_avx512(t), nullptr) << dtype_name(t);
+  for (DType t : {DType::Q6_K, DType::Q5_K, DType::IQ4_XS, DType::F16})
+    EXPECT_EQ(cpu::rows_dot_pairs_avx512(t), nullptr) << dtype_name(t);
+  const cpu::Wide512 was = cpu::force_wide_512(cpu::kWide512All);
+  const bool avx512 = cpu::active_isa() == Isa::avx512;
+  for (DType t : kRepackTypes)
+    EXPECT_EQ(cpu::repack_pairs(t, 4096), avx512 && cpu::rows_dot_pairs_avx512(t)) << dtype_name(t);
+  cpu::force_wide_512(cpu::Wide512{});
+  for (DType t : kRepackTypes) EXPECT_FALSE(cpu::repack_pairs(t, 4096)) << dtype_name(t);
+  cpu::force_wide_512(was);
 }
 
 // The two-group choice is per row length: the long-row mask from kWideLongRow values on.
@@ -312,6 +309,9 @@ TEST(RepackLayout, BigMatricesRoundTripOnAllThreads) {
     std::vector<uint8_t> src(bytes), packed(bytes), back(bytes);
     std::uniform_int_distribution<int> byte(0, 255);
     for (uint8_t& v : src) v = (uint8_t)byte(rng);
+    cpu::repack_rows(t, src.data(), packed.data(), rows, K, /*pairs=*/true, /*matrix_rows=*/rows / 3);
+    cpu::unpack_rows(t, packed.data(), back.data(), rows, K, true, rows / 3);
+    EXPECT_EQ(back, src) << dtype_name(t) << " pairs";
     cpu::repack_rows(t, src.data(), packed.data(), rows, K);
     cpu::unpack_rows(t, packed.data(), back.data(), rows, K);
     EXPECT_EQ(back, src) << dtype_name(t);
@@ -541,10 +541,16 @@ using MatmulLevelTest = LevelTest;
 
 // A weight's bytes (as the file holds them) repacked where they are, as the model loader places
 // them; false where the level has no repacked kernels.
-bool repack_in_place(Tensor* t) {
+// As the model loader repacks a weight; with `pairs`, where every type's two groups are taken
+// (cpu_features.h: wide_512), so in pairs where the level reads them (cpu_repack.h).
+bool repack_in_place(Tensor* t, bool pairs = false) {
   const auto* p = static_cast<const uint8_t*>(t->data);
   const std::vector<uint8_t> file(p, p + t->nbytes());
-  return cpu::repack_weight(*t, file.data());
+  const cpu::Wide512 was = cpu::force_wide_512(pairs ? cpu::kWide512All : cpu::Wide512{});
+  const bool done = cpu::repack_weight(*t, file.data());
+  cpu::force_wide_512(was);
+  EXPECT_EQ(t->has_flag(kFlagRepackedPairs), done && pairs && cpu::rows_dot_pairs(t->type)) << dtype_name(t->type);
+  return done;
 }
 
 TEST_P(MatmulLevelTest, EveryTypeEveryPathOddShapes) {
@@ -594,32 +600,35 @@ TEST_P(MatmulLevelTest, SharedPackedColumnsForPlainFloats) {
     }
 }
 
-// Weights repacked as the model loader places them (where the level has the kernels): the dot
-// path (N < 16) and the GEMM (N >= 16: int8 tiles, or f32 ones decoding the groups), M a multiple
-// of 8 but not of 16; at M 264 a thread's share is many row blocks, taken as claimed ranges.
+// Weights repacked as the model loader places them (where the level has the kernels), in groups
+// and in pairs: the dot path (N < 16) and the GEMM (N >= 16: int8 tiles, or f32 ones decoding the
+// groups), M a multiple of 8 but not of 16 (a last group alone) or of 16; at M 264 a thread's
+// share is many row blocks, taken as claimed ranges.
 TEST_P(MatmulLevelTest, RepackedWeightsDotAndGemm) {
   for (DType t : kRepackTypes)
     for (int64_t N : {1L, 3L, 8L, 16L, 29L})
       for (int th : {1, 2})
-        for (int64_t M : {40L, 264L}) {
-          const int64_t K = dtype_info(t).block_size == 256 ? 512 : 96;
-          if (!cpu::repacked_kernels(t)) continue;
-          OpRunner r;
-          Tensor* a = r.input(t, {K, M}, "a");
-          Tensor* b = r.input(DType::F32, {K, N}, "b");
-          Tensor* out = ops::mul_mat(r.ctx, a, b);
-          r.alloc();
-          r.fill_normal(a);
-          r.fill_normal(b);
-          const auto want = ref_mul_mat(r.get_f32(a), a->ne, r.get_f32(b), b->ne);
-          if (!repack_in_place(a)) GTEST_SKIP() << "no repacked kernels at this level";
-          ASSERT_TRUE(a->has_flag(kFlagRepacked));
-          EXPECT_FALSE(cpu::supports(ops::cont(r.ctx, a)));  // no other op reads the layout
-          EXPECT_TRUE(cpu::supports(out));
-          r.compute(out, th);
-          const double e = nmse(r.get_f32(out), want);
-          EXPECT_LE(e, limit_for(t)) << dtype_name(t) << " M " << M << " N " << N << " threads " << th;
-        }
+        for (int64_t M : {40L, 48L, 264L})
+          for (bool pairs : {false, true}) {
+            const int64_t K = dtype_info(t).block_size == 256 ? 512 : 96;
+            if (!cpu::repacked_kernels(t)) continue;
+            OpRunner r;
+            Tensor* a = r.input(t, {K, M}, "a");
+            Tensor* b = r.input(DType::F32, {K, N}, "b");
+            Tensor* out = ops::mul_mat(r.ctx, a, b);
+            r.alloc();
+            r.fill_normal(a);
+            r.fill_normal(b);
+            const auto want = ref_mul_mat(r.get_f32(a), a->ne, r.get_f32(b), b->ne);
+            if (!repack_in_place(a, pairs)) GTEST_SKIP() << "no repacked kernels at this level";
+            ASSERT_TRUE(a->has_flag(kFlagRepacked));
+            EXPECT_FALSE(cpu::supports(ops::cont(r.ctx, a)));  // no other op reads the layout
+            EXPECT_TRUE(cpu::supports(out));
+            r.compute(out, th);
+            const double e = nmse(r.get_f32(out), want);
+            EXPECT_LE(e, limit_for(t)) << dtype_name(t) << " M " << M << " N " << N << " threads " << th
+                                       << (a->has_flag(kFlagRepackedPairs) ? " pairs" : "");
+          }
 }
 
 // b not F32 rows (converted first), a transposed float view (the strided path), broadcast.
@@ -655,10 +664,15 @@ TEST_P(MatmulLevelTest, ConvertedBStridedABroadcast) {
 
 // Experts: crowded (gemm) and sparse (dot) experts in one node.
 TEST_P(MatmulLevelTest, ExpertsMixCrowdedAndSparse) {
-  std::vector<std::pair<DType, bool>> cases;  // (type, repacked experts where the level has them)
-  for (DType t : kWeightTypes) cases.emplace_back(t, false);
-  for (DType t : kRepackTypes) cases.emplace_back(t, true);
-  for (auto [t, repack] : cases) {
+  struct Case {
+    DType t;
+    bool repack, pairs;  // experts repacked where the level has the kernels, in pairs where it reads them
+  };
+  std::vector<Case> cases;
+  for (DType t : kWeightTypes) cases.push_back({t, false, false});
+  for (DType t : kRepackTypes) cases.push_back({t, true, false});
+  for (DType t : kRepackTypes) cases.push_back({t, true, true});  // 5 groups per expert: 2 pairs, 1 alone
+  for (auto [t, repack, pairs] : cases) {
     OpRunner r;
     const int64_t bs = dtype_info(t).block_size;
     const int64_t K = bs == 1 ? 45 : bs * 2, M = repack ? 40 : 35, E = 4, n_used = 2, T = 24;
@@ -677,7 +691,7 @@ TEST_P(MatmulLevelTest, ExpertsMixCrowdedAndSparse) {
     r.set_i32(ids, idv);
     const auto av = r.get_f32(as), bv = r.get_f32(b);
     if (repack) {
-      if (!repack_in_place(as)) continue;  // no repacked kernels at this level
+      if (!repack_in_place(as, pairs)) continue;  // no repacked kernels at this level
       ASSERT_TRUE(as->has_flag(kFlagRepacked));
     }
     r.compute(out, 2);
@@ -691,273 +705,12 @@ TEST_P(MatmulLevelTest, ExpertsMixCrowdedAndSparse) {
             s += (double)av[(size_t)((e * M + m) * K + k)] * bv[(size_t)((tk * n_used + i) * K + k)];
           want[(size_t)((tk * n_used + i) * M + m)] = s;
         }
-    EXPECT_LE(nmse(r.get_f32(out), want), limit_for(t)) << dtype_name(t) << (repack ? " repacked" : "");
+    EXPECT_LE(nmse(r.get_f32(out), want), limit_for(t))
+        << dtype_name(t) << (repack ? " repacked" : "") << (as->has_flag(kFlagRepackedPairs) ? " in pairs" : "");
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, MatmulLevelTest, testing::ValuesIn(kLevels), level_name);
-
-// ---- vectorized exp and the ops built on it -----------------------------------------------------
-
-using MathLevelTest = LevelTest;
-
-// Units in the last place between two floats of the same sign (huge if signs differ).
-int64_t ulp_distance(float a, float b) {
-  if (a == b) return 0;
-  if (std::signbit(a) != std::signbit(b)) return INT64_MAX;
-  return std::llabs((int64_t)std::bit_cast<int32_t>(a) - (int64_t)std::bit_cast<int32_t>(b));
-}
-
-TEST_P(MathLevelTest, ExpWithinTwoUlpAndEdgeCasesLikeStdExp) {
-  const cpu::VecMath& vm = cpu::vec_math(GetParam());
-  std::vector<float> x;
-  for (float v = -110.0f; v <= 95.0f; v += 0.0137f) x.push_back(v);
-  for (float v : {0.0f, -0.0f, 1e-30f, -1e-30f, 88.72f, 88.7228f, 88.73f, -87.33f, -103.97f, -103.28f, -150.0f, 1000.0f,
-                  -1000.0f, INFINITY, -INFINITY})
-    x.push_back(v);
-  std::vector<float> y(x.size());
-  vm.exp_shift_sum(x.data(), 0.0f, y.data(), (int64_t)x.size());
-  int64_t worst = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const float want = std::exp(x[i]);
-    if (std::fpclassify(want) == FP_SUBNORMAL || want == 0.0f) {  // gradual underflow: absolute error
-      EXPECT_NEAR(y[i], want, 3e-45f) << "x = " << x[i];
-      continue;
-    }
-    if (std::isinf(want)) {
-      EXPECT_EQ(y[i], want) << "x = " << x[i];
-      continue;
-    }
-    worst = std::max(worst, ulp_distance(y[i], want));
-    EXPECT_LE(ulp_distance(y[i], want), 2) << "x = " << x[i] << " got " << y[i] << " want " << want;
-  }
-  float nan_in = NAN, nan_out = 0.0f;
-  vm.exp_shift_sum(&nan_in, 0.0f, &nan_out, 1);
-  EXPECT_TRUE(std::isnan(nan_out));
-  // the sum it returns, and a shift
-  std::vector<float> z(37);
-  for (size_t i = 0; i < z.size(); ++i) z[i] = 0.1f * (float)i;
-  std::vector<float> e(z.size());
-  const float sum = vm.exp_shift_sum(z.data(), 2.0f, e.data(), (int64_t)z.size());
-  double want_sum = 0;
-  for (float v : z) want_sum += std::exp((double)v - 2.0);
-  EXPECT_NEAR(sum, want_sum, 1e-5 * want_sum);
-  EXPECT_EQ(vm.max(z.data(), (int64_t)z.size()), z.back());
-  EXPECT_EQ(vm.max(z.data(), 0), -INFINITY);
-}
-
-// One online-softmax step of the prompt attention (key-major scores, rows as lanes) against a
-// double reference: rows past a vector's width, a mask with hidden keys and an ALiBi-like slope,
-// rows with an earlier maximum (rescaled), rows that have seen nothing yet and see nothing now.
-TEST_P(MathLevelTest, SoftmaxStepKeyMajor) {
-  const cpu::VecMath& vm = cpu::vec_math(GetParam());
-  for (int64_t n : {1L, 7L, 16L, 37L})
-    for (bool with_mask : {false, true}) {
-      const int64_t kt = 23, ld = n + 5;
-      std::mt19937 rng(7 + (unsigned)n);
-      std::normal_distribution<float> nd(0.0f, 3.0f);
-      std::vector<float> s((size_t)(kt * ld)), mask((size_t)(kt * ld)), slope((size_t)n), m((size_t)n), l((size_t)n);
-      for (auto& x : s) x = nd(rng);
-      for (int64_t j = 0; j < kt; ++j)
-        for (int64_t r = 0; r < n; ++r)
-          mask[(size_t)(j * ld + r)] = r % 5 == 2 || (j + r) % 4 == 1 ? -INFINITY : -0.25f * (float)j;
-      for (int64_t r = 0; r < n; ++r) {
-        slope[(size_t)r] = 0.5f + 0.1f * (float)r;
-        m[(size_t)r] = r % 3 == 0 ? -INFINITY : nd(rng);  // no key seen yet, or an earlier maximum
-        l[(size_t)r] = m[(size_t)r] == -INFINITY ? 0.0f : 2.0f;
-      }
-      std::vector<float> got = s, gm = m, gl = l, alpha((size_t)n);
-      vm.softmax_step(got.data(), with_mask ? mask.data() : nullptr, slope.data(), ld, kt, n, gm.data(), gl.data(),
-                      alpha.data());
-      for (int64_t r = 0; r < n; ++r) {
-        double mx = m[(size_t)r];
-        std::vector<double> x((size_t)kt);
-        for (int64_t j = 0; j < kt; ++j) {
-          x[(size_t)j] = s[(size_t)(j * ld + r)];
-          if (with_mask) x[(size_t)j] += (double)slope[(size_t)r] * mask[(size_t)(j * ld + r)];
-          mx = std::max(mx, x[(size_t)j]);
-        }
-        const double shift = mx == -INFINITY ? 0.0 : mx, a = std::exp((double)m[(size_t)r] - shift);
-        double sum = 0;
-        for (int64_t j = 0; j < kt; ++j) {
-          const double p = std::exp(x[(size_t)j] - shift);
-          sum += p;
-          EXPECT_NEAR(got[(size_t)(j * ld + r)], p, 1e-6 * std::max(1.0, p))
-              << "n " << n << " row " << r << " key " << j;
-        }
-        EXPECT_NEAR(alpha[(size_t)r], a, 1e-6 * std::max(1.0, a)) << "n " << n << " row " << r;
-        EXPECT_NEAR(gl[(size_t)r], l[(size_t)r] * a + sum, 1e-5 * (l[(size_t)r] * a + sum + 1)) << "row " << r;
-        if (mx == -INFINITY)
-          EXPECT_EQ(gm[(size_t)r], -INFINITY) << "row " << r;
-        else
-          EXPECT_NEAR(gm[(size_t)r], mx, 1e-6 * std::abs(mx)) << "row " << r;
-      }
-      for (int64_t j = 0; j < kt; ++j)  // the padding past n is left alone
-        for (int64_t r = n; r < ld; ++r) EXPECT_EQ(got[(size_t)(j * ld + r)], s[(size_t)(j * ld + r)]);
-    }
-}
-
-TEST_P(MathLevelTest, SiluSwigluSoftmaxOps) {
-  for (int64_t n : {1L, 15L, 16L, 1000L}) {
-    OpRunner r;
-    Tensor* a = r.input(DType::F32, {n, 3}, "a");
-    Tensor* b = r.input(DType::F32, {n, 3}, "b");
-    Tensor* s = ops::silu(r.ctx, a);
-    Tensor* g = ops::swiglu(r.ctx, a, b);
-    Tensor* sm = ops::soft_max(r.ctx, a, nullptr, 0.7f);
-    r.alloc();
-    r.fill_normal(a, 4.0f);
-    r.fill_normal(b);
-    r.compute(s, 2);
-    r.compute(g, 2);
-    r.compute(sm, 2);
-    const auto av = r.get_f32(a), bv = r.get_f32(b);
-    std::vector<double> ws(av.size()), wg(av.size()), wsm(av.size());
-    for (size_t i = 0; i < av.size(); ++i) {
-      ws[i] = av[i] / (1.0 + std::exp(-(double)av[i]));
-      wg[i] = ws[i] * bv[i];
-    }
-    for (int64_t row = 0; row < 3; ++row) {
-      double mx = -INFINITY, sum = 0;
-      for (int64_t i = 0; i < n; ++i) mx = std::max(mx, 0.7 * av[(size_t)(row * n + i)]);
-      for (int64_t i = 0; i < n; ++i) sum += std::exp(0.7 * av[(size_t)(row * n + i)] - mx);
-      for (int64_t i = 0; i < n; ++i) wsm[(size_t)(row * n + i)] = std::exp(0.7 * av[(size_t)(row * n + i)] - mx) / sum;
-    }
-    EXPECT_LE(nmse(r.get_f32(s), ws), 1e-12) << n;
-    EXPECT_LE(nmse(r.get_f32(g), wg), 1e-12) << n;
-    EXPECT_LE(nmse(r.get_f32(sm), wsm), 1e-12) << n;
-  }
-  OpRunner r;  // saturation: no NaN, exact limits
-  Tensor* a = r.input(DType::F32, {4});
-  Tensor* s = ops::silu(r.ctx, a);
-  r.alloc();
-  r.set_f32(a, {-200.0f, 200.0f, -90.0f, 90.0f});
-  r.compute(s, 1);
-  const auto sv = r.get_f32(s);
-  EXPECT_EQ(sv[0], 0.0f);
-  EXPECT_EQ(sv[1], 200.0f);
-  EXPECT_EQ(sv[3], 90.0f);
-}
-
-// q {D, n_q, h, b}, k/v {D | Dv, n_kv, h_kv, b}, mask {n_kv, n_q} -> {Dv, h, n_q, b}
-std::vector<double> ref_flash(const std::vector<float>& q, const int64_t* qne, const std::vector<float>& k,
-                              const int64_t* kne, const std::vector<float>& v, const int64_t* vne,
-                              const std::vector<float>* mask, int64_t mask_ne0, float scale, float softcap) {
-  const int64_t D = qne[0], n_q = qne[1], H = qne[2], B = qne[3], n_kv = kne[1], Dv = vne[0];
-  const int64_t one[4] = {Dv, H, n_q, B};
-  std::vector<double> out((size_t)(Dv * H * n_q * B), 0.0), s((size_t)n_kv);
-  for (int64_t ib = 0; ib < B; ++ib)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t iq = 0; iq < n_q; ++iq) {
-        const int64_t hk = h / (H / kne[2]);
-        double mx = -INFINITY;
-        for (int64_t j = 0; j < n_kv; ++j) {
-          double dot = 0;
-          for (int64_t d = 0; d < D; ++d) dot += (double)q[idx(qne, d, iq, h, ib)] * k[idx(kne, d, j, hk, ib)];
-          dot *= scale;
-          if (softcap != 0) dot = softcap * std::tanh(dot / softcap);
-          if (mask) dot += (double)(*mask)[(size_t)(iq * mask_ne0 + j)];
-          s[(size_t)j] = dot;
-          mx = std::max(mx, dot);
-        }
-        if (mx == -INFINITY) continue;
-        double sum = 0;
-        for (int64_t j = 0; j < n_kv; ++j) sum += std::exp(s[(size_t)j] - mx);
-        for (int64_t j = 0; j < n_kv; ++j)
-          for (int64_t d = 0; d < Dv; ++d)
-            out[idx(one, d, h, iq, ib)] += std::exp(s[(size_t)j] - mx) / sum * v[idx(vne, d, j, hk, ib)];
-      }
-  return out;
-}
-
-// Shapes around the tiles: keys past one 64-key tile, head sizes not a multiple of 16, GQA
-// groups of 1, 4 and 8 (rows per unit 32 and beyond), causal masks whose early tiles are
-// skipped, a row that sees nothing, softcap; decode steps over many keys; head sizes past one
-// 256-value K block of the panels, and heads too big to pack more than one per phase (batches).
-TEST_P(MathLevelTest, FlashAttentionTiledOddShapes) {
-  struct Case {
-    int64_t D, Dv, n_q, n_kv, h, h_kv;
-    bool causal;
-    float softcap;
-    int64_t b = 1;
-    int64_t filled = 0;  // > 0: keys from here on hidden (a cache's unused slots)
-  };
-  const Case cases[] = {{64, 64, 1, 130, 8, 2, false, 0.0f},
-                        {40, 24, 37, 150, 4, 1, true, 0.0f},
-                        {80, 80, 70, 200, 8, 1, true, 0.0f},
-                        {16, 16, 5, 9, 3, 3, true, 30.0f},
-                        // decode steps over many keys
-                        {64, 64, 1, 700, 8, 2, false, 0.0f},
-                        {64, 32, 2, 1000, 4, 4, true, 30.0f},
-                        {128, 128, 3, 600, 8, 8, false, 0.0f},
-                        // decode chunks that see no key (unused cache slots), two batches
-                        {64, 64, 1, 900, 16, 4, false, 0.0f, 1, 200},
-                        {64, 48, 2, 333, 8, 2, false, 0.0f, 2, 70},
-                        // prompts: K blocks of 256 + 64 dims; ~5 MB heads, one per phase, 2 batches
-                        {320, 48, 10, 70, 2, 1, true, 0.0f},
-                        {288, 32, 9, 4000, 2, 1, true, 0.0f, 2}};
-  for (const Case& c : cases)
-    for (DType kv : {DType::F16, DType::F32})
-      for (int nth : {2, 3}) {  // decode splits the keys into chunks per thread count
-        OpRunner r;
-        Tensor* q = r.input(DType::F32, {c.D, c.n_q, c.h, c.b}, "q");
-        Tensor* k = r.input(kv, {c.D, c.n_kv, c.h_kv, c.b}, "k");
-        Tensor* v = r.input(kv, {c.Dv, c.n_kv, c.h_kv, c.b}, "v");
-        Tensor* mask = r.input(DType::F32, {c.n_kv, c.n_q}, "mask");
-        Tensor* out = ops::flash_attn_ext(r.ctx, q, k, v, mask, 1.0f / std::sqrt((float)c.D), 0.0f, c.softcap);
-        r.alloc();
-        r.fill_normal(q);
-        r.fill_normal(k);
-        r.fill_normal(v);
-        std::vector<float> mv((size_t)(c.n_kv * c.n_q), 0.0f);
-        for (int64_t iq = 0; iq < c.n_q; ++iq)
-          for (int64_t j = 0; j < c.n_kv; ++j) {
-            const bool hidden = (c.causal ? j > c.n_kv - c.n_q + iq : (j % 7 == 3)) || (c.filled > 0 && j >= c.filled);
-            mv[(size_t)(iq * c.n_kv + j)] = hidden || (c.n_q > 2 && iq == 1) ? -INFINITY : 0.0f;  // row 1 sees nothing
-          }
-        r.set_f32(mask, mv);
-        r.compute(out, nth);
-        const auto got = r.get_f32(out);
-        const auto want = ref_flash(r.get_f32(q), q->ne, r.get_f32(k), k->ne, r.get_f32(v), v->ne, &mv, c.n_kv,
-                                    1.0f / std::sqrt((float)c.D), c.softcap);
-        EXPECT_LE(nmse(got, want), 1e-9) << "D " << c.D << " n_q " << c.n_q << " n_kv " << c.n_kv << " "
-                                         << dtype_name(kv) << " threads " << nth;
-        for (float g : got) ASSERT_FALSE(std::isnan(g));
-      }
-}
-
-INSTANTIATE_TEST_SUITE_P(Levels, MathLevelTest, testing::ValuesIn(kLevels), level_name);
-
-// ---- work sharing of the thread pool the kernels rely on ---------------------------------------
-
-// claim() hands out every item of a phase exactly once, in ranges, whatever the interleaving,
-// and starts over after each barrier and each run (phases use different totals here; phases
-// that claim nothing (-1) leave the shares of one set untouched for two phases, and run 1 delays
-// a thread so the others take from its share).
-TEST(ThreadPoolClaim, EveryItemOnceAndRestartsAfterBarrier) {
-  for (int nth : {1, 2, 3, 5}) {
-    ThreadPool pool(nth);
-    const int64_t totals[] = {1000, 7, -1, 1, -1, -1, 0, 333, 64, -1, 64};
-    for (int run = 0; run < 3; ++run) {
-      std::vector<std::vector<std::atomic<int>>> hits;
-      for (int64_t t : totals) hits.emplace_back((size_t)std::max<int64_t>(t, 0));
-      pool.run([&](int ith, int) {
-        for (size_t phase = 0; phase < std::size(totals); ++phase) {
-          if (run == 1 && ith == nth - 1) std::this_thread::sleep_for(std::chrono::microseconds(200));
-          int64_t first, last;
-          while (totals[phase] >= 0 && pool.claim(totals[phase], 2, first, last)) {
-            EXPECT_LT(first, last);
-            for (int64_t i = first; i < last; ++i) hits[phase][(size_t)i].fetch_add(1);
-          }
-          pool.barrier();
-        }
-      });
-      for (size_t phase = 0; phase < std::size(totals); ++phase)
-        for (const auto& h : hits[phase])
-          ASSERT_EQ(h.load(), 1) << "threads " << nth << " run " << run << " phase " << phase;
-    }
-  }
-}
 
 }  // namespace
 }  // namespace loom::test

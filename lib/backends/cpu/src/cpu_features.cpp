@@ -80,7 +80,7 @@ std::atomic<uint64_t>& prefetch_mask() {
   static std::atomic<uint64_t> mask{initial_stream_prefetch()};
   return mask;
 }
-// Read by every kernel call, written only by force_wide_512 between graph computations.
+// Read as weights are repacked, written only by force_wide_512.
 std::atomic<uint64_t>* wide() {
   static const Wide512 initial = initial_wide_512();
   static std::atomic<uint64_t> masks[2] = {initial.types, initial.long_rows};

@@ -29,6 +29,7 @@ namespace {
 constexpr int64_t kRowBlock = 16;            // rows of a per dot work unit (at most)
 constexpr int64_t kGemmMinCols = 16;         // columns of one matrix from which the gemm path is taken
 constexpr int64_t kPrivateBElems = 1 << 15;  // b elements up to which every thread prepares b itself
+static_assert(kRowBlock % (2 * kRepackRows) == 0, "a dot unit starts a pair of repacked groups");
 
 size_t align64(size_t x) { return (x + 63) / 64 * 64; }
 char* scratch_base(const KernelArgs& args) {
@@ -79,13 +80,17 @@ bool path_reads_f32(Path path, ActType act) {
 }
 
 // Rows of a per work unit of a path (whole 32-row tiles for gemm, a multiple of 8 for repacked
-// weights), shrunk while the units of `matrices` matrices are fewer than 4 per thread: units
-// are claimed dynamically, and a thread the shared host slows down then leaves at most a small
-// unit to wait for (2 per thread: F32 GEMM 1024^3 ~4% slower on 2 threads).
-int64_t unit_rows(Path path, DType type, int64_t M, int64_t matrices, int64_t K, int nth, bool repacked) {
+// weights, of 16 for those in pairs), shrunk while the units of `matrices` matrices are fewer
+// than 4 per thread: units are claimed dynamically, and a thread the shared host slows down then
+// leaves at most a small unit to wait for (2 per thread: F32 GEMM 1024^3 ~4% slower on 2
+// threads).
+int64_t unit_rows(Path path, DType type, int64_t M, int64_t matrices, int64_t K, int nth, uint32_t flags) {
   const bool gemm = path == Path::gemm_f32 || path == Path::gemm_q8;
   int64_t rb = gemm ? gemm_panel_rows(path == Path::gemm_q8 ? gemm_q8_block_bytes(type) : 0, K) : kRowBlock;
-  const int64_t min_rb = gemm ? 32 : repacked ? kRepackRows : 1;
+  const int64_t min_rb = gemm                         ? 32
+                         : flags & kFlagRepackedPairs ? 2 * kRepackRows
+                         : flags & kFlagRepacked      ? kRepackRows
+                                                      : 1;
   while (rb > min_rb && matrices * ceil_div(M, rb) < 4 * (int64_t)nth) rb = gemm ? rb / 2 / 32 * 32 : rb / 2;
   return std::max(rb, min_rb);
 }
@@ -147,7 +152,7 @@ MatmulPlan plan_mul_mat(const Tensor* node, int nth) {
   const int64_t M = a->ne[1], batches = b->ne[2] * b->ne[3];
   p.pack_b = !is_id && p.path == Path::gemm_f32 && !p.private_b && batches == 1 &&
              (p.convert_b || b->nb[1] % sizeof(float) == 0) &&
-             ceil_div(M, unit_rows(p.path, a->type, M, 1, K, nth, false)) >= nth;
+             ceil_div(M, unit_rows(p.path, a->type, M, 1, K, nth, 0)) >= nth;
   const size_t bpack_bytes = p.pack_b ? align64(gemm_f32_packed_bytes(*p.gk, a->type, K, b->ne[1])) : 0;
 
   size_t off = 0;
@@ -289,6 +294,7 @@ struct Matrix {
   size_t nb0, nb1;
   int64_t K;
   bool repacked = false;  // rows in groups of 8 (cpu_repack.h)
+  bool pairs = false;     // and those in pairs
 };
 
 // bcol(j, form) -> column j of b in that form (const float* or int8 blocks); dcol(j) -> float*
@@ -304,7 +310,7 @@ void matrix_rows(const MatmulPlan& p, char* slice, Path path, const Matrix& m, i
       bp[j] = bcol(j, form);
       dp[j] = dcol(j);
     }
-    const GemmJob job{p.wk, m.a, m.nb1, m.K, r0, r1, ncols, bp, dp, bpack, m.repacked};
+    const GemmJob job{p.wk, m.a, m.nb1, m.K, r0, r1, ncols, bp, dp, bpack, m.repacked, m.pairs};
     if (path == Path::gemm_q8) return gemm_q8(*p.gk, job, slice + p.s_work);
     return gemm_f32(*p.gk, job, slice + p.s_work);
   }
@@ -325,6 +331,13 @@ void matrix_rows(const MatmulPlan& p, char* slice, Path path, const Matrix& m, i
     for (int c = 0; c < nc; ++c) {
       bp[c] = bcol(j0 + c, form);
       dp[c] = dcol(j0 + c) + r0;
+    }
+    if (m.pairs) {  // (a level without the pairs' kernel, forced after loading: the reference)
+      if (const RowsDotFn kernel = rows_dot_pairs(k->type))
+        kernel(m.K, rows, lda, r1 - r0, bp, nc, dp);
+      else
+        rows_dot_r8_ref(k->type, m.K, rows, lda, r1 - r0, bp, nc, dp, true);
+      continue;
     }
     (m.repacked ? k->rows_dot_r8 : k->rows_dot)(m.K, rows, lda, r1 - r0, bp, nc, dp);
   }
@@ -351,7 +364,7 @@ void mul_mat(const KernelArgs& args, Tensor* dst) {
   }
 
   const int64_t batches = b2 * b3;
-  const int64_t rb = unit_rows(p.path, a->type, M, batches, K, args.nth, a->has_flag(kFlagRepacked));
+  const int64_t rb = unit_rows(p.path, a->type, M, batches, K, args.nth, a->flags);
   const int64_t n_rb = ceil_div(M, rb);
   // Too few row blocks for the threads (small M): split the columns too.
   int64_t col_chunk = N;
@@ -364,8 +377,12 @@ void mul_mat(const KernelArgs& args, Tensor* dst) {
   // Row blocks rbi0 .. rbi1 - 1 of batch bi, columns of chunk cc.
   auto rows = [&](int64_t bi, int64_t rbi0, int64_t rbi1, int64_t cc) {
     const int64_t i2 = bi % b2, i3 = bi / b2;
-    const Matrix m{row_ptr(a, 0, i2 / (b2 / a->ne[2]), i3 / (b3 / a->ne[3])), a->nb[0], a->nb[1], K,
-                   a->has_flag(kFlagRepacked)};
+    const Matrix m{row_ptr(a, 0, i2 / (b2 / a->ne[2]), i3 / (b3 / a->ne[3])),
+                   a->nb[0],
+                   a->nb[1],
+                   K,
+                   a->has_flag(kFlagRepacked),
+                   a->has_flag(kFlagRepackedPairs)};
     char* db = row_ptr(dst, 0, i2, i3);
     const int64_t j0 = cc * col_chunk, j1 = std::min(N, j0 + col_chunk);
     matrix_rows(
@@ -444,8 +461,8 @@ void mul_mat_id(const KernelArgs& args, Tensor* dst) {
 
   int64_t active = 0;
   for (int64_t e = 0; e < E; ++e) active += count[e] > 0;
-  const bool repacked = as->has_flag(kFlagRepacked);
-  const int64_t rb = unit_rows(p.path, as->type, M, std::max<int64_t>(active, 1), K, args.nth, repacked);
+  const bool repacked = as->has_flag(kFlagRepacked), in_pairs = as->has_flag(kFlagRepackedPairs);
+  const int64_t rb = unit_rows(p.path, as->type, M, std::max<int64_t>(active, 1), K, args.nth, as->flags);
   const int64_t n_rb = ceil_div(M, rb);
   // Experts with few columns take the dot path in row blocks of kRowBlock; sub-units keep the
   // unit count independent of the expert's path.
@@ -456,7 +473,7 @@ void mul_mat_id(const KernelArgs& args, Tensor* dst) {
     if (count[e] == 0) continue;
     const int64_t lo = std::max(u0, u), hi = std::min(u1, u + n_rb);
     if (lo < hi) {
-      const Matrix m{row_ptr(as, 0, e), as->nb[0], as->nb[1], K, repacked};
+      const Matrix m{row_ptr(as, 0, e), as->nb[0], as->nb[1], K, repacked, in_pairs};
       const Path path = count[e] < kGemmMinCols && p.path != Path::strided ? Path::dot : p.path;
       const int32_t* pe = pairs + 2 * start[e];
       auto bcol = [&](int64_t j, BForm form) { return v.at(form, pe[2 * j] % bn, pe[2 * j + 1], 0); };

@@ -9,11 +9,13 @@
 #include <thread>
 #include <vector>
 
+#include "cpu_features.h"
 #include "cpu_vec_dot.h"
 #include "loom/core/quants.h"
 #include "loom/core/thread_pool.h"
 #include "loom/cpu/cpu.h"
 #include "loom/graph/tensor.h"
+#include "simd_isa.h"
 
 namespace loom::cpu {
 namespace {
@@ -244,7 +246,20 @@ bool repacked_kernels(DType type) {
 
 size_t repack_group_block_bytes(DType type) { return kRepackRows * block_bytes(type); }
 
-void repack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K) {
+RowsDotFn rows_dot_pairs(DType type) { return active_isa() == Isa::avx512 ? rows_dot_pairs_avx512(type) : nullptr; }
+
+bool repack_pairs(DType type, int64_t K) { return rows_dot_pairs(type) && wide_512(type, K); }
+
+namespace {
+// Group g of nrows: its matrix's start and its place in it (pairs: r8_group).
+R8Group group_at(int64_t g, int64_t nrows, size_t lda, size_t gbb, bool pairs, int64_t matrix_rows) {
+  const int64_t per = (matrix_rows > 0 ? matrix_rows : nrows) / kRepackRows;  // groups per matrix
+  const R8Group in = r8_group(g % per, per, lda, gbb, pairs);
+  return {(size_t)(g / per) * (size_t)per * kRepackRows * lda + in.at, in.stride};
+}
+}  // namespace
+
+void repack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K, bool pairs, int64_t matrix_rows) {
   const int64_t nblk = K / block_values(type);
   const size_t lda = (size_t)nblk * block_bytes(type), gbb = repack_group_block_bytes(type);
   const auto* s = static_cast<const uint8_t*>(src);
@@ -252,12 +267,14 @@ void repack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t 
   const int64_t groups = nrows / kRepackRows;
   auto repack_groups = [&](int64_t g0, int64_t g1) {
     const void* blocks[kRepackRows];
-    for (int64_t g = g0; g < g1; ++g)
+    for (int64_t g = g0; g < g1; ++g) {
+      const R8Group at = group_at(g, nrows, lda, gbb, pairs, matrix_rows);
       for (int64_t b = 0; b < nblk; ++b) {
         for (int i = 0; i < kRepackRows; ++i)
           blocks[i] = s + (size_t)(g * kRepackRows + i) * lda + (size_t)b * block_bytes(type);
-        repack_group_block(type, blocks, d + (size_t)g * kRepackRows * lda + (size_t)b * gbb);
+        repack_group_block(type, blocks, d + at.at + (size_t)b * at.stride);
       }
+    }
   };
   // Big matrices on all cores: model loading repacks every such weight.
   const int64_t nth = (size_t)nrows * lda < (size_t(4) << 20) ? 1 : ThreadPool::default_threads();
@@ -285,26 +302,25 @@ void unpack_blocks(DType type, const uint8_t* group, int i, int64_t b0, int64_t 
     get_block(type, group + (size_t)(b0 + b) * gbb, i, static_cast<uint8_t*>(out) + (size_t)b * bb);
 }
 
-void unpack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K) {
+void unpack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K, bool pairs, int64_t matrix_rows) {
   const int64_t nblk = K / block_values(type);
-  const size_t lda = (size_t)nblk * block_bytes(type);
+  const size_t lda = (size_t)nblk * block_bytes(type), gbb = repack_group_block_bytes(type), bb = block_bytes(type);
   const auto* s = static_cast<const uint8_t*>(src);
   auto* d = static_cast<uint8_t*>(dst);
-  for (int64_t g = 0; g < nrows / kRepackRows; ++g)
+  for (int64_t g = 0; g < nrows / kRepackRows; ++g) {
+    const R8Group at = group_at(g, nrows, lda, gbb, pairs, matrix_rows);
     for (int i = 0; i < kRepackRows; ++i)
-      unpack_blocks(type, s + (size_t)g * kRepackRows * lda, i, 0, nblk, d + (size_t)(g * kRepackRows + i) * lda);
+      for (int64_t b = 0; b < nblk; ++b)
+        get_block(type, s + at.at + (size_t)b * at.stride, i, d + (size_t)(g * kRepackRows + i) * lda + (size_t)b * bb);
+  }
 }
 
 void rows_dot_r8_ref(DType type, int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
-                     float* const* out) {
+                     float* const* out, bool pairs) {
   const WeightKernels* ref = weight_kernels_scalar(type);
-  std::vector<uint8_t> rows(kRepackRows * lda);
-  float* o[kMaxDotCols];
-  for (int64_t r = 0; r < nr; r += kRepackRows) {
-    unpack_rows(type, static_cast<const uint8_t*>(a) + r * lda, rows.data(), kRepackRows, K);
-    for (int c = 0; c < nc; ++c) o[c] = out[c] + r;
-    ref->rows_dot(K, rows.data(), lda, kRepackRows, b, nc, o);
-  }
+  std::vector<uint8_t> rows((size_t)nr * lda);
+  unpack_rows(type, a, rows.data(), nr, K, pairs);  // (a pair-aligned range: its own pairs)
+  ref->rows_dot(K, rows.data(), lda, nr, b, nc, out);
 }
 
 bool repack_weight(Tensor& t, const void* src) {
@@ -313,8 +329,9 @@ bool repack_weight(Tensor& t, const void* src) {
       !t.is_contiguous() || t.is_view() || !t.data)
     return false;
   if (!repacked_kernels(t.type)) return false;
-  repack_rows(t.type, src, t.data, t.ne[1] * t.ne[2], t.ne[0]);
-  t.flags |= kFlagRepacked;
+  const bool pairs = repack_pairs(t.type, t.ne[0]);
+  repack_rows(t.type, src, t.data, t.ne[1] * t.ne[2], t.ne[0], pairs, t.ne[1]);
+  t.flags |= kFlagRepacked | (pairs ? kFlagRepackedPairs : 0u);
   return true;
 }
 

@@ -36,12 +36,18 @@
 //   word j, v >> 2 in bit 3 + j % 2 of word 16 + j / 2. So 48 of the 64 quads are one mask
 //   away, in place (v, 32 v), and the others two masks and a shift (8 v): Q3_K's GGUF fields
 //   took four operations per quad.
+// Pairs (kFlagRepackedPairs; where the active level's two-group kernels take the type at this
+// row length, simd_r8x2.h): groups 2p and 2p + 1 of each matrix interleave block by block -- block
+// b of group 2p, then block b of group 2p + 1, each as above -- so that the 16 rows those kernels
+// read at once stream as one run of bytes (two groups read side by side were two streams, slower
+// from memory). A matrix's last group of an odd count stays on its own.
 // A repacked tensor carries kFlagRepacked; only MUL_MAT / MUL_MAT_ID (as their weights) read it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "cpu_vec_dot.h"
 #include "loom/core/dtype.h"
 #include "loom/core/quants.h"
 
@@ -91,14 +97,32 @@ bool repack_type(DType type);
 bool repacked_kernels(DType type);
 // Bytes of one group block: 8 blocks' worth.
 size_t repack_group_block_bytes(DType type);
+// Where group g of a matrix's `groups` keeps its blocks: block b at `at + b * stride` bytes from
+// the matrix's first row (lda: a GGUF row's bytes; gbb: repack_group_block_bytes).
+struct R8Group {
+  size_t at, stride;
+};
+inline R8Group r8_group(int64_t g, int64_t groups, size_t lda, size_t gbb, bool pairs) {
+  if (!pairs || (g ^ 1) >= groups) return {(size_t)g * kRepackRows * lda, gbb};  // (an odd count's last)
+  return {(size_t)(g & ~int64_t{1}) * kRepackRows * lda + (size_t)(g & 1) * gbb, 2 * gbb};
+}
+// The active level's kernel for repacked rows in pairs (a RowsDotFn whose a is the first row of a
+// pair, nr a multiple of 8: a last group alone where nr % 16 == 8); nullptr where it has none.
+RowsDotFn rows_dot_pairs(DType type);
+// Whether a matrix of `type` with rows of K values is repacked in pairs: the active level has
+// their kernel and the host takes two groups at once for such rows (wide_512).
+bool repack_pairs(DType type, int64_t K);
 // nrows (a multiple of 8) GGUF rows of K values at src (lda bytes apart, lda = row size) ->
-// the repacked layout at dst (same size; dst != src).
-void repack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K);
+// the repacked layout at dst (same size; dst != src); with `pairs`, in pairs within each matrix
+// of matrix_rows rows (0: one matrix of nrows).
+void repack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K, bool pairs = false,
+                 int64_t matrix_rows = 0);
 // Block b of 8 GGUF rows -> one group block at dst: blocks[i] is row i's GGUF block (nullptr:
 // a zero row).
 void repack_group_block(DType type, const void* const* blocks, void* dst);
 // The inverse: repacked groups -> GGUF rows.
-void unpack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K);
+void unpack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K, bool pairs = false,
+                 int64_t matrix_rows = 0);
 // Q4_K group block offsets: the scales' low nibbles, their high bits, the quads.
 inline constexpr size_t kQ4kRepackScaleLo = 32, kQ4kRepackScaleHi = 96, kQ4kRepackQuads = 128;
 // Q4_K group block at p: row i's (sc, m) of sub-block j.
@@ -119,8 +143,9 @@ inline constexpr size_t q6k_repack_qh(int q, int i) { return kQ6kRepackSteps + (
 void unpack_blocks(DType type, const uint8_t* group, int i, int64_t b0, int64_t nb, void* out);
 
 // The readable reference of the repacked rows_dot (RowsDotFn with nr a multiple of 8 and a the
-// first row of a group): each group unpacked, then the scalar GGUF-row kernel.
+// first row of a group, or with `pairs` of a pair): each group unpacked, then the scalar GGUF-row
+// kernel.
 void rows_dot_r8_ref(DType type, int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
-                     float* const* out);
+                     float* const* out, bool pairs = false);
 
 }  // namespace loom::cpu

@@ -4,8 +4,8 @@
 // in the integer domain with vpdpwssd (each lane's partial sum fits 16 bits). Zen 4 runs
 // 512-bit operations at the rate of two 256-bit ones, so the block-at-a-time kernels stay
 // 256-bit; where 512-bit operations run at full width the repacked Q4_0, Q4_K and Q8_0 ones may take
-// two row groups per 512-bit vector (wide_512: "Two groups at once"; simd_r8_more.h's types do
-// the same through simd_r8x2.h). The readable references are quantize_q8/q8k and
+// two row groups per 512-bit vector, over weights repacked in pairs (wide_512: "Two groups at
+// once"; simd_r8_more.h's types do the same through simd_r8x2.h). The readable references are quantize_q8/q8k and
 // dot_q8_0/q4_0/q4_k/q6_k in cpu_vec_dot.cpp.
 
 // GCC 12's AVX-512 intrinsics headers trip -Wuninitialized on their own _mm512_undefined_*
@@ -492,19 +492,11 @@ void rows_dot_q4_0_avx512(int64_t K, const void* a, size_t lda, int64_t nr, cons
 }
 void rows_dot_q8_0_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                              float* const* out) {
-  if (wide_512(DType::Q8_0, K)) {
-    LOOM_DISPATCH_NC(BlockQ8A, 32, r8x2_rows, BlockQ8_0)
-  } else {
-    LOOM_DISPATCH_NC(BlockQ8A, 32, r8_rows, BlockQ8_0)
-  }
+  LOOM_DISPATCH_NC(BlockQ8A, 32, r8_rows, BlockQ8_0)
 }
 void rows_dot_q4_0_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                              float* const* out) {
-  if (wide_512(DType::Q4_0, K)) {
-    LOOM_DISPATCH_NC(BlockQ8A, 32, r8x2_rows, BlockQ4_0)
-  } else {
-    LOOM_DISPATCH_NC(BlockQ8A, 32, r8_rows, BlockQ4_0)
-  }
+  LOOM_DISPATCH_NC(BlockQ8A, 32, r8_rows, BlockQ4_0)
 }
 void rows_dot_q4_k_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                           float* const* out) {
@@ -512,11 +504,7 @@ void rows_dot_q4_k_avx512(int64_t K, const void* a, size_t lda, int64_t nr, cons
 }
 void rows_dot_q4_k_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                              float* const* out) {
-  if (wide_512(DType::Q4_K, K)) {
-    LOOM_DISPATCH_NC(BlockQ8KA, 256, q4_k_r8x2_rows)
-  } else {
-    LOOM_DISPATCH_NC(BlockQ8KA, 256, q4_k_r8_rows)
-  }
+  LOOM_DISPATCH_NC(BlockQ8KA, 256, q4_k_r8_rows)
 }
 void rows_dot_q6_k_r8_avx512(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
                              float* const* out) {
@@ -526,7 +514,35 @@ void rows_dot_q6_k_avx512(int64_t K, const void* a, size_t lda, int64_t nr, cons
                           float* const* out) {
   LOOM_DISPATCH_NC(BlockQ8KA, 256, q6_k_rows)
 }
+namespace {
+// Weights repacked in pairs (cpu_repack.h).
+void rows_dot_q8_0_pairs(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
+                         float* const* out) {
+  LOOM_DISPATCH_NC(BlockQ8A, 32, r8x2_rows, BlockQ8_0)
+}
+void rows_dot_q4_0_pairs(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
+                         float* const* out) {
+  LOOM_DISPATCH_NC(BlockQ8A, 32, r8x2_rows, BlockQ4_0)
+}
+void rows_dot_q4_k_pairs(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc,
+                         float* const* out) {
+  LOOM_DISPATCH_NC(BlockQ8KA, 256, q4_k_r8x2_rows)
+}
+}  // namespace
 #undef LOOM_DISPATCH_NC
+
+RowsDotFn rows_dot_pairs_avx512(DType type) {
+  switch (type) {
+    case DType::Q8_0:
+      return rows_dot_q8_0_pairs;
+    case DType::Q4_0:
+      return rows_dot_q4_0_pairs;
+    case DType::Q4_K:
+      return rows_dot_q4_k_pairs;
+    default:
+      return rows_dot_pairs_more_avx512(type);
+  }
+}
 
 // ---- column quantizers (bit-exact with quantize_q8 / quantize_q8k) ---------------------------
 

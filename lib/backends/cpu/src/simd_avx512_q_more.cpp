@@ -1,6 +1,6 @@
 // The AVX-512 level's integer dots of Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q5_K and IQ4_XS:
 // simd_q_more.h's 256-bit code compiled for this level (EVEX encodings), and simd_r8_more.h's
-// repacked kernels with their two-group 512-bit form for wide_512 cores.
+// repacked kernels with their two-group 512-bit form for weights repacked in pairs.
 
 // GCC 12's AVX-512 intrinsics headers trip -Wuninitialized on their own helpers once inlined
 // (as in simd_avx512_q.cpp).
@@ -29,6 +29,7 @@ namespace loom::cpu {
 
 LOOM_DEFINE_ROWS_DOT_MORE(avx512)
 LOOM_DEFINE_ROWS_DOT_R8_MORE(avx512)
+LOOM_DEFINE_ROWS_DOT_PAIRS_MORE(avx512)
 
 }  // namespace loom::cpu
 

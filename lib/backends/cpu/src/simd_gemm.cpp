@@ -105,23 +105,29 @@ void pack_q8(const GemmKernels&, const GemmJob& job, int64_t m0, int64_t mrows, 
             });
 }
 
-// A panel from repacked rows (cpu_repack.h), a 16-row group being two 8-row groups side by side:
-// per group, repacked group block and half h, fill(src, pb, h) writes the half's rows of the
-// panel blocks at pb (1 for Q8_0 / Q4_0, 8 for the K-quants' 256 values) from the group block
-// at src. A lone last half leaves the other's rows zero.
+// A panel from repacked rows (cpu_repack.h), a 16-row group being two 8-row groups side by side
+// (a pair where the weight is in pairs): per group, repacked group block and half h,
+// fill(src, pb, h) writes the half's rows of the panel blocks at pb (1 for Q8_0 / Q4_0, 8 for the
+// K-quants' 256 values) from the group block at src. A lone last half leaves the other's rows
+// zero.
 template <class Fill>
 void pack_repacked(const GemmJob& job, int64_t m0, int64_t mrows, uint8_t* panel, size_t block, Fill fill) {
   const int64_t nblk = job.K / 32, ngroups = (mrows + kPanelRows - 1) / kPanelRows;
   const int64_t per = dtype_info(job.wk->type).block_size / 32;  // panel blocks per group block
   const size_t gbb = repack_group_block_bytes(job.wk->type);
+  static_assert(kPanelRows == 2 * kRepackRows);
   for (int64_t g = 0; g < ngroups; ++g) {
     const int halves = g * kPanelRows + kRepackRows < mrows ? 2 : 1;
     const auto* rows = reinterpret_cast<const uint8_t*>(job.a + (m0 + g * kPanelRows) * job.lda);
-    const size_t half_bytes = kRepackRows * job.lda;
+    const R8Group first = r8_group(0, halves, job.lda, gbb, job.pairs),
+                  second = r8_group(1, 2, job.lda, gbb, job.pairs);
     for (int64_t gb = 0; gb < nblk / per; ++gb) {  // both halves per group block
       uint8_t* pb = panel + (size_t)(g * nblk + gb * per) * block;
       if (halves == 1) std::memset(pb, 0, (size_t)per * block);
-      for (int h = 0; h < halves; ++h) fill(rows + h * half_bytes + (size_t)gb * gbb, pb, h);
+      for (int h = 0; h < halves; ++h) {
+        const R8Group& at = h ? second : first;
+        fill(rows + at.at + (size_t)gb * at.stride, pb, h);
+      }
     }
   }
 }

@@ -126,6 +126,7 @@ struct GemmJob {
   // or nullptr: the driver packs each block of columns itself, once per panel.
   const float* bpack;
   bool repacked = false;  // a's rows in groups of 8 (cpu_repack.h; r0, r1 multiples of 8)
+  bool pairs = false;     // and those in pairs (r0 a multiple of 16)
 };
 
 // Whether the q8 flavour serves weights of `type` with these tiles.

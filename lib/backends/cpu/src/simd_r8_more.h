@@ -9,8 +9,8 @@
 //   activation bytes adds into each row's lane, so the 8 results come out without horizontal
 //   sums. Sub-block sums are exact integers; one convert and FMA by d * scale per sub-block.
 //   Each kernel is written once over a group view G: G8 reads one group into 256-bit vectors;
-//   G16 (LOOM_R8_512, on wide_512 cores) reads two groups into the halves of 512-bit vectors
-//   (simd_r8x2.h), so every mask, shift, broadcast and vpdpbusd serves 16 rows.
+//   G16 (LOOM_R8_512, over weights repacked in pairs) reads two groups into the halves of
+//   512-bit vectors (simd_r8x2.h), so every mask, shift, broadcast and vpdpbusd serves 16 rows.
 #pragma once
 
 #include <immintrin.h>
@@ -68,27 +68,25 @@ struct G16 {  // groups a (rows r .. r + 7, low halves) and b (r + 8 .. r + 15, 
 };
 #endif
 
-// Runs block(g, i, acc) (acc[c] += group block i of view g times column c) over the row groups;
-// where the type has a two-group form (kTwo) and the host takes it for rows of this length
-// (wide_512: measured per host class), two at a time (a last odd group one at a time). Q5_K and
-// IQ4_XS have none: theirs ran 1.15-1.55x faster from L2 but no faster, or slower, from memory
-// on a Xeon and on Zen 5, for long rows too (docs/DECODE-SPEED.md).
-template <class W, int NC, bool kTwo, class Block>
+// Runs block(g, i, acc) (acc[c] += group block i of view g times column c) over the row groups:
+// with kPairs over a weight repacked in pairs (cpu_repack.h; LOOM_R8_512 only), two at a time (a
+// last odd group one at a time), else one at a time. Q5_K and IQ4_XS have no two-group form:
+// theirs ran 1.15-1.55x faster from L2 but no faster, or slower, from memory on a Xeon and on Zen
+// 5, for long rows too (docs/DECODE-SPEED.md).
+template <class W, int NC, bool kPairs, class Block>
 inline void r8_more_groups(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, float* const* out, Block block) {
   auto one = [&](const uint8_t* ga, int64_t n, float* const* o) {
     r8_groups<W, NC>(nblk, ga, lda, n, o, [&](const uint8_t* p, int64_t i, __m256* acc) { block(G8{p}, i, acc); });
   };
 #if LOOM_R8_512
-  if constexpr (kTwo) {
-    static_assert(kBlockType<W> != DType::F32);
-    static const int64_t block_values = dtype_info(kBlockType<W>).block_size;  // once, not per call
-    if (wide_512(kBlockType<W>, nblk * block_values)) {
-      r8x2_groups<W, NC>(
-          nblk, a, lda, nr, out,
-          [&](const uint8_t* pa, const uint8_t* pb, int64_t i, __m512* acc) { block(G16{pa, pb}, i, acc); }, one);
-      return;
-    }
+  if constexpr (kPairs) {
+    r8x2_groups<W, NC>(
+        nblk, a, lda, nr, out,
+        [&](const uint8_t* pa, const uint8_t* pb, int64_t i, __m512* acc) { block(G16{pa, pb}, i, acc); }, one);
+    return;
   }
+#else
+  static_assert(!kPairs);
 #endif
   one(a, nr, out);
 }
@@ -304,10 +302,10 @@ inline V q3k_r8_quad(const G& g, int gr, int t) {
 }
 
 // Q3_K: q = q2 | hmask bit << 2 (0..7), x = d (sc - 32) (q - 4), sc 6 bits (q3_k_scale).
-template <int NC>
+template <int NC, bool kPairs = false>
 void q3_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8KA> x, float* const* out) {
   constexpr size_t kScales = r8_field(kQ3KFields, 1);
-  r8_more_groups<BlockQ3_K, NC, true>(nblk, a, lda, nr, out, [&]<class G>(const G& g, int64_t i, typename G::F* acc) {
+  r8_more_groups<BlockQ3_K, NC, kPairs>(nblk, a, lda, nr, out, [&]<class G>(const G& g, int64_t i, typename G::F* acc) {
     using V = typename G::V;
     using F = typename G::F;
     const V lo4 = Vx<V>::set8(15), lo2 = Vx<V>::set8(3), bias = Vx<V>::set8(32);
@@ -347,10 +345,10 @@ void q3_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCo
 }
 
 // Q2_K: x = d (sc_g & 15) q - dmin (sc_g >> 4), q 0..3.
-template <int NC>
+template <int NC, bool kPairs = false>
 void q2_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8KA> x, float* const* out) {
   constexpr size_t kScales = r8_field(kQ2KFields, 2), kQs = r8_field(kQ2KFields, 3);
-  r8_more_groups<BlockQ2_K, NC, true>(nblk, a, lda, nr, out, [&]<class G>(const G& g, int64_t i, typename G::F* acc) {
+  r8_more_groups<BlockQ2_K, NC, kPairs>(nblk, a, lda, nr, out, [&]<class G>(const G& g, int64_t i, typename G::F* acc) {
     using V = typename G::V;
     using F = typename G::F;
     const V lo4 = Vx<V>::set8(15);
@@ -421,7 +419,7 @@ void iq4_xs_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, More
 // ---- 32-value blocks: Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4 --------------------------------------------
 // A type's levels(g, u) gives the block's 8 quads (4 of low nibbles: elements 4t, then 4 of high
 // ones: 16 + 4t) as bytes the dot takes (kGrid: r8_grid_sums, else unsigned <= kMax), x = d (u -
-// offset) [+ m], and scale(g) / min(g) the rows' d and m; kTwo: r8_more_groups'.
+// offset) [+ m], and scale(g) / min(g) the rows' d and m.
 
 template <class G, class V>
 LOOM_R8_INLINE void r8_nibbles(const G& g, size_t qs, V (&u)[8]) {
@@ -441,7 +439,7 @@ LOOM_R8_INLINE void r8_fifth_bits(const G& g, size_t qh, V (&u)[8]) {
 
 struct R8Q4_1 {
   using W = BlockQ4_1;
-  static constexpr bool kGrid = false, kMin = true, kTwo = true;
+  static constexpr bool kGrid = false, kMin = true;
   static constexpr int kMax = 15, kOffset = 0;
   template <class G, class V>
   LOOM_R8_INLINE static void levels(const G& g, V (&u)[8]) {
@@ -458,7 +456,7 @@ struct R8Q4_1 {
 };
 struct R8Q5_0 {
   using W = BlockQ5_0;
-  static constexpr bool kGrid = false, kMin = false, kTwo = true;
+  static constexpr bool kGrid = false, kMin = false;
   static constexpr int kMax = 31, kOffset = 16;
   template <class G, class V>
   LOOM_R8_INLINE static void levels(const G& g, V (&u)[8]) {
@@ -472,7 +470,7 @@ struct R8Q5_0 {
 };
 struct R8Q5_1 {
   using W = BlockQ5_1;
-  static constexpr bool kGrid = false, kMin = true, kTwo = true;
+  static constexpr bool kGrid = false, kMin = true;
   static constexpr int kMax = 31, kOffset = 0;
   template <class G, class V>
   LOOM_R8_INLINE static void levels(const G& g, V (&u)[8]) {
@@ -490,7 +488,7 @@ struct R8Q5_1 {
 };
 struct R8IQ4_NL {
   using W = BlockIQ4_NL;
-  static constexpr bool kGrid = true, kMin = false, kTwo = true;
+  static constexpr bool kGrid = true, kMin = false;
   static constexpr int kMax = 255, kOffset = kGridBias;
   template <class G, class V>
   LOOM_R8_INLINE static void levels(const G& g, V (&u)[8]) {
@@ -507,7 +505,7 @@ struct R8IQ4_NL {
 // e8m0_half_to_f32 computes them, lane-wise.
 struct R8MXFP4 {
   using W = BlockMXFP4;
-  static constexpr bool kGrid = false, kMin = false, kTwo = true;
+  static constexpr bool kGrid = false, kMin = false;
   static constexpr int kMax = 24, kOffset = 12;
   template <class G, class V>
   LOOM_R8_INLINE static void levels(const G& g, V (&u)[8]) {
@@ -526,9 +524,9 @@ struct R8MXFP4 {
   }
 };
 
-template <class T, int NC>
+template <class T, int NC, bool kPairs = false>
 void r8_rows32(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8A> x, float* const* out) {
-  r8_more_groups<typename T::W, NC, T::kTwo>(nblk, a, lda, nr, out, [&]<class G>(const G& g, int64_t i, typename G::F* acc) {
+  r8_more_groups<typename T::W, NC, kPairs>(nblk, a, lda, nr, out, [&]<class G>(const G& g, int64_t i, typename G::F* acc) {
     using V = typename G::V;
     using F = typename G::F;
     V u[8];
@@ -555,21 +553,43 @@ void r8_rows32(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<
 
 #pragma GCC diagnostic pop
 
-// The level's entry points (declared in simd_isa.h).
-#define LOOM_R8_MORE_ROWS_DOT(name, level, X, block, call)                                                          \
-  void rows_dot_##name##_r8_##level(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, \
-                                    float* const* out) {                                                            \
-    const auto* pa = static_cast<const uint8_t*>(a);                                                                \
-    const auto x = reinterpret_cast<MoreCols<X>>(b);                                                                  \
-    with_count<kMaxDotCols>(nc, [&]<int NC>() { call(K / (block), pa, lda, nr, x, out); });                         \
+// The level's entry points (declared in simd_isa.h), and those of the pairs (LOOM_R8_512: the
+// level's rows_dot_pairs_more).
+#define LOOM_R8_MORE_ROWS_DOT(fn, X, block, call)                                                            \
+  void fn(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, float* const* out) { \
+    const auto* pa = static_cast<const uint8_t*>(a);                                                            \
+    const auto x = reinterpret_cast<MoreCols<X>>(b);                                                            \
+    with_count<kMaxDotCols>(nc, [&]<int NC>() { call(K / (block), pa, lda, nr, x, out); });                     \
   }
-#define LOOM_DEFINE_ROWS_DOT_R8_MORE(level)                                     \
-  LOOM_R8_MORE_ROWS_DOT(q4_1, level, BlockQ8A, 32, (r8_rows32<R8Q4_1, NC>))     \
-  LOOM_R8_MORE_ROWS_DOT(q5_0, level, BlockQ8A, 32, (r8_rows32<R8Q5_0, NC>))     \
-  LOOM_R8_MORE_ROWS_DOT(q5_1, level, BlockQ8A, 32, (r8_rows32<R8Q5_1, NC>))     \
-  LOOM_R8_MORE_ROWS_DOT(iq4_nl, level, BlockQ8A, 32, (r8_rows32<R8IQ4_NL, NC>)) \
-  LOOM_R8_MORE_ROWS_DOT(mxfp4, level, BlockQ8A, 32, (r8_rows32<R8MXFP4, NC>))   \
-  LOOM_R8_MORE_ROWS_DOT(q2_k, level, BlockQ8KA, 256, q2_k_r8_rows<NC>)          \
-  LOOM_R8_MORE_ROWS_DOT(q3_k, level, BlockQ8KA, 256, q3_k_r8_rows<NC>)          \
-  LOOM_R8_MORE_ROWS_DOT(q5_k, level, BlockQ8KA, 256, q5_k_r8_rows<NC>)          \
-  LOOM_R8_MORE_ROWS_DOT(iq4_xs, level, BlockQ8KA, 256, iq4_xs_r8_rows<NC>)
+#define LOOM_DEFINE_ROWS_DOT_R8_MORE(level)                                                     \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_q4_1_r8_##level, BlockQ8A, 32, (r8_rows32<R8Q4_1, NC>))     \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_q5_0_r8_##level, BlockQ8A, 32, (r8_rows32<R8Q5_0, NC>))     \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_q5_1_r8_##level, BlockQ8A, 32, (r8_rows32<R8Q5_1, NC>))     \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_iq4_nl_r8_##level, BlockQ8A, 32, (r8_rows32<R8IQ4_NL, NC>)) \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_mxfp4_r8_##level, BlockQ8A, 32, (r8_rows32<R8MXFP4, NC>))   \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_q2_k_r8_##level, BlockQ8KA, 256, q2_k_r8_rows<NC>)          \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_q3_k_r8_##level, BlockQ8KA, 256, q3_k_r8_rows<NC>)          \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_q5_k_r8_##level, BlockQ8KA, 256, q5_k_r8_rows<NC>)          \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_iq4_xs_r8_##level, BlockQ8KA, 256, iq4_xs_r8_rows<NC>)
+#define LOOM_DEFINE_ROWS_DOT_PAIRS_MORE(level)                                                        \
+  namespace {                                                                                         \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_q4_1_pairs_##level, BlockQ8A, 32, (r8_rows32<R8Q4_1, NC, true>))     \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_q5_0_pairs_##level, BlockQ8A, 32, (r8_rows32<R8Q5_0, NC, true>))     \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_q5_1_pairs_##level, BlockQ8A, 32, (r8_rows32<R8Q5_1, NC, true>))     \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_iq4_nl_pairs_##level, BlockQ8A, 32, (r8_rows32<R8IQ4_NL, NC, true>)) \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_mxfp4_pairs_##level, BlockQ8A, 32, (r8_rows32<R8MXFP4, NC, true>))   \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_q2_k_pairs_##level, BlockQ8KA, 256, (q2_k_r8_rows<NC, true>))        \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_q3_k_pairs_##level, BlockQ8KA, 256, (q3_k_r8_rows<NC, true>))        \
+  }                                                                                                   \
+  RowsDotFn rows_dot_pairs_more_##level(DType type) {                                                 \
+    switch (type) {                                                                                   \
+      case DType::Q4_1: return rows_dot_q4_1_pairs_##level;                                           \
+      case DType::Q5_0: return rows_dot_q5_0_pairs_##level;                                           \
+      case DType::Q5_1: return rows_dot_q5_1_pairs_##level;                                           \
+      case DType::IQ4_NL: return rows_dot_iq4_nl_pairs_##level;                                       \
+      case DType::MXFP4: return rows_dot_mxfp4_pairs_##level;                                         \
+      case DType::Q2_K: return rows_dot_q2_k_pairs_##level;                                           \
+      case DType::Q3_K: return rows_dot_q3_k_pairs_##level;                                           \
+      default: return nullptr;                                                                        \
+    }                                                                                                 \
+  }

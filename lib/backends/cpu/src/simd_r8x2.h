@@ -1,8 +1,9 @@
 // Two groups at once (cpu_features.h: wide_512): where 512-bit operations run at the rate of
 // 256-bit ones, a repacked kernel takes rows r .. r + 7 in the low half of each vector and
 // r + 8 .. r + 15 in the high half, so each activation broadcast, mask and vpdpbusd serves 16
-// rows. The loads, the fp16 fields and the loop over pairs of groups; included by the avx512
-// level's files under their target pragma, after simd_r8.h.
+// rows. Such weights are repacked in pairs (cpu_repack.h), the two groups' blocks interleaved so
+// that the 16 rows stream as one run. The loads, the fp16 fields and the loop over the pairs;
+// included by the avx512 level's files under their target pragma, after simd_r8.h.
 #pragma once
 
 #include <immintrin.h>
@@ -26,27 +27,23 @@ inline __m512 r8x2_halves(const uint8_t* a, const uint8_t* b) {
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1));
 }
 
-// W: the GGUF block. Per pair of groups, block(pa, pb, i, acc) adds block i of both (at pa, pb)
-// times column c to acc[c]; the 16 results are then stored. A last odd group goes to
-// rest(a, nr, out), the 8-row kernel.
+// W: the GGUF block; a the first row of a pair (cpu_repack.h). Per pair, block(pa, pb, i, acc)
+// adds block i of both groups (at pa, pb) times column c to acc[c]; the 16 results are then
+// stored. A last group alone (nr % 16 == 8, in the 8-row layout) goes to rest(a, nr, out), the
+// 8-row kernel.
 template <class W, int NC, class Block, class Rest>
 inline void r8x2_groups(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, float* const* out, Block block,
                         Rest rest) {
   constexpr size_t kGroupBlockBytes = kRepackRows * sizeof(W);
-  const size_t group = kRepackRows * lda;
   int64_t r = 0;
   for (; r + 2 * kRepackRows <= nr; r += 2 * kRepackRows) {
-    const uint8_t* ga = a + r * lda;
-    const uint8_t* gb = ga + group;
+    const uint8_t* pair = a + r * lda;
     __m512 acc[NC];
     for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nblk; ++i) {
-      // Each group's stream goes on in the same group of the next pair: asked for as one stream,
-      // the first group's lines ahead would be the second group's, being read now.
-      const size_t ahead = (size_t)i * kGroupBlockBytes + kStreamAheadBytes, skip = ahead < group ? 0 : group;
-      prefetch_bytes<1>(reinterpret_cast<const char*>(ga + skip + ahead), kGroupBlockBytes);
-      prefetch_bytes<1>(reinterpret_cast<const char*>(gb + skip + ahead), kGroupBlockBytes);
-      block(ga + i * kGroupBlockBytes, gb + i * kGroupBlockBytes, i, acc);
+      const uint8_t* p = pair + 2 * i * kGroupBlockBytes;
+      prefetch_stream(p, 2 * kGroupBlockBytes);
+      block(p, p + kGroupBlockBytes, i, acc);
     }
     for (int c = 0; c < NC; ++c) _mm512_storeu_ps(out[c] + r, acc[c]);
   }

@@ -26,6 +26,7 @@ enum TensorFlag : uint32_t {
   kFlagRepacked = 1u << 4,  // CPU weight stored in a kernel layout (cpu_repack.h): only MUL_MAT(_ID) reads it
   kFlagRefilled = 1u << 5,  // with kFlagInput: filled before every compute and not read after it, so the
                             // allocator may reuse its bytes once its last reader has run
+  kFlagRepackedPairs = 1u << 6,  // with kFlagRepacked: its groups in pairs (cpu_repack.h)
 };
 
 struct Tensor {
