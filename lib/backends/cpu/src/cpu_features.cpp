@@ -40,7 +40,8 @@ constexpr uint64_t bit(DType t) { return uint64_t{1} << (int)t; }
 constexpr uint64_t kIntelTypes = bit(DType::Q4_0) | bit(DType::Q4_K) | bit(DType::Q2_K) | bit(DType::Q3_K) |
                                  bit(DType::Q4_1) | bit(DType::Q5_0) | bit(DType::Q5_1) | bit(DType::MXFP4);
 constexpr Wide512 kWideIntel{kIntelTypes, kIntelTypes};
-constexpr Wide512 kWideZen5{bit(DType::Q2_K) | bit(DType::Q3_K) | bit(DType::Q4_K), kWide512All.long_rows};
+constexpr Wide512 kWideZen5{bit(DType::Q2_K) | bit(DType::Q3_K) | bit(DType::Q4_K) | bit(DType::Q5_K),
+                            kWide512All.long_rows};
 
 // The CPU family of an AMD processor (0x19 Zen 3/4, 0x1a Zen 5), 0 on any other.
 unsigned amd_family() {

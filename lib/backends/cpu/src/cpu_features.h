@@ -32,9 +32,9 @@ bool has_avx512_bf16();
 // (`long_rows`), masks of 1 << DType. Read when a weight is repacked: those matrices are stored
 // in pairs of groups (cpu_repack.h), the others in single groups, and each layout has its walk. Chosen per host class, each where decode from memory ran
 // faster (docs/DECODE-SPEED.md): on Intel's AVX-512 cores Q4_0, Q4_K, Q2_K, Q3_K, Q4_1, Q5_0, Q5_1
-// and MXFP4 at any length; on Zen 5 (AMD family 1Ah) Q2_K, Q3_K and Q4_K at any length and every
-// type with a two-group kernel (those, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, IQ4_NL) from
-// kWideLongRow values on: there an 8-row group of a down projection's long rows streams from
+// and MXFP4 at any length; on Zen 5 (AMD family 1Ah) Q2_K, Q3_K, Q4_K and Q5_K at any length and
+// every type with a two-group kernel (those, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, IQ4_NL, IQ4_XS)
+// from kWideLongRow values on: there an 8-row group of a down projection's long rows streams from
 // memory slower than two groups at once, and a short row's faster; none elsewhere (Zen 4 splits
 // 512-bit operations in two).
 // LOOM_CPU_WIDE512=0 turns them all off, =1 on for every type that has a two-group kernel (at

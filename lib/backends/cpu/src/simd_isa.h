@@ -67,7 +67,7 @@ LOOM_ROWS_DOT_R8_MORE(avx2)
 LOOM_ROWS_DOT_R8_MORE(avx512)
 // The AVX-512 level's kernels of weights repacked in pairs (cpu_repack.h: rows_dot_pairs), nullptr
 // for a type without: Q8_0, Q4_0 and Q4_K (simd_avx512_q.cpp) and, through
-// rows_dot_pairs_more_avx512, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K and Q3_K.
+// rows_dot_pairs_more_avx512, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q5_K and IQ4_XS.
 RowsDotFn rows_dot_pairs_avx512(DType type);
 RowsDotFn rows_dot_pairs_more_avx512(DType type);
 #undef LOOM_ROWS_DOT_R8_MORE

@@ -70,9 +70,9 @@ struct G16 {  // groups a (rows r .. r + 7, low halves) and b (r + 8 .. r + 15, 
 
 // Runs block(g, i, acc) (acc[c] += group block i of view g times column c) over the row groups:
 // with kPairs over a weight repacked in pairs (cpu_repack.h; LOOM_R8_512 only), two at a time (a
-// last odd group one at a time), else one at a time. Q5_K and IQ4_XS have no two-group form:
-// theirs ran 1.15-1.55x faster from L2 but no faster, or slower, from memory on a Xeon and on Zen
-// 5, for long rows too (docs/DECODE-SPEED.md).
+// last odd group one at a time), else one at a time. (Q5_K's and IQ4_XS's two-group forms ran
+// 1.15-1.55x faster from L2 but no faster, or slower, from memory on a Xeon and on Zen 5 while
+// the two groups were two streams; in pairs, Q5_K's reads more on Zen 5: docs/DECODE-SPEED.md.)
 template <class W, int NC, bool kPairs, class Block>
 inline void r8_more_groups(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, float* const* out, Block block) {
   auto one = [&](const uint8_t* ga, int64_t n, float* const* o) {
@@ -201,10 +201,10 @@ inline void r8_finish_k(const V (&pairs)[8], F off, MoreCols<BlockQ8KA> x, int64
 // ---- Q5_K: Q4_K's 6-bit (sc, m) and nibbles, the fifth bit from qh ------------------------------
 // Quad q of qs (sub-blocks 2(q / 8) and 2(q / 8) + 1) shares bytes with qh quad q % 8.
 
-template <int NC>
+template <int NC, bool kPairs = false>
 void q5_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8KA> x, float* const* out) {
   constexpr size_t kScales = r8_field(kQ5KFields, 2), kQh = r8_field(kQ5KFields, 3), kQs = r8_field(kQ5KFields, 4);
-  r8_more_groups<BlockQ5_K, NC, false>(nblk, a, lda, nr, out, [&]<class G>(const G& g, int64_t i, typename G::F* acc) {
+  r8_more_groups<BlockQ5_K, NC, kPairs>(nblk, a, lda, nr, out, [&]<class G>(const G& g, int64_t i, typename G::F* acc) {
     using V = typename G::V;
     using F = typename G::F;
     const V lo6 = Vx<V>::set8(0x3f), lo4 = Vx<V>::set8(15), lo2 = Vx<V>::set8(3);
@@ -373,10 +373,10 @@ void q2_k_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCo
 // ---- IQ4_XS: per 32-value sub-block j the IQ4_NL grid times (ls_j - 32) ---------------------------
 // Quads 4j .. 4j + 3: low nibbles elements 32j + 4t, high ones 32j + 16 + 4t.
 
-template <int NC>
+template <int NC, bool kPairs = false>
 void iq4_xs_r8_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8KA> x, float* const* out) {
   constexpr size_t kSh = r8_field(kIq4XsFields, 1), kSl = r8_field(kIq4XsFields, 2), kQs = r8_field(kIq4XsFields, 3);
-  r8_more_groups<BlockIQ4_XS, NC, false>(nblk, a, lda, nr, out, [&]<class G>(const G& g, int64_t i, typename G::F* acc) {
+  r8_more_groups<BlockIQ4_XS, NC, kPairs>(nblk, a, lda, nr, out, [&]<class G>(const G& g, int64_t i, typename G::F* acc) {
     using V = typename G::V;
     using F = typename G::F;
     const V lo4 = Vx<V>::set8(15), table = r8_iq4_table<V>(), hi2 = Vx<V>::set8(0x30);
@@ -580,6 +580,8 @@ void r8_rows32(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<
   LOOM_R8_MORE_ROWS_DOT(rows_dot_mxfp4_pairs_##level, BlockQ8A, 32, (r8_rows32<R8MXFP4, NC, true>))   \
   LOOM_R8_MORE_ROWS_DOT(rows_dot_q2_k_pairs_##level, BlockQ8KA, 256, (q2_k_r8_rows<NC, true>))        \
   LOOM_R8_MORE_ROWS_DOT(rows_dot_q3_k_pairs_##level, BlockQ8KA, 256, (q3_k_r8_rows<NC, true>))        \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_q5_k_pairs_##level, BlockQ8KA, 256, (q5_k_r8_rows<NC, true>))        \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_iq4_xs_pairs_##level, BlockQ8KA, 256, (iq4_xs_r8_rows<NC, true>))    \
   }                                                                                                   \
   RowsDotFn rows_dot_pairs_more_##level(DType type) {                                                 \
     switch (type) {                                                                                   \
@@ -590,6 +592,8 @@ void r8_rows32(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<
       case DType::MXFP4: return rows_dot_mxfp4_pairs_##level;                                         \
       case DType::Q2_K: return rows_dot_q2_k_pairs_##level;                                           \
       case DType::Q3_K: return rows_dot_q3_k_pairs_##level;                                           \
+      case DType::Q5_K: return rows_dot_q5_k_pairs_##level;                                           \
+      case DType::IQ4_XS: return rows_dot_iq4_xs_pairs_##level;                                       \
       default: return nullptr;                                                                        \
     }                                                                                                 \
   }
