@@ -12,6 +12,11 @@
 #else
 #define LOOM_HD inline
 #endif
+#ifdef __CUDA_ARCH__  // device code: fixed-size loops over register arrays unrolled, so they stay in registers
+#define LOOM_UNROLL _Pragma("unroll")
+#else
+#define LOOM_UNROLL
+#endif
 
 namespace loom::cuda::k {
 
@@ -80,14 +85,13 @@ LOOM_HD float half_at(const uint8_t* p) {
 // MXFP4's scale: 2^(e - 128) (half the E8M0 value; the levels below are doubled).
 LOOM_HD float e8m0_half(uint8_t e) { return bits_to_float(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23); }
 
-LOOM_HD int iq4nl_level(int q) {
-  constexpr int8_t v[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-  return v[q];
-}
-LOOM_HD int mxfp4_level(int q) {
-  constexpr int8_t v[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-  return v[q];
-}
+// 16-entry level tables packed in two 64-bit words, byte q: a lookup that needs no memory (an
+// array here would live in each GPU thread's local memory).
+LOOM_HD int packed_level(uint64_t lo, uint64_t hi, int q) { return (int8_t)((q < 8 ? lo : hi) >> (8 * (q & 7))); }
+// {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+LOOM_HD int iq4nl_level(int q) { return packed_level(0xf6eaddcfbfad9881ull, 0x7159453526190d01ull, q); }
+// {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}
+LOOM_HD int mxfp4_level(int q) { return packed_level(0x0c08060403020100ull, 0xf4f8fafcfdfeff00ull, q); }
 
 // Q4_K / Q5_K sub-block j's 6-bit scale and min from the 12 packed bytes.
 LOOM_HD void k_scale_min(const uint8_t* sc, int j, int& s, int& m) {
@@ -191,6 +195,7 @@ LOOM_HD void decode_unit(int type, const uint8_t* row, int64_t u, float* out) {
   if (bs.elems == 32) {
     const uint8_t* b = row + u * bs.bytes;
     const Scale32 s = block32_scale(type, b);
+    LOOM_UNROLL
     for (int i = 0; i < 32; ++i) out[i] = (float)block32_level(type, b, i) * s.d + s.m;
     return;
   }
@@ -203,6 +208,7 @@ LOOM_HD void decode_unit(int type, const uint8_t* row, int64_t u, float* out) {
       k_scale_min(b + 4, j, s, m);
       const float d = half_at(b) * (float)s, dm = half_at(b + 2) * (float)m;
       const uint8_t* qs = b + (type == kQ4_K ? 16 : 48) + 32 * (j / 2);
+      LOOM_UNROLL
       for (int l = 0; l < 32; ++l) {
         int q = (qs[l] >> (4 * (j & 1))) & 15;
         if (type == kQ5_K) q |= ((b[16 + l] >> j) & 1) << 4;
@@ -214,6 +220,7 @@ LOOM_HD void decode_unit(int type, const uint8_t* row, int64_t u, float* out) {
       const uint16_t sh = (uint16_t)(b[2] | (b[3] << 8));
       const int ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 15) | (((sh >> (2 * j)) & 3) << 4);
       const float dl = half_at(b) * (float)(ls - 32);
+      LOOM_UNROLL
       for (int l = 0; l < 16; ++l) {
         out[l] = dl * (float)iq4nl_level(b[8 + 16 * j + l] & 15);
         out[l + 16] = dl * (float)iq4nl_level(b[8 + 16 * j + l] >> 4);
@@ -221,6 +228,7 @@ LOOM_HD void decode_unit(int type, const uint8_t* row, int64_t u, float* out) {
       return;
     }
     default:  // Q2_K, Q3_K, Q6_K: scales per 16 elements; the element formula is cheap enough
+      LOOM_UNROLL
       for (int l = 0; l < 32; ++l) out[l] = block_value(type, b, 32 * j + l);
   }
 }

@@ -46,6 +46,7 @@ __global__ void unary_kernel(Unary op, TView a, TView dst, float p0, float p1, i
       case Unary::clamp: r = fminf(fmaxf(x, p0), p1); break;
       case Unary::silu: r = x / (1.0f + expf(-x)); break;
       case Unary::gelu: r = gelu_tanh(x); break;
+      case Unary::tanh: r = tanhf(x); break;
       case Unary::sigmoid: r = 1.0f / (1.0f + expf(-x)); break;
       case Unary::softplus: r = x > 20.0f ? x : log1pf(expf(x)); break;
       case Unary::exp: r = expf(x); break;
@@ -58,12 +59,17 @@ __global__ void unary_kernel(Unary op, TView a, TView dst, float p0, float p1, i
   }
 }
 
-__global__ void swiglu_kernel(TView a, TView b, TView dst, int64_t n) {
+__global__ void swiglu_kernel(TView a, TView b, TView dst, int64_t n, bool oai, float alpha, float limit) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t i0, i1, i2, i3;
     unravel(i, dst.ne, i0, i1, i2, i3);
-    const float x = load(a, i0, i1, i2, i3);
-    store(dst, i0, i1, i2, i3, x / (1.0f + expf(-x)) * load(b, i0, i1, i2, i3));
+    const float x = load(a, i0, i1, i2, i3), y = load(b, i0, i1, i2, i3);
+    if (oai) {
+      const float xc = fminf(x, limit), yc = fminf(fmaxf(y, -limit), limit);
+      store(dst, i0, i1, i2, i3, xc / (1.0f + expf(-alpha * xc)) * (yc + 1.0f));
+    } else {
+      store(dst, i0, i1, i2, i3, x / (1.0f + expf(-x)) * y);
+    }
   }
 }
 
@@ -104,9 +110,9 @@ void unary(cudaStream_t s, Unary op, const TView& a, const TView& dst, float p0,
   if (n) unary_kernel<<<grid_for(n), kThreads, 0, s>>>(op, a, dst, p0, p1, n);
 }
 
-void swiglu(cudaStream_t s, const TView& a, const TView& b, const TView& dst) {
+void swiglu(cudaStream_t s, const TView& a, const TView& b, const TView& dst, bool oai, float alpha, float limit) {
   const int64_t n = count(dst);
-  if (n) swiglu_kernel<<<grid_for(n), kThreads, 0, s>>>(a, b, dst, n);
+  if (n) swiglu_kernel<<<grid_for(n), kThreads, 0, s>>>(a, b, dst, n, oai, alpha, limit);
 }
 
 void add_id(cudaStream_t s, const TView& a, const TView& b, const TView& ids, const TView& dst) {

@@ -22,10 +22,13 @@ struct TView {
 enum class Binary : int { add, sub, mul, div };
 // dst = a op b, b broadcast over a (a.ne[i] % b.ne[i] == 0); dst F32 with a's shape.
 void binary(cudaStream_t s, Binary op, const TView& a, const TView& b, const TView& dst);
-enum class Unary : int { scale, clamp, silu, gelu, sigmoid, softplus, exp, log, sqr, sqrt, copy };
+enum class Unary : int { scale, clamp, silu, gelu, tanh, sigmoid, softplus, exp, log, sqr, sqrt, copy };
 // dst = f(a); p0, p1: scale/bias or min/max.
 void unary(cudaStream_t s, Unary op, const TView& a, const TView& dst, float p0, float p1);
-void swiglu(cudaStream_t s, const TView& a, const TView& b, const TView& dst);
+// dst = silu(a) * b; oai (gpt-oss): a clamped above by limit, b to [-limit, limit],
+// dst = a sigmoid(alpha a) (b + 1)
+void swiglu(cudaStream_t s, const TView& a, const TView& b, const TView& dst, bool oai = false, float alpha = 0,
+            float limit = 0);
 // dst[:, i, j] = a[:, i, j] + b[:, ids[i, j]]
 void add_id(cudaStream_t s, const TView& a, const TView& b, const TView& ids, const TView& dst);
 // Any-to-any element copy of the plain types (F32/F16/BF16/I32), shapes with equal element counts.
@@ -43,16 +46,21 @@ void dequantize(cudaStream_t s, const TView& a, void* dst, bool to_f16);
 // y = x / sqrt(mean(x^2) + eps) (* w when w.data, w broadcast over y)
 void rms_norm(cudaStream_t s, const TView& x, const TView& w, const TView& dst, float eps);
 void norm(cudaStream_t s, const TView& x, const TView& dst, float eps);
+// mscale: attn_factor, times YaRN's magnitude when ext_factor != 0; lo, hi: YaRN's ramp ends (pairs)
 struct RopeArgs {
   int n_dims, mode;
-  float freq_base, freq_scale, attn_factor;
+  float freq_base, freq_scale, mscale, ext_factor;
+  double lo, hi;
   bool backward;
 };
 void rope(cudaStream_t s, const TView& a, const TView& pos, const TView& ff, const TView& dst, const RopeArgs& r);
-void soft_max(cudaStream_t s, const TView& a, const TView& mask, const TView& dst, float scale, float max_bias);
+// sinks F32 {h} or none: in each row's max and sum only
+void soft_max(cudaStream_t s, const TView& a, const TView& mask, const TView& sinks, const TView& dst, float scale,
+              float max_bias);
 // q F32 {D, n_q, h, b}, k/v F32/F16/BF16 {D, n_kv, h_kv, b}, mask or null: dst F32 {Dv, h, n_q, b}
+// sinks F32 {h} or none: one more logit per head in the softmax's sum, with no value row
 void flash_attn(cudaStream_t s, const TView& q, const TView& kk, const TView& v, const TView& mask,
-                const TView& dst, float scale, float max_bias, float softcap);
+                const TView& sinks, const TView& dst, float scale, float max_bias, float softcap);
 int max_head_dim();  // flash_attn's limit on D and Dv
 
 // ---- matrix products (matmul.cu) ----------------------------------------------------------------

@@ -11,18 +11,45 @@ namespace {
 
 constexpr int kCols = 8;  // columns of b one warp multiplies per pass
 
-// The 32 values of unit u of a row (block types: dim 0 contiguous; plain types by stride).
-__device__ void unit_values(const TView& t, const char* row, int64_t u, float* out) {
-  if (block_shape(t.type).elems) {
-    decode_unit(t.type, reinterpret_cast<const uint8_t*>(row), u, out);
-    return;
-  }
-  const int64_t e0 = u * 32;
-  for (int i = 0; i < 32; ++i) {
-    const int64_t e = e0 + i;
-    const char* p = row + e * t.nb[0];
-    out[i] = e >= t.ne[0] ? 0.0f : t.type == kF32 ? *reinterpret_cast<const float*>(p)
-                                 : t.type == kF16 ? f16_at(p) : bf16_at(p);
+// The 32 values of unit u of a row of type T (block types: dim 0 contiguous; plain types by
+// stride). T is a template parameter so every per-element switch folds away and the 32 values
+// stay in registers.
+template <int T>
+__device__ __forceinline__ void unit_values(const TView& t, const char* row, int64_t u, float* out) {
+  if constexpr (T != kF32 && T != kF16 && T != kBF16) {
+    decode_unit(T, reinterpret_cast<const uint8_t*>(row), u, out);
+  } else {
+    const int64_t e0 = u * 32;
+    const char* p0 = row + e0 * t.nb[0];
+    constexpr int size = T == kF32 ? 4 : 2;
+    if (t.nb[0] == size && e0 + 32 <= t.ne[0] && ((uintptr_t)p0 & 15) == 0) {  // whole unit: 16-byte loads
+      const uint4* v = reinterpret_cast<const uint4*>(p0);
+      LOOM_UNROLL
+      for (int j = 0; j < 2 * size; ++j) {
+        const uint4 q = v[j];
+        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+        LOOM_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          if constexpr (T == kF32) {
+            out[j * 4 + i] = __uint_as_float(w[i]);
+          } else if constexpr (T == kF16) {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+            out[j * 8 + 2 * i] = f.x;
+            out[j * 8 + 2 * i + 1] = f.y;
+          } else {
+            out[j * 8 + 2 * i] = __uint_as_float(w[i] << 16);
+            out[j * 8 + 2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+          }
+        }
+      }
+      return;
+    }
+    LOOM_UNROLL
+    for (int i = 0; i < 32; ++i) {
+      const int64_t e = e0 + i;
+      const char* p = row + e * t.nb[0];
+      out[i] = e >= t.ne[0] ? 0.0f : T == kF32 ? *reinterpret_cast<const float*>(p) : T == kF16 ? f16_at(p) : bf16_at(p);
+    }
   }
 }
 
@@ -36,19 +63,33 @@ __device__ float b_at(const TView& b, int64_t k, int64_t n, int64_t i2, int64_t 
 __device__ void unit_activations(const TView& b, int64_t u, bool on, int64_t n, int64_t i2, int64_t i3, int act,
                                  float* x) {
   float amax = 0.0f;
-  for (int i = 0; i < 32; ++i) {
-    x[i] = on ? b_at(b, u * 32 + i, n, i2, i3) : 0.0f;
-    amax = fmaxf(amax, fabsf(x[i]));
+  const float* p = reinterpret_cast<const float*>(at(b, u * 32, n, i2, i3));
+  if (on && u * 32 + 32 <= b.ne[0] && ((uintptr_t)p & 15) == 0) {  // b's rows are unit-stride (op table)
+    LOOM_UNROLL
+    for (int j = 0; j < 8; ++j) {
+      const float4 q = reinterpret_cast<const float4*>(p)[j];
+      x[4 * j] = q.x, x[4 * j + 1] = q.y, x[4 * j + 2] = q.z, x[4 * j + 3] = q.w;
+    }
+  } else {
+    LOOM_UNROLL
+    for (int i = 0; i < 32; ++i) x[i] = on ? b_at(b, u * 32 + i, n, i2, i3) : 0.0f;
   }
+  LOOM_UNROLL
+  for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(x[i]));
   if (act == kActQ8_256)
     for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  if (act == kActQ8_32 || act == kActQ8_256)
-    for (int i = 0; i < 32; ++i) x[i] = q8_value(x[i], amax, act_block(act));
-  else if (act == kActBf16)
+  if (act == kActQ8_32 || act == kActQ8_256) {
+    const int block = act_block(act);
+    LOOM_UNROLL
+    for (int i = 0; i < 32; ++i) x[i] = q8_value(x[i], amax, block);
+  } else if (act == kActBf16) {
+    LOOM_UNROLL
     for (int i = 0; i < 32; ++i) x[i] = bf16_value(x[i]);
+  }
 }
 
 // grid (ceil(M / 4), ceil(N / kCols), b2 * b3), 4 warps per block, one row of a per warp.
+template <int T>
 __global__ void mul_mat_q_kernel(TView a, TView b, TView dst, int act) {
   const int64_t m = blockIdx.x * 4 + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -63,23 +104,32 @@ __global__ void mul_mat_q_kernel(TView a, TView b, TView dst, int act) {
   for (int64_t base = 0; base < units; base += 32) {  // every lane in every pass (the shuffles)
     const int64_t u = base + lane;
     const bool on = u < units;
-    if (on) unit_values(a, row, u, w);
-    else
-      for (float& v : w) v = 0.0f;
-    for (int c = 0; c < ncols; ++c) {
+    if (on) {
+      unit_values<T>(a, row, u, w);
+    } else {
+      LOOM_UNROLL
+      for (int i = 0; i < 32; ++i) w[i] = 0.0f;
+    }
+    LOOM_UNROLL
+    for (int c = 0; c < kCols; ++c) {
+      if (c >= ncols) break;
       unit_activations(b, u, on, n0 + c, i2, i3, act, x);
       float s = 0.0f;
+      LOOM_UNROLL
       for (int i = 0; i < 32; ++i) s += w[i] * x[i];
       acc[c] += s;
     }
   }
-  for (int c = 0; c < ncols; ++c) {
+  LOOM_UNROLL
+  for (int c = 0; c < kCols; ++c) {
+    if (c >= ncols) break;
     const float s = warp_sum(acc[c]);
     if (lane == 0) store(dst, m, n0 + c, i2, i3, s);
   }
 }
 
 // grid (ceil(M / 4), n_used * T): one warp per (row, expert slot, token).
+template <int T>
 __global__ void mul_mat_id_kernel(TView as, TView b, TView ids, TView dst, int act) {
   const int64_t m = blockIdx.x * 4 + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -93,11 +143,15 @@ __global__ void mul_mat_id_kernel(TView as, TView b, TView ids, TView dst, int a
   for (int64_t base = 0; base < units; base += 32) {
     const int64_t u = base + lane;
     const bool on = u < units;
-    if (on) unit_values(as, row, u, w);
-    else
-      for (float& v : w) v = 0.0f;
+    if (on) {
+      unit_values<T>(as, row, u, w);
+    } else {
+      LOOM_UNROLL
+      for (int i = 0; i < 32; ++i) w[i] = 0.0f;
+    }
     unit_activations(b, u, on, bn, t, 0, act, x);
     float s = 0.0f;
+    LOOM_UNROLL
     for (int i = 0; i < 32; ++i) s += w[i] * x[i];
     acc += s;
   }
@@ -118,14 +172,33 @@ __global__ void out_prod_kernel(TView a, TView b, TView dst, int64_t n) {
 
 }  // namespace
 
+// Every weight type the kernels read, for the per-type instantiations.
+#define LOOM_WEIGHT_TYPES(X) \
+  X(kF32) X(kF16) X(kBF16) X(kQ8_0) X(kQ4_0) X(kQ4_1) X(kQ5_0) X(kQ5_1) X(kIQ4_NL) X(kMXFP4) X(kQ2_K) X(kQ3_K) \
+  X(kQ4_K) X(kQ5_K) X(kQ6_K) X(kIQ4_XS)
+
 void mul_mat_q(cudaStream_t s, const TView& a, const TView& b, const TView& dst, int act) {
   const dim3 grid((unsigned)((a.ne[1] + 3) / 4), (unsigned)((b.ne[1] + kCols - 1) / kCols), (unsigned)(b.ne[2] * b.ne[3]));
-  if (a.ne[1] && b.ne[1]) mul_mat_q_kernel<<<grid, 128, 0, s>>>(a, b, dst, act);
+  if (!a.ne[1] || !b.ne[1]) return;
+  switch (a.type) {
+#define LOOM_CASE(T) \
+  case T: mul_mat_q_kernel<T><<<grid, 128, 0, s>>>(a, b, dst, act); break;
+    LOOM_WEIGHT_TYPES(LOOM_CASE)
+#undef LOOM_CASE
+    default: break;  // the op table admits no other type
+  }
 }
 
 void mul_mat_id(cudaStream_t s, const TView& as, const TView& b, const TView& ids, const TView& dst, int act) {
   const dim3 grid((unsigned)((as.ne[1] + 3) / 4), (unsigned)(ids.ne[0] * ids.ne[1]));
-  if (as.ne[1] > 0 && ids.ne[0] * ids.ne[1] > 0) mul_mat_id_kernel<<<grid, 128, 0, s>>>(as, b, ids, dst, act);
+  if (as.ne[1] <= 0 || ids.ne[0] * ids.ne[1] <= 0) return;
+  switch (as.type) {
+#define LOOM_CASE(T) \
+  case T: mul_mat_id_kernel<T><<<grid, 128, 0, s>>>(as, b, ids, dst, act); break;
+    LOOM_WEIGHT_TYPES(LOOM_CASE)
+#undef LOOM_CASE
+    default: break;
+  }
 }
 
 void out_prod(cudaStream_t s, const TView& a, const TView& b, const TView& dst) {

@@ -4,7 +4,9 @@
 #include "cuda_ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <numbers>
 
 #include "../kernels/act_round.h"
 #include "../kernels/kernels.h"
@@ -53,7 +55,7 @@ bool cublas_ready(const Tensor* a) {  // a usable by cuBLAS in place (plain, uni
 }
 
 // Columns of b up to which the mat-vec kernel is used; beyond, cuBLAS (quantized a dequantized).
-constexpr int64_t kMatVecMaxCols = 8;
+constexpr int64_t kMatVecMaxCols = 32;
 size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
 bool matmul_via_cublas(const Tensor* n) {
@@ -65,9 +67,7 @@ void check_blas(cublasStatus_t st, const char* what) {
   LOOM_CHECK(st == CUBLAS_STATUS_SUCCESS, internal, "CUDA: {} failed (cuBLAS status {})", what, (int)st);
 }
 
-cudaDataType blas_type(DType t) {
-  return t == DType::F32 ? CUDA_R_32F : t == DType::F16 ? CUDA_R_16F : CUDA_R_16BF;
-}
+cudaDataType blas_type(DType t) { return t == DType::F32 ? CUDA_R_32F : t == DType::F16 ? CUDA_R_16F : CUDA_R_16BF; }
 
 // dst {M, N, b2, b3} = a^T b through cuBLAS, batch by batch (a broadcast over b's dims 2, 3).
 void mul_mat_blas(const OpContext& c, Tensor* n) {
@@ -113,10 +113,9 @@ void mul_mat_blas(const OpContext& c, Tensor* n) {
       const char* ap = static_cast<const char*>(a_data) + (i2 / r2) * a_batch + (i3 / r3) * a_batch3;
       const char* bp = static_cast<const char*>(b_data) + i2 * b_batch + i3 * b_batch3;
       char* cp = static_cast<char*>(n->data) + i2 * n->nb[2] + i3 * n->nb[3];
-      check_blas(cublas().gemm_ex(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)M, (int)N, (int)K, &one, ap,
-                                  blas_type(at), (int)lda, bp, blas_type(at == DType::F32 ? DType::F32 : at),
-                                  (int)ldb, &zero, cp, CUDA_R_32F, (int)(n->nb[1] / sizeof(float)),
-                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      check_blas(cublas().gemm_ex(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)M, (int)N, (int)K, &one, ap, blas_type(at),
+                                  (int)lda, bp, blas_type(at == DType::F32 ? DType::F32 : at), (int)ldb, &zero, cp,
+                                  CUDA_R_32F, (int)(n->nb[1] / sizeof(float)), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmEx");
     }
 }
@@ -129,6 +128,31 @@ int act_mode(const Tensor* a, int64_t cols) {
                 (int)cpu::ActRounding::q8_32 == k::kActQ8_32 && (int)cpu::ActRounding::q8_256 == k::kActQ8_256);
   const cpu::MatmulActivations m = cpu::matmul_activations(a->type, a->ne[0]);
   return (int)(cols < m.large_from ? m.small : m.large);
+}
+
+// ROPE's parameters as the CPU reads them (cpu_attention.cpp): YaRN's ramp ends and magnitude
+// are worked out here once, in the same double arithmetic.
+k::RopeArgs rope_args(const Tensor* n) {
+  const int n_dims = n->param_i32(0), n_ctx_orig = n->param_i32(2);
+  const double base = n->param_f32(3);
+  const float freq_scale = n->param_f32(4), ext_factor = n->param_f32(6);
+  k::RopeArgs r{};
+  r.n_dims = n_dims;
+  r.mode = n->param_i32(1);
+  r.freq_base = n->param_f32(3);
+  r.freq_scale = freq_scale;
+  r.mscale = n->param_f32(5);
+  r.ext_factor = ext_factor;
+  r.backward = n->op == OpKind::ROPE_BACK;
+  if (ext_factor != 0.0f) {
+    const auto corr = [&](double rotations) {
+      return n_dims * std::log(n_ctx_orig / (rotations * 2.0 * std::numbers::pi)) / (2.0 * std::log(base));
+    };
+    r.lo = std::max(0.0, std::floor(corr(n->param_f32(7))));
+    r.hi = std::min(n_dims - 1.0, std::ceil(corr(n->param_f32(8))));
+    r.mscale *= (float)(1.0 + 0.1 * std::log(1.0 / freq_scale));
+  }
+  return r;
 }
 
 void copy_bytes(const OpContext& c, void* dst, const void* src, size_t n) {
@@ -171,6 +195,7 @@ bool op_supported(const Tensor* n) {
       return f32(n) && plain(a->type) && same_shape(*n, *a) && params_zero_from(n, 2);
     case OpKind::SILU:
     case OpKind::GELU:
+    case OpKind::TANH:
     case OpKind::SIGMOID:
     case OpKind::SOFTPLUS:
     case OpKind::EXP:
@@ -179,8 +204,9 @@ bool op_supported(const Tensor* n) {
     case OpKind::SQRT:
       return f32(n) && plain(a->type) && same_shape(*n, *a) && params_zero_from(n, 0);
     case OpKind::SWIGLU:
+    case OpKind::SWIGLU_OAI:  // params: alpha, limit
       return f32(n) && plain(a->type) && b && plain(b->type) && same_shape(*a, *b) && same_shape(*n, *a) &&
-             params_zero_from(n, 0);
+             params_zero_from(n, n->op == OpKind::SWIGLU ? 0 : 2);
     case OpKind::ADD_ID: {
       const Tensor* ids = n->src[2];
       return f32(n) && plain(a->type) && b && plain(b->type) && ids && ids->type == DType::I32 && a->ne[3] == 1 &&
@@ -212,18 +238,21 @@ bool op_supported(const Tensor* n) {
       const int mode = n->param_i32(1);
       return f32(n) && f32(a) && same_shape(*n, *a) && b && b->type == DType::I32 &&
              (mode == ops::kRopeNormal || mode == ops::kRopeNeox) && (!n->src[2] || f32(n->src[2])) &&
-             n->param_i32(0) <= a->ne[0] && params_zero_from(n, 6) && !n->src[3];
+             n->param_i32(0) <= a->ne[0] && (n->param_f32(6) == 0.0f || n->param_i32(2) > 0) &&
+             params_zero_from(n, 9) && !n->src[3];
     }
     case OpKind::SOFT_MAX:
       return f32(n) && f32(a) && same_shape(*n, *a) && (!b || b->type == DType::F32 || b->type == DType::F16) &&
-             !n->src[2] && params_zero_from(n, 2);
+             (!n->src[2] || (f32(n->src[2]) && unit(n->src[2]) && n->src[2]->nelements() >= a->ne[2])) &&
+             params_zero_from(n, 2);
     case OpKind::FLASH_ATTN_EXT: {
       const Tensor* kk = n->src[1];
       const Tensor* v = n->src[2];
       const Tensor* m = n->src[3];
+      const Tensor* sinks = n->src[4];
       return f32(n) && f32(a) && kk && v && plain(kk->type) && plain(v->type) && a->ne[0] <= k::max_head_dim() &&
              v->ne[0] <= k::max_head_dim() && (!m || m->type == DType::F32 || m->type == DType::F16) &&
-             !n->src[4] && params_zero_from(n, 3);
+             (!sinks || (f32(sinks) && unit(sinks) && sinks->nelements() >= a->ne[2])) && params_zero_from(n, 3);
     }
     case OpKind::MUL_MAT:
       return f32(n) && unit(n) && rows_ok(a) && f32(b) && unit(b) && params_zero_from(n, 0);
@@ -231,15 +260,20 @@ bool op_supported(const Tensor* n) {
       const Tensor* ids = n->src[2];
       return f32(n) && rows_ok(a) && f32(b) && unit(b) && ids && ids->type == DType::I32 && params_zero_from(n, 0);
     }
-    case OpKind::OUT_PROD: return f32(n) && plain(a->type) && b && plain(b->type);
+    case OpKind::OUT_PROD:
+      return f32(n) && plain(a->type) && b && plain(b->type);
     case OpKind::ARGSORT:
     case OpKind::TOP_K:
       return n->type == DType::I32 && plain(a->type) && a->ne[0] <= k::max_sort_row() && params_zero_from(n, 1);
-    case OpKind::ARGMAX: return n->type == DType::I32 && plain(a->type) && a->ne[2] == 1 && a->ne[3] == 1;
+    case OpKind::ARGMAX:
+      return n->type == DType::I32 && plain(a->type) && a->ne[2] == 1 && a->ne[3] == 1;
     case OpKind::SUM_ROWS:
-    case OpKind::MEAN: return f32(n) && plain(a->type);
-    case OpKind::CROSS_ENTROPY_LOSS: return f32(n) && f32(a) && f32(b);
-    case OpKind::CROSS_ENTROPY_LOSS_BACK: return f32(n) && plain(a->type) && f32(b) && f32(n->src[2]);
+    case OpKind::MEAN:
+      return f32(n) && plain(a->type);
+    case OpKind::CROSS_ENTROPY_LOSS:
+      return f32(n) && f32(a) && f32(b);
+    case OpKind::CROSS_ENTROPY_LOSS_BACK:
+      return f32(n) && plain(a->type) && f32(b) && f32(n->src[2]);
     case OpKind::OPT_STEP_ADAMW:
       for (int i = 0; i < 5; ++i)
         if (!f32(n->src[i]) || !n->src[i]->is_contiguous()) return false;
@@ -248,7 +282,8 @@ bool op_supported(const Tensor* n) {
       for (int i = 0; i < 3; ++i)
         if (!f32(n->src[i]) || !n->src[i]->is_contiguous()) return false;
       return true;
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -270,22 +305,60 @@ void run_op(const OpContext& c, Tensor* n) {
   const cudaStream_t s = c.stream;
   const TView va = view_of(a), vb = view_of(b), vd = view_of(n);
   switch (n->op) {
-    case OpKind::ADD: k::binary(s, k::Binary::add, va, vb, vd); break;
-    case OpKind::SUB: k::binary(s, k::Binary::sub, va, vb, vd); break;
-    case OpKind::MUL: k::binary(s, k::Binary::mul, va, vb, vd); break;
-    case OpKind::DIV: k::binary(s, k::Binary::div, va, vb, vd); break;
-    case OpKind::SCALE: k::unary(s, k::Unary::scale, va, vd, n->param_f32(0), n->param_f32(1)); break;
-    case OpKind::CLAMP: k::unary(s, k::Unary::clamp, va, vd, n->param_f32(0), n->param_f32(1)); break;
-    case OpKind::SILU: k::unary(s, k::Unary::silu, va, vd, 0, 0); break;
-    case OpKind::GELU: k::unary(s, k::Unary::gelu, va, vd, 0, 0); break;
-    case OpKind::SIGMOID: k::unary(s, k::Unary::sigmoid, va, vd, 0, 0); break;
-    case OpKind::SOFTPLUS: k::unary(s, k::Unary::softplus, va, vd, 0, 0); break;
-    case OpKind::EXP: k::unary(s, k::Unary::exp, va, vd, 0, 0); break;
-    case OpKind::LOG: k::unary(s, k::Unary::log, va, vd, 0, 0); break;
-    case OpKind::SQR: k::unary(s, k::Unary::sqr, va, vd, 0, 0); break;
-    case OpKind::SQRT: k::unary(s, k::Unary::sqrt, va, vd, 0, 0); break;
-    case OpKind::SWIGLU: k::swiglu(s, va, vb, vd); break;
-    case OpKind::ADD_ID: k::add_id(s, va, vb, view_of(n->src[2]), vd); break;
+    case OpKind::ADD:
+      k::binary(s, k::Binary::add, va, vb, vd);
+      break;
+    case OpKind::SUB:
+      k::binary(s, k::Binary::sub, va, vb, vd);
+      break;
+    case OpKind::MUL:
+      k::binary(s, k::Binary::mul, va, vb, vd);
+      break;
+    case OpKind::DIV:
+      k::binary(s, k::Binary::div, va, vb, vd);
+      break;
+    case OpKind::SCALE:
+      k::unary(s, k::Unary::scale, va, vd, n->param_f32(0), n->param_f32(1));
+      break;
+    case OpKind::CLAMP:
+      k::unary(s, k::Unary::clamp, va, vd, n->param_f32(0), n->param_f32(1));
+      break;
+    case OpKind::SILU:
+      k::unary(s, k::Unary::silu, va, vd, 0, 0);
+      break;
+    case OpKind::GELU:
+      k::unary(s, k::Unary::gelu, va, vd, 0, 0);
+      break;
+    case OpKind::TANH:
+      k::unary(s, k::Unary::tanh, va, vd, 0, 0);
+      break;
+    case OpKind::SIGMOID:
+      k::unary(s, k::Unary::sigmoid, va, vd, 0, 0);
+      break;
+    case OpKind::SOFTPLUS:
+      k::unary(s, k::Unary::softplus, va, vd, 0, 0);
+      break;
+    case OpKind::EXP:
+      k::unary(s, k::Unary::exp, va, vd, 0, 0);
+      break;
+    case OpKind::LOG:
+      k::unary(s, k::Unary::log, va, vd, 0, 0);
+      break;
+    case OpKind::SQR:
+      k::unary(s, k::Unary::sqr, va, vd, 0, 0);
+      break;
+    case OpKind::SQRT:
+      k::unary(s, k::Unary::sqrt, va, vd, 0, 0);
+      break;
+    case OpKind::SWIGLU:
+      k::swiglu(s, va, vb, vd);
+      break;
+    case OpKind::SWIGLU_OAI:
+      k::swiglu(s, va, vb, vd, true, n->param_f32(0), n->param_f32(1));
+      break;
+    case OpKind::ADD_ID:
+      k::add_id(s, va, vb, view_of(n->src[2]), vd);
+      break;
     case OpKind::CPY:
     case OpKind::DUP:
     case OpKind::CONT: {
@@ -296,22 +369,32 @@ void run_op(const OpContext& c, Tensor* n) {
         k::convert(s, va, view_of(n));
       break;
     }
-    case OpKind::ALL_REDUCE: place_rows(c, n, a); break;
-    case OpKind::GET_ROWS: k::get_rows(s, va, vb, vd); break;
-    case OpKind::SET_ROWS: k::set_rows(s, vb, view_of(n->src[2]), vd); break;
-    case OpKind::RMS_NORM: k::rms_norm(s, va, TView{}, vd, n->param_f32(0)); break;
-    case OpKind::NORM: k::norm(s, va, vd, n->param_f32(0)); break;
+    case OpKind::ALL_REDUCE:
+      place_rows(c, n, a);
+      break;
+    case OpKind::GET_ROWS:
+      k::get_rows(s, va, vb, vd);
+      break;
+    case OpKind::SET_ROWS:
+      k::set_rows(s, vb, view_of(n->src[2]), vd);
+      break;
+    case OpKind::RMS_NORM:
+      k::rms_norm(s, va, TView{}, vd, n->param_f32(0));
+      break;
+    case OpKind::NORM:
+      k::norm(s, va, vd, n->param_f32(0));
+      break;
     case OpKind::ROPE:
     case OpKind::ROPE_BACK: {
-      const k::RopeArgs r{n->param_i32(0), n->param_i32(1), n->param_f32(3), n->param_f32(4), n->param_f32(5),
-                          n->op == OpKind::ROPE_BACK};
-      k::rope(s, va, vb, view_of(n->src[2]), vd, r);
+      k::rope(s, va, vb, view_of(n->src[2]), vd, rope_args(n));
       break;
     }
-    case OpKind::SOFT_MAX: k::soft_max(s, va, vb, vd, n->param_f32(0), n->param_f32(1)); break;
+    case OpKind::SOFT_MAX:
+      k::soft_max(s, va, vb, view_of(n->src[2]), vd, n->param_f32(0), n->param_f32(1));
+      break;
     case OpKind::FLASH_ATTN_EXT:
-      k::flash_attn(s, va, vb, view_of(n->src[2]), view_of(n->src[3]), vd, n->param_f32(0), n->param_f32(1),
-                    n->param_f32(2));
+      k::flash_attn(s, va, vb, view_of(n->src[2]), view_of(n->src[3]), view_of(n->src[4]), vd, n->param_f32(0),
+                    n->param_f32(1), n->param_f32(2));
       break;
     case OpKind::MUL_MAT:
       if (matmul_via_cublas(n))
@@ -322,19 +405,38 @@ void run_op(const OpContext& c, Tensor* n) {
     case OpKind::MUL_MAT_ID:
       k::mul_mat_id(s, va, vb, view_of(n->src[2]), vd, act_mode(a, n->src[2]->ne[1]));
       break;
-    case OpKind::OUT_PROD: k::out_prod(s, va, vb, vd); break;
-    case OpKind::ARGSORT: k::argsort(s, va, vd, n->param_i32(0) == (int32_t)ops::SortOrder::descending, (int)a->ne[0]); break;
-    case OpKind::TOP_K: k::argsort(s, va, vd, true, (int)n->ne[0]); break;
-    case OpKind::ARGMAX: k::argmax(s, va, vd); break;
-    case OpKind::SUM_ROWS: k::sum_rows(s, va, vd, false); break;
-    case OpKind::MEAN: k::sum_rows(s, va, vd, true); break;
-    case OpKind::CROSS_ENTROPY_LOSS: k::cross_entropy(s, va, vb, vd, reinterpret_cast<double*>(c.scratch)); break;
-    case OpKind::CROSS_ENTROPY_LOSS_BACK: k::cross_entropy_back(s, va, vb, view_of(n->src[2]), vd); break;
+    case OpKind::OUT_PROD:
+      k::out_prod(s, va, vb, vd);
+      break;
+    case OpKind::ARGSORT:
+      k::argsort(s, va, vd, n->param_i32(0) == (int32_t)ops::SortOrder::descending, (int)a->ne[0]);
+      break;
+    case OpKind::TOP_K:
+      k::argsort(s, va, vd, true, (int)n->ne[0]);
+      break;
+    case OpKind::ARGMAX:
+      k::argmax(s, va, vd);
+      break;
+    case OpKind::SUM_ROWS:
+      k::sum_rows(s, va, vd, false);
+      break;
+    case OpKind::MEAN:
+      k::sum_rows(s, va, vd, true);
+      break;
+    case OpKind::CROSS_ENTROPY_LOSS:
+      k::cross_entropy(s, va, vb, vd, reinterpret_cast<double*>(c.scratch));
+      break;
+    case OpKind::CROSS_ENTROPY_LOSS_BACK:
+      k::cross_entropy_back(s, va, vb, view_of(n->src[2]), vd);
+      break;
     case OpKind::OPT_STEP_ADAMW:
       k::adamw(s, va, vb, view_of(n->src[2]), view_of(n->src[3]), view_of(n->src[4]));
       break;
-    case OpKind::OPT_STEP_SGD: k::sgd(s, va, vb, view_of(n->src[2])); break;
-    default: fail(ErrorKind::unsupported, "CUDA has no kernel for {} '{}'", op_name(n->op), n->name);
+    case OpKind::OPT_STEP_SGD:
+      k::sgd(s, va, vb, view_of(n->src[2]));
+      break;
+    default:
+      fail(ErrorKind::unsupported, "CUDA has no kernel for {} '{}'", op_name(n->op), n->name);
   }
   check_cuda(cudaGetLastError(), op_name(n->op));
 }
@@ -375,8 +477,15 @@ void run_fused(const OpContext& c, const FusedGroup& g) {
       k::rms_norm(c.stream, view_of(g.inputs[0]), view_of(g.inputs[1]), view_of(g.outputs[0]), g.eps);
       break;
     case FusionKind::topk_moe: {
-      const k::TopkMoeArgs a{g.gating == MoeGating::sigmoid, g.normalize, g.has_scale, g.gate_scale, g.scale,
-                             g.scale_bias, (int)g.n_expert, (int)g.k, (int)g.n_tokens};
+      const k::TopkMoeArgs a{g.gating == MoeGating::sigmoid,
+                             g.normalize,
+                             g.has_scale,
+                             g.gate_scale,
+                             g.scale,
+                             g.scale_bias,
+                             (int)g.n_expert,
+                             (int)g.k,
+                             (int)g.n_tokens};
       k::topk_moe(c.stream, view_of(g.inputs[0]), view_of(g.inputs.size() > 1 ? g.inputs[1] : nullptr),
                   static_cast<float*>(g.outputs[0]->data), static_cast<int32_t*>(g.outputs[1]->data), a);
       break;
