@@ -1,6 +1,8 @@
 // Builders of element-wise, normalization, reduction, matrix, attention and training ops
 // (see ops.h for each op's definition).
+#include <algorithm>
 #include <cmath>
+#include <numbers>
 
 #include "ops_build.h"
 
@@ -200,6 +202,23 @@ Tensor* rope_like(Context& c, OpKind op, Tensor* a, Tensor* pos, Tensor* ff, con
   return t;
 }
 }  // namespace
+
+RopeRamp rope_ramp(const Tensor* n) {
+  RopeRamp r;
+  r.mscale = n->param_f32(5);
+  const float ext_factor = n->param_f32(6);
+  if (ext_factor == 0.0f) return r;
+  // the pairs that turn beta_fast / beta_slow times over n_ctx_orig
+  const int n_dims = n->param_i32(0), n_ctx_orig = n->param_i32(2);
+  const double base = n->param_f32(3), freq_scale = n->param_f32(4);
+  auto corr = [&](double rotations) {
+    return n_dims * std::log(n_ctx_orig / (rotations * 2.0 * std::numbers::pi)) / (2.0 * std::log(base));
+  };
+  r.lo = std::max(0.0, std::floor(corr(n->param_f32(7))));
+  r.hi = std::min(n_dims - 1.0, std::ceil(corr(n->param_f32(8))));
+  r.mscale *= (float)(1.0 + 0.1 * std::log(1.0 / freq_scale));
+  return r;
+}
 
 Tensor* rope(Context& c, Tensor* a, Tensor* pos, Tensor* ff, const RopeParams& p) {
   return rope_like(c, OpKind::ROPE, a, pos, ff, p);

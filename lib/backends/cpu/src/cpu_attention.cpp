@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <numbers>
 #include <vector>
 
 #include "cpu_rows.h"
@@ -48,7 +47,6 @@ float mask_value(DType type, const char* row, int64_t i) {
                             : reinterpret_cast<const float*>(row)[i];
 }
 
-
 // ---- ROPE / ROPE_BACK ------------------------------------------------------------------------
 
 // The cos / sin table of one token's position, cached per thread: every ROPE node of a graph
@@ -75,8 +73,9 @@ struct RopeAngles {
   static float ff_at(const Tensor* t, int i) {
     return *reinterpret_cast<const float*>(static_cast<const char*>(t->data) + i * t->nb[0]);
   }
-  // Sets the parameters and frequency factors (or null), clearing the entries when they change.
-  void use(const Key& k, const Tensor* f) {
+  // Sets the parameters (of `node`, read into k) and frequency factors (or null), clearing the
+  // entries when they change.
+  void use(const Key& k, const Tensor* f, const Tensor* node) {
     const int half = k.n_dims / 2;
     bool same = k == key && !theta.empty() && ff.size() == (f ? (size_t)half : 0);
     for (int i = 0; same && f && i < half; ++i) same = ff[(size_t)i] == ff_at(f, i);
@@ -87,16 +86,9 @@ struct RopeAngles {
     theta.assign((size_t)half, 0.0);
     // YaRN: pair i mixes the interpolated angle (freq_scale e) with the extrapolated one (e) by
     // its ramp; the ramp's ends are the pairs that turn beta_fast / beta_slow times over n_ctx_orig.
-    double lo = 0, hi = 0;
-    mscale = k.attn_factor;
-    if (k.ext_factor != 0.0f) {
-      auto corr = [&](double rotations) {
-        return k.n_dims * std::log(k.n_ctx_orig / (rotations * 2.0 * std::numbers::pi)) / (2.0 * std::log(k.base));
-      };
-      lo = std::max(0.0, std::floor(corr(k.beta_fast)));
-      hi = std::min(k.n_dims - 1.0, std::ceil(corr(k.beta_slow)));
-      mscale *= (float)(1.0 + 0.1 * std::log(1.0 / k.freq_scale));
-    }
+    const ops::RopeRamp ramp = ops::rope_ramp(node);
+    const double lo = ramp.lo, hi = ramp.hi;
+    mscale = ramp.mscale;
     for (int i = 0; i < half; ++i) {
       double e = std::pow(k.base, -2.0 * i / k.n_dims);
       if (f) e /= (double)ff[(size_t)i];
@@ -150,7 +142,7 @@ void rope(const KernelArgs& args, Tensor* dst, bool back) {
   key.n_ctx_orig = dst->param_i32(2);
   const int half = key.n_dims / 2;
   thread_local RopeAngles angles;
-  angles.use(key, ff);
+  angles.use(key, ff, dst);
   const bool neox = dst->param_i32(1) == ops::kRopeNeox;
   const int64_t hd = a->ne[0];
   const int n_dims = key.n_dims;
@@ -377,7 +369,8 @@ bool supports_attention(const Tensor* node) {
       const Tensor* m = node->src[3];
       const Tensor* sinks = node->src[4];
       return f32_unit(a) && k && v && cache_readable(k) && cache_readable(v) && unit_stride(k) && unit_stride(v) &&
-             (!m || ((m->type == DType::F32 || m->type == DType::F16) && unit_stride(m))) && (!sinks || f32_unit(sinks));
+             (!m || ((m->type == DType::F32 || m->type == DType::F16) && unit_stride(m))) &&
+             (!sinks || f32_unit(sinks));
     }
     default:
       return false;

@@ -103,16 +103,12 @@ constexpr int kMaxHeadDim = 256;  // the largest D and Dv: q staged in shared me
 
 constexpr int kFaThreads = 128;  // keys per tile: one per thread when scoring
 
-// Element d of a K or V row (F32/F16/BF16, by stride).
-__device__ __forceinline__ float kv_value(const char* row, int64_t d, int type, int64_t nb0) {
-  const char* p = row + d * nb0;
-  return type == kF16 ? f16_at(p) : type == kBF16 ? bf16_at(p) : *reinterpret_cast<const float*>(p);
-}
-
-// q (shared memory, D floats) . row; F16 rows (the cache's usual type) in 16-byte loads.
-__device__ float row_dot(const float* q, const char* row, int64_t D, int type, int64_t nb0) {
+// q (shared memory, D floats) . K row (j, hk, kb); F16 rows (the cache's usual type) in 16-byte loads.
+__device__ float row_dot(const float* q, const TView& kk, int64_t j, int64_t hk, int64_t kb) {
+  const int64_t D = kk.ne[0];
+  const char* row = at(kk, 0, j, hk, kb);
   float s = 0.0f;
-  if (type == kF16 && nb0 == 2 && (D & 7) == 0 && ((uintptr_t)row & 15) == 0) {
+  if (kk.type == kF16 && kk.nb[0] == 2 && (D & 7) == 0 && ((uintptr_t)row & 15) == 0) {
     const uint4* v = reinterpret_cast<const uint4*>(row);
     for (int64_t i = 0; i < D / 8; ++i) {
       const uint4 u = v[i];
@@ -125,7 +121,7 @@ __device__ float row_dot(const float* q, const char* row, int64_t D, int type, i
     }
     return s;
   }
-  for (int64_t d = 0; d < D; ++d) s += q[d] * kv_value(row, d, type, nb0);
+  for (int64_t d = 0; d < D; ++d) s += q[d] * load(kk, d, j, hk, kb);
   return s;
 }
 
@@ -152,7 +148,7 @@ __global__ void flash_attn_kernel(TView q, TView kk, TView v, TView mask, TView 
     if (j < n_kv) {
       const float mv = mask.data ? load(mask, j, iq, h % mask.ne[2], b % mask.ne[3]) : 0.0f;
       if (mv != -INFINITY) {
-        s = row_dot(qs, at(kk, 0, j, hk, kb), D, kk.type, kk.nb[0]) * scale;
+        s = row_dot(qs, kk, j, hk, kb) * scale;
         if (softcap != 0.0f) s = softcap * tanhf(s / softcap);
         s += slope * mv;
       }

@@ -4,9 +4,7 @@
 #include "cuda_ops.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <numbers>
 
 #include "../kernels/act_round.h"
 #include "../kernels/kernels.h"
@@ -130,28 +128,19 @@ int act_mode(const Tensor* a, int64_t cols) {
   return (int)(cols < m.large_from ? m.small : m.large);
 }
 
-// ROPE's parameters as the CPU reads them (cpu_attention.cpp): YaRN's ramp ends and magnitude
-// are worked out here once, in the same double arithmetic.
+// ROPE's parameters as the CPU reads them (the YaRN ramp from ops::rope_ramp, as there).
 k::RopeArgs rope_args(const Tensor* n) {
-  const int n_dims = n->param_i32(0), n_ctx_orig = n->param_i32(2);
-  const double base = n->param_f32(3);
-  const float freq_scale = n->param_f32(4), ext_factor = n->param_f32(6);
+  const ops::RopeRamp ramp = ops::rope_ramp(n);
   k::RopeArgs r{};
-  r.n_dims = n_dims;
+  r.n_dims = n->param_i32(0);
   r.mode = n->param_i32(1);
   r.freq_base = n->param_f32(3);
-  r.freq_scale = freq_scale;
-  r.mscale = n->param_f32(5);
-  r.ext_factor = ext_factor;
+  r.freq_scale = n->param_f32(4);
+  r.mscale = ramp.mscale;
+  r.ext_factor = n->param_f32(6);
+  r.lo = ramp.lo;
+  r.hi = ramp.hi;
   r.backward = n->op == OpKind::ROPE_BACK;
-  if (ext_factor != 0.0f) {
-    const auto corr = [&](double rotations) {
-      return n_dims * std::log(n_ctx_orig / (rotations * 2.0 * std::numbers::pi)) / (2.0 * std::log(base));
-    };
-    r.lo = std::max(0.0, std::floor(corr(n->param_f32(7))));
-    r.hi = std::min(n_dims - 1.0, std::ceil(corr(n->param_f32(8))));
-    r.mscale *= (float)(1.0 + 0.1 * std::log(1.0 / freq_scale));
-  }
   return r;
 }
 

@@ -125,6 +125,13 @@ struct RopeParams {
 Tensor* rope(Context& c, Tensor* a, Tensor* pos, Tensor* freq_factors, const RopeParams& p);
 // The gradient: the same rotation by -theta.
 Tensor* rope_back(Context& c, Tensor* grad, Tensor* pos, Tensor* freq_factors, const RopeParams& p);
+// What every backend's rope kernel works out once from a ROPE/ROPE_BACK node's parameters: the
+// YaRN ramp's ends lo, hi (0 without YaRN) and the magnitude m multiplying cos and sin.
+struct RopeRamp {
+  double lo = 0, hi = 0;
+  float mscale = 1;
+};
+RopeRamp rope_ramp(const Tensor* rope_node);
 // a F32 {n_kv, n_q, h, b}; mask F32/F16 {n_kv, >= n_q, m2, m3} broadcast over dims 2, 3 or nullptr:
 // softmax over dim 0 of (a * scale + slope_h * mask); slope_h = 1 unless max_bias > 0 (ALiBi).
 // sinks F32 {h} or nullptr: head h's sink joins each row's max and sum as one more logit
