@@ -66,10 +66,15 @@ int max_head_dim();  // flash_attn's limit on D and Dv
 // ---- matrix products (matmul.cu) ----------------------------------------------------------------
 // dst {M, N, b2, b3} = a^T b for a block type a {K, M, a2, a3} and F32 b, read in place
 // (decode-sized N; one warp per row of a).
-// act: how b is rounded first (ActMode, act_round.h: the CPU's rounding for a's type).
-void mul_mat_q(cudaStream_t s, const TView& a, const TView& b, const TView& dst, int act);
+// act: how b is rounded first (ActMode, act_round.h: the CPU's rounding for a's type); with
+// `scratch` (act_scratch_bytes of device memory) b's columns are rounded once into it before the
+// products, else each warp rounds them again for its row.
+void mul_mat_q(cudaStream_t s, const TView& a, const TView& b, const TView& dst, int act, float* scratch);
 // Experts: as {K, M, E}, b F32 {K, bn, T}, ids I32 {n_used, T}: dst {M, n_used, T}.
-void mul_mat_id(cudaStream_t s, const TView& as, const TView& b, const TView& ids, const TView& dst, int act);
+void mul_mat_id(cudaStream_t s, const TView& as, const TView& b, const TView& ids, const TView& dst, int act,
+                float* scratch);
+// Scratch bytes for b's `columns` columns of K values rounded (0 when act is kActNone).
+size_t act_scratch_bytes(int64_t K, int64_t columns, int act);
 // dst[m, n] = sum_k a[m, k] * b[n, k] (F32 only; small shapes in training).
 void out_prod(cudaStream_t s, const TView& a, const TView& b, const TView& dst);
 

@@ -88,9 +88,39 @@ __device__ void unit_activations(const TView& b, int64_t u, bool on, int64_t n, 
   }
 }
 
+// The activations of b's columns rounded once, before the products (else every warp would round
+// them again for its row): xr[col * kp + i], col the flat column (n, i2, i3), kp = the units' 32
+// values each. grid (columns, ceil(units / 128)), 4 warps per block, 32 units per warp, so a
+// 256-value block's 8 units are 8 neighbouring lanes, as unit_activations shuffles them.
+__global__ void round_act_kernel(TView b, float* xr, int64_t kp, int act) {
+  const int lane = threadIdx.x % 32;
+  const int64_t base = ((int64_t)blockIdx.y * 4 + threadIdx.x / 32) * 32, units = kp / 32;
+  if (base >= units) return;  // whole warps
+  const int64_t col = blockIdx.x, n = col % b.ne[1], i2 = col / b.ne[1] % b.ne[2], i3 = col / (b.ne[1] * b.ne[2]);
+  const int64_t u = base + lane;
+  float x[32];
+  unit_activations(b, u, u < units, n, i2, i3, act, x);
+  if (u >= units) return;
+  float4* o = reinterpret_cast<float4*>(xr + col * kp + u * 32);
+  LOOM_UNROLL
+  for (int j = 0; j < 8; ++j) o[j] = make_float4(x[4 * j], x[4 * j + 1], x[4 * j + 2], x[4 * j + 3]);
+}
+
+// The 32 activations of unit u of column (n, i2, i3): from xr (rounded already) or rounded here.
+__device__ __forceinline__ void unit_x(const TView& b, const float* xr, int64_t kp, int64_t u, bool on, int64_t n,
+                                       int64_t i2, int64_t i3, int act, float* x) {
+  if (!xr) return unit_activations(b, u, on, n, i2, i3, act, x);
+  const float4* p = reinterpret_cast<const float4*>(xr + (n + (i2 + i3 * b.ne[2]) * b.ne[1]) * kp + u * 32);
+  LOOM_UNROLL
+  for (int j = 0; j < 8; ++j) {
+    const float4 q = on ? p[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    x[4 * j] = q.x, x[4 * j + 1] = q.y, x[4 * j + 2] = q.z, x[4 * j + 3] = q.w;
+  }
+}
+
 // grid (ceil(M / 4), ceil(N / kCols), b2 * b3), 4 warps per block, one row of a per warp.
 template <int T>
-__global__ void mul_mat_q_kernel(TView a, TView b, TView dst, int act) {
+__global__ void mul_mat_q_kernel(TView a, TView b, TView dst, int act, const float* xr, int64_t kp) {
   const int64_t m = blockIdx.x * 4 + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (m >= a.ne[1]) return;  // whole warps: M is split by warp
@@ -113,7 +143,7 @@ __global__ void mul_mat_q_kernel(TView a, TView b, TView dst, int act) {
     LOOM_UNROLL
     for (int c = 0; c < kCols; ++c) {
       if (c >= ncols) break;
-      unit_activations(b, u, on, n0 + c, i2, i3, act, x);
+      unit_x(b, xr, kp, u, on, n0 + c, i2, i3, act, x);
       float s = 0.0f;
       LOOM_UNROLL
       for (int i = 0; i < 32; ++i) s += w[i] * x[i];
@@ -130,7 +160,7 @@ __global__ void mul_mat_q_kernel(TView a, TView b, TView dst, int act) {
 
 // grid (ceil(M / 4), n_used * T): one warp per (row, expert slot, token).
 template <int T>
-__global__ void mul_mat_id_kernel(TView as, TView b, TView ids, TView dst, int act) {
+__global__ void mul_mat_id_kernel(TView as, TView b, TView ids, TView dst, int act, const float* xr, int64_t kp) {
   const int64_t m = blockIdx.x * 4 + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (m >= as.ne[1]) return;
@@ -149,7 +179,7 @@ __global__ void mul_mat_id_kernel(TView as, TView b, TView ids, TView dst, int a
       LOOM_UNROLL
       for (int i = 0; i < 32; ++i) w[i] = 0.0f;
     }
-    unit_activations(b, u, on, bn, t, 0, act, x);
+    unit_x(b, xr, kp, u, on, bn, t, 0, act, x);
     float s = 0.0f;
     LOOM_UNROLL
     for (int i = 0; i < 32; ++i) s += w[i] * x[i];
@@ -177,24 +207,46 @@ __global__ void out_prod_kernel(TView a, TView b, TView dst, int64_t n) {
   X(kF32) X(kF16) X(kBF16) X(kQ8_0) X(kQ4_0) X(kQ4_1) X(kQ5_0) X(kQ5_1) X(kIQ4_NL) X(kMXFP4) X(kQ2_K) X(kQ3_K) \
   X(kQ4_K) X(kQ5_K) X(kQ6_K) X(kIQ4_XS)
 
-void mul_mat_q(cudaStream_t s, const TView& a, const TView& b, const TView& dst, int act) {
+namespace {
+// Rounds b's columns into xr when act asks for rounding and xr is given; returns the pointer the
+// products read (nullptr: they read b, rounding as they go) and sets kp.
+const float* round_activations(cudaStream_t s, const TView& b, int act, float* xr, int64_t& kp) {
+  kp = (b.ne[0] + 31) / 32 * 32;
+  const int64_t cols = b.ne[1] * b.ne[2] * b.ne[3];
+  if (act == kActNone || !xr || cols <= 0 || cols > 0x7fffffff) return nullptr;
+  const dim3 grid((unsigned)cols, (unsigned)((kp / 32 + 127) / 128));
+  round_act_kernel<<<grid, 128, 0, s>>>(b, xr, kp, act);
+  return xr;
+}
+}  // namespace
+
+size_t act_scratch_bytes(int64_t K, int64_t columns, int act) {
+  return act == kActNone ? 0 : (size_t)((K + 31) / 32 * 32) * (size_t)columns * sizeof(float);
+}
+
+void mul_mat_q(cudaStream_t s, const TView& a, const TView& b, const TView& dst, int act, float* scratch) {
   const dim3 grid((unsigned)((a.ne[1] + 3) / 4), (unsigned)((b.ne[1] + kCols - 1) / kCols), (unsigned)(b.ne[2] * b.ne[3]));
   if (!a.ne[1] || !b.ne[1]) return;
+  int64_t kp = 0;
+  const float* xr = round_activations(s, b, act, scratch, kp);
   switch (a.type) {
 #define LOOM_CASE(T) \
-  case T: mul_mat_q_kernel<T><<<grid, 128, 0, s>>>(a, b, dst, act); break;
+  case T: mul_mat_q_kernel<T><<<grid, 128, 0, s>>>(a, b, dst, act, xr, kp); break;
     LOOM_WEIGHT_TYPES(LOOM_CASE)
 #undef LOOM_CASE
     default: break;  // the op table admits no other type
   }
 }
 
-void mul_mat_id(cudaStream_t s, const TView& as, const TView& b, const TView& ids, const TView& dst, int act) {
+void mul_mat_id(cudaStream_t s, const TView& as, const TView& b, const TView& ids, const TView& dst, int act,
+                float* scratch) {
   const dim3 grid((unsigned)((as.ne[1] + 3) / 4), (unsigned)(ids.ne[0] * ids.ne[1]));
   if (as.ne[1] <= 0 || ids.ne[0] * ids.ne[1] <= 0) return;
+  int64_t kp = 0;
+  const float* xr = round_activations(s, b, act, scratch, kp);
   switch (as.type) {
 #define LOOM_CASE(T) \
-  case T: mul_mat_id_kernel<T><<<grid, 128, 0, s>>>(as, b, ids, dst, act); break;
+  case T: mul_mat_id_kernel<T><<<grid, 128, 0, s>>>(as, b, ids, dst, act, xr, kp); break;
     LOOM_WEIGHT_TYPES(LOOM_CASE)
 #undef LOOM_CASE
     default: break;

@@ -278,7 +278,13 @@ bool op_supported(const Tensor* n) {
 
 size_t op_scratch(const Tensor* n) {
   if (n->op == OpKind::CROSS_ENTROPY_LOSS) return sizeof(double) * (size_t)n->src[0]->nrows();
-  if (n->op != OpKind::MUL_MAT || !matmul_via_cublas(n)) return 0;
+  if (n->op == OpKind::MUL_MAT_ID)
+    return k::act_scratch_bytes(n->src[1]->ne[0], n->src[1]->nelements() / n->src[1]->ne[0],
+                                act_mode(n->src[0], n->src[2]->ne[1]));
+  if (n->op != OpKind::MUL_MAT) return 0;
+  if (!matmul_via_cublas(n))
+    return k::act_scratch_bytes(n->src[1]->ne[0], n->src[1]->nelements() / n->src[1]->ne[0],
+                                act_mode(n->src[0], n->src[1]->ne[1]));
   const Tensor* a = n->src[0];
   const Tensor* b = n->src[1];
   size_t bytes = 0;
@@ -389,10 +395,11 @@ void run_op(const OpContext& c, Tensor* n) {
       if (matmul_via_cublas(n))
         mul_mat_blas(c, n);
       else
-        k::mul_mat_q(s, va, vb, vd, act_mode(a, n->src[1]->ne[1]));
+        k::mul_mat_q(s, va, vb, vd, act_mode(a, n->src[1]->ne[1]), reinterpret_cast<float*>(c.scratch));
       break;
     case OpKind::MUL_MAT_ID:
-      k::mul_mat_id(s, va, vb, view_of(n->src[2]), vd, act_mode(a, n->src[2]->ne[1]));
+      k::mul_mat_id(s, va, vb, view_of(n->src[2]), vd, act_mode(a, n->src[2]->ne[1]),
+                    reinterpret_cast<float*>(c.scratch));
       break;
     case OpKind::OUT_PROD:
       k::out_prod(s, va, vb, vd);
