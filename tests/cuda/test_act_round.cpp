@@ -8,8 +8,11 @@
 #include <vector>
 
 #include "cpu_vec_dot.h"
+#include "cuda_ops.h"
 #include "kernels/act_round.h"
 #include "loom/core/fp16.h"
+#include "loom/graph/context.h"
+#include "loom/graph/ops.h"
 
 namespace loom::cuda {
 namespace {
@@ -83,6 +86,27 @@ TEST(ActRound, ModesMatchTheCpusRoundingEnum) {
   EXPECT_EQ(k::act_block(k::kActQ8_32), 32);
   EXPECT_EQ(k::act_block(k::kActQ8_256), 256);
   EXPECT_EQ(k::act_block(k::kActNone), 1);
+}
+
+// A quantized mat-vec's activations are rounded once per product into the device scratch
+// (matmul.cu: without it every warp rounds them again, half of Q4_0's time): op_scratch sizes it,
+// whole 32-value units per column, and leaves none to weights whose activations stay as they are.
+TEST(ActRound, QuantizedProductsGetScratchForTheirRoundedColumns) {
+  Context c;
+  const int64_t K = 4096;
+  Tensor* b = c.new_tensor(DType::F32, {K, 3});
+  auto product = [&](DType t, Tensor* cols) { return op_scratch(ops::mul_mat(c, c.new_tensor(t, {K, 64}), cols)); };
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::MXFP4})
+    EXPECT_EQ(product(t, b), (size_t)(K * 3) * sizeof(float)) << dtype_name(t);
+  EXPECT_EQ(product(DType::F16, b), 0u);
+  EXPECT_EQ(product(DType::F32, b), 0u);
+  // more columns than the mat-vec takes: cuBLAS, the weights dequantized into the scratch
+  EXPECT_GE(product(DType::Q4_0, c.new_tensor(DType::F32, {K, 33})), (size_t)(K * 64) * 2);
+  // experts: every (slot, token) column of b
+  Tensor* xs = c.new_tensor(DType::F32, {K, 2, 5});
+  Tensor* ids = c.new_tensor(DType::I32, {2, 5});
+  EXPECT_EQ(op_scratch(ops::mul_mat_id(c, c.new_tensor(DType::Q4_0, {K, 64, 8}), xs, ids)),
+            (size_t)(K * 10) * sizeof(float));
 }
 
 }  // namespace
