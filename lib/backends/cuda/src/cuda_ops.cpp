@@ -128,6 +128,36 @@ int act_mode(const Tensor* a, int64_t cols) {
   return (int)(cols < m.large_from ? m.small : m.large);
 }
 
+// The rounding of a mat-vec product's activations: MUL_MAT by b's columns, MUL_MAT_ID by the
+// columns one expert can meet (one per token).
+int product_act_mode(const Tensor* n) {
+  return act_mode(n->src[0], n->op == OpKind::MUL_MAT_ID ? n->src[2]->ne[1] : n->src[1]->ne[1]);
+}
+
+// The element-wise ops without parameters.
+k::Unary plain_unary(OpKind op) {
+  switch (op) {
+    case OpKind::SILU:
+      return k::Unary::silu;
+    case OpKind::GELU:
+      return k::Unary::gelu;
+    case OpKind::TANH:
+      return k::Unary::tanh;
+    case OpKind::SIGMOID:
+      return k::Unary::sigmoid;
+    case OpKind::SOFTPLUS:
+      return k::Unary::softplus;
+    case OpKind::EXP:
+      return k::Unary::exp;
+    case OpKind::LOG:
+      return k::Unary::log;
+    case OpKind::SQR:
+      return k::Unary::sqr;
+    default:
+      return k::Unary::sqrt;  // SQRT (run_op passes no other op)
+  }
+}
+
 // ROPE's parameters as the CPU reads them (the YaRN ramp from ops::rope_ramp, as there).
 k::RopeArgs rope_args(const Tensor* n) {
   const ops::RopeRamp ramp = ops::rope_ramp(n);
@@ -278,15 +308,11 @@ bool op_supported(const Tensor* n) {
 
 size_t op_scratch(const Tensor* n) {
   if (n->op == OpKind::CROSS_ENTROPY_LOSS) return sizeof(double) * (size_t)n->src[0]->nrows();
-  if (n->op == OpKind::MUL_MAT_ID)
-    return k::act_scratch_bytes(n->src[1]->ne[0], n->src[1]->nelements() / n->src[1]->ne[0],
-                                act_mode(n->src[0], n->src[2]->ne[1]));
-  if (n->op != OpKind::MUL_MAT) return 0;
-  if (!matmul_via_cublas(n))
-    return k::act_scratch_bytes(n->src[1]->ne[0], n->src[1]->nelements() / n->src[1]->ne[0],
-                                act_mode(n->src[0], n->src[1]->ne[1]));
+  if (n->op != OpKind::MUL_MAT && n->op != OpKind::MUL_MAT_ID) return 0;
   const Tensor* a = n->src[0];
   const Tensor* b = n->src[1];
+  if (n->op == OpKind::MUL_MAT_ID || !matmul_via_cublas(n))  // the mat-vec kernels: b's columns rounded
+    return k::act_scratch_bytes(b->ne[0], b->nelements() / b->ne[0], product_act_mode(n));
   size_t bytes = 0;
   if (!cublas_ready(a)) bytes += align256((size_t)a->nelements() * 2);
   if (!cublas_ready(a) || a->type != DType::F32) bytes += align256((size_t)b->nelements() * 2);
@@ -319,31 +345,15 @@ void run_op(const OpContext& c, Tensor* n) {
       k::unary(s, k::Unary::clamp, va, vd, n->param_f32(0), n->param_f32(1));
       break;
     case OpKind::SILU:
-      k::unary(s, k::Unary::silu, va, vd, 0, 0);
-      break;
     case OpKind::GELU:
-      k::unary(s, k::Unary::gelu, va, vd, 0, 0);
-      break;
     case OpKind::TANH:
-      k::unary(s, k::Unary::tanh, va, vd, 0, 0);
-      break;
     case OpKind::SIGMOID:
-      k::unary(s, k::Unary::sigmoid, va, vd, 0, 0);
-      break;
     case OpKind::SOFTPLUS:
-      k::unary(s, k::Unary::softplus, va, vd, 0, 0);
-      break;
     case OpKind::EXP:
-      k::unary(s, k::Unary::exp, va, vd, 0, 0);
-      break;
     case OpKind::LOG:
-      k::unary(s, k::Unary::log, va, vd, 0, 0);
-      break;
     case OpKind::SQR:
-      k::unary(s, k::Unary::sqr, va, vd, 0, 0);
-      break;
     case OpKind::SQRT:
-      k::unary(s, k::Unary::sqrt, va, vd, 0, 0);
+      k::unary(s, plain_unary(n->op), va, vd, 0, 0);
       break;
     case OpKind::SWIGLU:
       k::swiglu(s, va, vb, vd);
@@ -395,11 +405,10 @@ void run_op(const OpContext& c, Tensor* n) {
       if (matmul_via_cublas(n))
         mul_mat_blas(c, n);
       else
-        k::mul_mat_q(s, va, vb, vd, act_mode(a, n->src[1]->ne[1]), reinterpret_cast<float*>(c.scratch));
+        k::mul_mat_q(s, va, vb, vd, product_act_mode(n), reinterpret_cast<float*>(c.scratch));
       break;
     case OpKind::MUL_MAT_ID:
-      k::mul_mat_id(s, va, vb, view_of(n->src[2]), vd, act_mode(a, n->src[2]->ne[1]),
-                    reinterpret_cast<float*>(c.scratch));
+      k::mul_mat_id(s, va, vb, view_of(n->src[2]), vd, product_act_mode(n), reinterpret_cast<float*>(c.scratch));
       break;
     case OpKind::OUT_PROD:
       k::out_prod(s, va, vb, vd);
