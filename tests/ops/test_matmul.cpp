@@ -264,6 +264,51 @@ TEST(Matmul, SiblingProductsPrepareBOnce) {
   EXPECT_LE(nmse(r.get_f32(after), ref_mul_mat(r.get_f32(w[1]), w[1]->ne, b_after, b->ne)), 1e-4);
 }
 
+// Products of one decode column (q, k, v as a Q4_K_M file holds them; gate, up) run as one phase
+// (product_runs, mul_mat_run): a member may follow a view, a product reading b in another form
+// (F16 weights: f32 columns) ends a run. Every product must equal itself computed alone bit for
+// bit: the same kernels over the same rows, only the threads' shares of the rows differ.
+TEST(Matmul, ProductRunsOfOneColumnEqualEachProductAlone) {
+  for (int nth : {2, 3}) {
+    OpRunner r;
+    const int64_t K = 512;
+    Tensor* b = r.input(DType::F32, {K, 1}, "b");
+    const DType types[] = {DType::Q4_K, DType::Q4_K, DType::Q6_K, DType::F16, DType::Q8_0, DType::Q8_0};
+    const int64_t rows[] = {256, 64, 64, 64, 128, 96};
+    Tensor* w[6];
+    Tensor* m[6];
+    for (int i = 0; i < 6; ++i) w[i] = r.input(types[i], {K, rows[i]}, "w");
+    Graph g;
+    for (int i = 0; i < 6; ++i) {
+      m[i] = ops::mul_mat(r.ctx, w[i], b);
+      g.build_forward(m[i]);
+      if (i == 1) g.build_forward(ops::reshape(r.ctx, m[1], {16, 4}));  // a view between members
+    }
+    r.alloc();
+    r.fill_normal(b);
+    for (Tensor* t : w) r.fill_normal(t);
+
+    const std::vector<uint32_t> last = cpu::product_runs(g.nodes(), {}, nth);
+    auto at = [&](const Tensor* t) {
+      return (size_t)(std::find(g.nodes().begin(), g.nodes().end(), t) - g.nodes().begin());
+    };
+    EXPECT_EQ(last[at(m[0])], at(m[2])) << "q, k, v: one run";
+    EXPECT_EQ(last[at(m[3])], 0u) << "F16 reads f32 columns";
+    EXPECT_EQ(last[at(m[4])], at(m[5])) << "gate, up: one run";
+
+    ThreadPool pool(nth);
+    cpu::compute_graph(g, pool);
+    for (int i = 0; i < 6; ++i) {
+      const std::vector<float> in_run = r.get_f32(m[i]);
+      Graph alone;
+      alone.build_forward(m[i]);
+      cpu::compute_graph(alone, pool);
+      EXPECT_EQ(in_run, r.get_f32(m[i])) << "product " << i << ", " << nth << " threads";
+      EXPECT_LE(nmse(in_run, ref_mul_mat(r.get_f32(w[i]), w[i]->ne, r.get_f32(b), b->ne)), nmse_bound(types[i]));
+    }
+  }
+}
+
 // One-hot columns of b pick single weights: the product must equal the reference dequantized
 // value bit for bit for float weights, in the fused path (8 columns) and the decoded-rows path
 // (K columns). Quantized weights see the column as int8 blocks: 1.0 -> 127 with scale

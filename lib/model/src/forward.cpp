@@ -253,6 +253,8 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
     } else {
       const QkvHeads h = project_qkv(c, hp, l, cur, model.n_head, model.n_head_kv, in.positions,
                                      rope_params(hp, swa), rope_factors);
+      for (Tensor* t : h.products)
+        if (t) in.expand_first.push_back(t);
       const AttendedKv a = windows ? window_kv(c, model, h, s) : cached_kv(c, model, kv, il, h, in.kv_slots, s);
       attn = attention(c, model, h.q, a.k, a.v, swa ? in.mask_swa : in.mask, l.sinks, s);
     }

@@ -1,5 +1,6 @@
 #include "loom/model/layer_blocks.h"
 
+#include <array>
 #include <cmath>
 
 namespace loom {
@@ -25,6 +26,7 @@ QkvHeads project_qkv(Context& c, const HParams& hp, const LayerWeights& l, Tenso
                      int64_t n_head_kv, Tensor* positions, const RopeParams& rope_p, Tensor* rope_factors) {
   const int64_t hd = hp.head_dim, T = cur->ne[1];
   Tensor *q, *k, *v;
+  std::array<Tensor*, 3> products{};
   if (l.wqkv) {  // phi3: rows q | k | v of one product
     Tensor* qkv = mul_mat(c, l.wqkv, cur);
     const size_t f = sizeof(float), n_q = (size_t)(hd * n_head), n_kv = (size_t)(hd * n_head_kv);
@@ -35,6 +37,7 @@ QkvHeads project_qkv(Context& c, const HParams& hp, const LayerWeights& l, Tenso
     q = mul_mat(c, l.wq, cur);
     k = mul_mat(c, l.wk, cur);
     v = mul_mat(c, l.wv, cur);
+    products = {q, k, v};
   }
   if (l.bq) q = add(c, q, l.bq);
   if (l.bk) k = add(c, k, l.bk);
@@ -45,7 +48,7 @@ QkvHeads project_qkv(Context& c, const HParams& hp, const LayerWeights& l, Tenso
   if (l.k_norm) k = norm_mul(c, k, l.k_norm, hp.rms_eps);
   q = rope(c, q, positions, rope_factors, rope_p);
   k = rope(c, k, positions, rope_factors, rope_p);
-  return {q, k, v};
+  return {q, k, v, {products[0], products[1], products[2]}};
 }
 
 Tensor* dense_ffn_hidden(Context& c, const LayerWeights& l, Tensor* x, bool gelu_gate) {

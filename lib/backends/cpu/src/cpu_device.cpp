@@ -1,6 +1,7 @@
 // CPU device, host buffers, and the graph loop (all threads walk the nodes together, with a
-// barrier after each node; a fused group from find_fusions runs as one kernel at its first node
-// unless LOOM_DISABLE_FUSION=1).
+// barrier after each node; a fused group from find_fusions runs as one kernel at its first node,
+// and a run of products of one small input (product_runs) as one phase, unless
+// LOOM_DISABLE_FUSION=1).
 #include "loom/cpu/cpu.h"
 
 #include <sys/mman.h>
@@ -160,6 +161,36 @@ std::vector<uint8_t> prepared_b_nodes(std::span<Tensor* const> nodes, std::span<
   return ready;
 }
 
+std::vector<uint32_t> product_runs(std::span<Tensor* const> nodes, std::span<const FusedGroup* const> groups, int nth) {
+  std::vector<uint32_t> last(nodes.size(), 0);
+  auto skipped = [&](const Tensor* n) {
+    return op_info(n->op).is_view || n->op == OpKind::NONE || n->nelements() == 0;
+  };
+  size_t next_group = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    while (next_group < groups.size() && groups[next_group]->last < i) ++next_group;
+    const bool in_group = next_group < groups.size() && groups[next_group]->first <= i;
+    if (in_group || nodes[i]->op != OpKind::MUL_MAT || skipped(nodes[i])) continue;
+    const Tensor* members[kMaxProductRun] = {nodes[i]};
+    size_t count = 1, end = i;
+    for (size_t j = i + 1; j < nodes.size() && count < kMaxProductRun; ++j) {
+      const Tensor* n = nodes[j];
+      if (next_group < groups.size() && groups[next_group]->first <= j) break;
+      if (skipped(n)) continue;
+      if (!mul_mat_joins_run(nodes[i], n, nth)) break;
+      const bool apart = std::none_of(members, members + count, [&](const Tensor* m) {
+        return writes_into(n, m) || writes_into(n, m->src[0]) || writes_into(n, m->src[1]) || writes_into(m, n->src[0]);
+      });
+      if (!apart) break;
+      members[count++] = n;
+      end = j;
+    }
+    if (end > i) last[i] = (uint32_t)end;
+    i = end;
+  }
+  return last;
+}
+
 void compute_nodes(const Graph& graph, std::span<Tensor* const> nodes, ThreadPool& pool) {
   const int nth = pool.size();
   size_t wsize = 0;
@@ -180,6 +211,8 @@ void compute_nodes(const Graph& graph, std::span<Tensor* const> nodes, ThreadPoo
         wsize = std::max(wsize, work_size_fused(g, nth));
       }
   const std::vector<uint8_t> b_ready = prepared_b_nodes(nodes, groups, sizes, nth);
+  const std::vector<uint32_t> run_last =
+      fusion_enabled() ? product_runs(nodes, groups, nth) : std::vector<uint32_t>(nodes.size(), 0);
   // Kernels write their scratch before reading it: one buffer per calling thread, grown, never
   // cleared (a fresh zeroed one per graph cost a memset of up to the packed b of a prompt).
   thread_local std::vector<uint8_t> work;
@@ -198,6 +231,16 @@ void compute_nodes(const Graph& graph, std::span<Tensor* const> nodes, ThreadPoo
       Tensor* n = nodes[i];
       const OpInfo& info = op_info(n->op);
       if (info.is_view || n->op == OpKind::NONE || n->nelements() == 0) continue;
+      if (run_last[i]) {
+        Tensor* members[kMaxProductRun];
+        size_t count = 0;
+        for (size_t j = i; j <= run_last[i]; ++j)
+          if (nodes[j]->op == OpKind::MUL_MAT && nodes[j]->nelements() > 0) members[count++] = nodes[j];
+        mul_mat_run(args, std::span<Tensor* const>(members, count));
+        args.barrier();
+        i = run_last[i];
+        continue;
+      }
       args.b_ready = b_ready[i] != 0;
       compute_node(args, n);
       args.barrier();

@@ -409,6 +409,66 @@ void mul_mat(const KernelArgs& args, Tensor* dst) {
   });
 }
 
+// ---- a run of MUL_MATs over one small b, in one phase -----------------------------------------
+
+// Decode's q, k, v (and gate, up) each read the same normed column: as one phase the threads
+// quantize it once each, claim row blocks across all the matrices as one range (one forward
+// stream per thread over the weights, which lie one after another), and meet at one barrier
+// instead of one per matrix.
+bool run_member(const MatmulPlan& p, const Tensor* node) {
+  const Tensor* a = node->src[0];
+  const Tensor* b = node->src[1];
+  return node->op == OpKind::MUL_MAT && p.path == Path::dot && p.private_b && a->ne[2] * a->ne[3] == 1 &&
+         b->ne[2] * b->ne[3] == 1;
+}
+
+}  // namespace
+
+bool mul_mat_joins_run(const Tensor* first, const Tensor* node, int nth) {
+  if (first->op != OpKind::MUL_MAT || node->op != OpKind::MUL_MAT || first->src[1] != node->src[1]) return false;
+  const MatmulPlan a = plan_mul_mat(first, nth), b = plan_mul_mat(node, nth);
+  if (!run_member(a, first) || !run_member(b, node)) return false;
+  // Each needs a row block per thread at least (else mul_mat splits its columns), and the same
+  // private b: one preparation serves all.
+  const int64_t M = node->src[0]->ne[1];
+  const int64_t rb = unit_rows(b.path, node->src[0]->type, M, 1, node->src[0]->ne[0], nth, node->src[0]->flags);
+  return ceil_div(M, rb) >= nth && a.act == b.act && a.convert_b == b.convert_b && a.need_act == b.need_act &&
+         a.need_q8 == b.need_q8 && a.slices_off == b.slices_off && a.s_f32 == b.s_f32 && a.s_act == b.s_act &&
+         a.s_q8 == b.s_q8;
+}
+
+void mul_mat_run(const KernelArgs& args, std::span<Tensor* const> run) {
+  LOOM_ASSERT(!run.empty() && run.size() <= kMaxProductRun, "a run of {} products", run.size());
+  MatmulPlan plans[kMaxProductRun];
+  int64_t rbs[kMaxProductRun], starts[kMaxProductRun + 1] = {0};
+  for (size_t i = 0; i < run.size(); ++i) {
+    const Tensor* a = run[i]->src[0];
+    plans[i] = plan_mul_mat(run[i], args.nth);
+    rbs[i] = unit_rows(plans[i].path, a->type, a->ne[1], 1, a->ne[0], args.nth, a->flags);
+    starts[i + 1] = starts[i] + ceil_div(a->ne[1], rbs[i]);
+  }
+  const BCols v = prepare(plans[0], args, run[0]->src[1], false);  // private: no barrier
+  char* slice = scratch_base(args) + plans[0].slices_off + plans[0].slice_stride * (size_t)args.ith;
+  const int64_t N = run[0]->src[1]->ne[1];
+  for_unit_ranges(args, starts[run.size()], [&](int64_t first, int64_t last) {
+    for (size_t i = 0; i < run.size() && first < last; ++i) {
+      if (first >= starts[i + 1]) continue;
+      const Tensor* a = run[i]->src[0];
+      const Tensor* dst = run[i];
+      const int64_t u1 = std::min(last, starts[i + 1]), M = a->ne[1];
+      const Matrix m{static_cast<const char*>(a->data), a->nb[0], a->nb[1], a->ne[0], a->has_flag(kFlagRepacked),
+                     a->has_flag(kFlagRepackedPairs)};
+      matrix_rows(
+          plans[i], slice, Path::dot, m, (first - starts[i]) * rbs[i], std::min(M, (u1 - starts[i]) * rbs[i]), N,
+          [&](int64_t j, BForm form) { return v.at(form, j, 0, 0); },
+          [&](int64_t j) { return reinterpret_cast<float*>(static_cast<char*>(dst->data) + j * dst->nb[1]); });
+      first = u1;
+    }
+  });
+}
+
+namespace {
+
 // ---- MUL_MAT_ID ------------------------------------------------------------------------------
 
 // as {K, M, E} any weight type, b {K, bn, T} (bn == n_used or 1), ids I32 {n_used, T}

@@ -19,4 +19,9 @@ void compute_node(const KernelArgs& args, Tensor* node);
 std::vector<uint8_t> prepared_b_nodes(std::span<Tensor* const> nodes, std::span<const FusedGroup* const> groups,
                                       std::span<const size_t> sizes, int nth);
 
+// Per node: where it starts a run of products that mul_mat_run computes as one phase (the
+// decode's q, k, v; gate, up: mul_mat_joins_run, their memory apart), the position of the run's
+// last member; else 0. Members are consecutive but for views between them.
+std::vector<uint32_t> product_runs(std::span<Tensor* const> nodes, std::span<const FusedGroup* const> groups, int nth);
+
 }  // namespace loom::cpu

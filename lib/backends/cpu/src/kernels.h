@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "loom/core/thread_pool.h"
 #include "loom/graph/tensor.h"
@@ -50,6 +51,13 @@ LOOM_CPU_FAMILY(matmul)       // MUL_MAT MUL_MAT_ID OUT_PROD
 // nodes without scratch ran in between (the caller's part): Q/K/V and gate/up (experts' too)
 // then quantize their input once.
 bool matmul_b_prepared_by(const Tensor* prev, const Tensor* node, int nth);
+// Whether MUL_MAT `node` may run in one phase with `first`, a MUL_MAT over the same small b (one
+// each thread prepares for itself): decode's q, k, v and gate, up. Their memory must not overlap
+// (the caller's part). mul_mat_run computes such a run: one preparation of b, the row blocks of
+// all claimed as one range, no barrier inside.
+constexpr size_t kMaxProductRun = 8;
+bool mul_mat_joins_run(const Tensor* first, const Tensor* node, int nth);
+void mul_mat_run(const KernelArgs& args, std::span<Tensor* const> run);
 LOOM_CPU_FAMILY(attention)    // ROPE ROPE_BACK SOFT_MAX SOFT_MAX_BACK FLASH_ATTN_EXT
 LOOM_CPU_FAMILY(train)        // CROSS_ENTROPY_LOSS CROSS_ENTROPY_LOSS_BACK OPT_STEP_ADAMW OPT_STEP_SGD
 

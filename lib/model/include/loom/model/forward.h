@@ -26,7 +26,8 @@ struct ForwardInputs {
   Tensor* last = nullptr;       // the graph's final node (logits, or the final norm when a member has no rows)
   std::vector<Tensor*> all_reduces;  // tensor parallel: the ALL_REDUCE (all_gather_rows) nodes, in order
   // Visited before the logits when building the graph, so that groups a backend fuses stay
-  // consecutive in node order (the MoE router's softmax -> top-k -> weights of each layer).
+  // consecutive in node order (the MoE router's softmax -> top-k -> weights of each layer; each
+  // layer's q, k and v products, which the CPU computes in one phase).
   std::vector<Tensor*> expand_first;
 };
 

@@ -21,6 +21,9 @@ struct QkvHeads {
   Tensor* q;  // {head_dim, n_head, T}, normed (qwen3) and roped
   Tensor* k;  // {head_dim, n_head_kv, T}, normed (qwen3) and roped
   Tensor* v;  // {head_dim * n_head_kv, T}
+  // The separate q, k, v products (null for phi3's fused one), for the graph to compute one after
+  // another: the CPU runs such a run of products of one input as one phase (cpu_matmul.cpp).
+  Tensor* products[3] = {};
 };
 // The attention inputs of layer l from its normed input cur {n_embd, T}: projections (phi3's
 // fused q|k|v), biases (qwen2, gpt-oss), per-head q/k norms (qwen3, gemma3), RoPE at positions
