@@ -129,6 +129,12 @@ bool stream_prefetch(DType type) {
   return (unsigned)type >= 64 || ((mask >> (int)type) & 1);
 }
 
+size_t stream_ahead_bytes(DType type) {
+  constexpr uint64_t kShortZen5 = bit(DType::Q2_K) | bit(DType::Q8_0);
+  static const uint64_t short_types = amd_family() >= 0x1a ? kShortZen5 : 0;
+  return (unsigned)type < 64 && ((short_types >> (int)type) & 1) ? 4096 : 8192;
+}
+
 uint64_t force_stream_prefetch(uint64_t types) { return prefetch_mask().exchange(types, std::memory_order_relaxed); }
 
 Isa detected_isa() {

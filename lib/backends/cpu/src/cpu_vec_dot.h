@@ -106,10 +106,11 @@ inline void prefetch_bytes(const char* p, size_t bytes) {
 // of 900 MiB models was faster in 46 of 62 same-minute pairs (F16 15 of 15; docs/DECODE-SPEED.md).
 // On Zen 4 the lighter repacked kernels read more without it (stream_prefetch, cpu_features.h).
 inline constexpr size_t kStreamAheadBytes = 8192;
-// Asks for the lines kStreamAheadBytes past [p, p + bytes), the part of a stream being read now.
+// Asks for the lines `ahead` bytes past [p, p + bytes), the part of a stream being read now
+// (the repacked kernels take the distance per type: stream_ahead_bytes).
 // A prefetch never faults, so the last rows of a tensor may ask past its end.
-inline void prefetch_stream(const void* p, size_t bytes) {
-  prefetch_bytes<1>(static_cast<const char*>(p) + kStreamAheadBytes, bytes);
+inline void prefetch_stream(const void* p, size_t bytes, size_t ahead = kStreamAheadBytes) {
+  prefetch_bytes<1>(static_cast<const char*>(p) + ahead, bytes);
 }
 // Rows whose cache lines a kernel asks for into L2 as it goes (rows j < rows at base + j * ld,
 // `bytes` from each row's start), in step with its own rows j. Into L2 (hint T2), not L1: decode
