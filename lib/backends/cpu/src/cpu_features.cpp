@@ -1,6 +1,8 @@
 // CPU feature detection (cpuid through __builtin_cpu_supports) and the active kernel level.
 #include "cpu_features.h"
 
+#include "cpu_vec_dot.h"  // kStreamAheadBytes
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -132,7 +134,7 @@ bool stream_prefetch(DType type) {
 size_t stream_ahead_bytes(DType type) {
   constexpr uint64_t kShortZen5 = bit(DType::Q2_K) | bit(DType::Q8_0);
   static const uint64_t short_types = amd_family() >= 0x1a ? kShortZen5 : 0;
-  return (unsigned)type < 64 && ((short_types >> (int)type) & 1) ? 4096 : 8192;
+  return (unsigned)type < 64 && ((short_types >> (int)type) & 1) ? kStreamAheadBytes / 2 : kStreamAheadBytes;
 }
 
 uint64_t force_stream_prefetch(uint64_t types) { return prefetch_mask().exchange(types, std::memory_order_relaxed); }
