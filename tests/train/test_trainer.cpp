@@ -249,5 +249,35 @@ TEST(Checkpoint, RejectsFilesThatAreNotCheckpoints) {
   }
 }
 
+// A hostile train.stats (counts are f64 in the file) ends in invalid_input, not in an undefined
+// float-to-integer conversion (found by checkpoint_fuzz).
+TEST(Checkpoint, RejectsStatsCountsThatAreNotCounts) {
+  const fs::path dir = scratch_dir();
+  for (const double bad : {1.22702e+266, -1.0, 2.5, std::nan("")}) {
+    gguf::Writer w;
+    w.set("train.version", gguf::Value::u32(kCheckpointVersion));
+    for (const char* k :
+         {"train.step", "train.epoch", "train.epoch_pos", "train.seed", "train.stride", "train.text_hash"})
+      w.set(k, gguf::Value::u32(0));
+    for (const char* k : {"train.n_ctx", "train.n_batch", "train.n_ubatch"}) w.set(k, gguf::Value::u32(4));
+    w.set("train.val_split", gguf::Value::f32(0));
+    w.set("train.optimizer", gguf::Value::string("adamw"));
+    w.set("train.base", gguf::Value::string(""));
+    w.set("train.stats", gguf::Value::float_array(gguf::ValueType::F64, {1, 1, 3, bad, 4, 0}));
+    w.set("train.tensors", gguf::Value::string_array({}));
+    w.set("train.tensor_types", gguf::Value::i32_array({}));
+    const std::string path = (dir / "stats.gguf").string();
+    w.write(path);
+    auto f = gguf::File::open(path);
+    try {
+      parse_train_state(*f);
+      FAIL() << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::invalid_input);
+      EXPECT_NE(std::string(e.what()).find("train.stats[3]"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace loom::test

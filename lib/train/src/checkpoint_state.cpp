@@ -2,6 +2,8 @@
 // checkpoint.cpp so the checkpoint fuzzer links only the GGUF reader).
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "loom/core/error.h"
 #include "loom/train/checkpoint.h"
 
@@ -40,11 +42,19 @@ TrainState parse_train_state(const gguf::File& f) {
   const gguf::Value* st = f.find("train.stats");
   LOOM_CHECK(st && st->type == gguf::ValueType::ARRAY && st->floats.size() == 6, invalid_input,
              "{}: train.stats must be 6 f64 values", f.path());
+  // The counts are stored as f64; a hostile file may hold any double there, and converting one
+  // outside int64's range is undefined, so a count must be a whole number in [0, 2^53].
+  auto count = [&](size_t i) {
+    const double c = st->floats[i];
+    LOOM_CHECK(c >= 0 && c <= 9007199254740992.0 && c == std::floor(c), invalid_input,
+               "{}: train.stats[{}] = {} is not a count", f.path(), i, c);
+    return (int64_t)c;
+  };
   s.stats.loss_sum = st->floats[0];
   s.stats.loss_sq = st->floats[1];
-  s.stats.n_batches = (int64_t)st->floats[2];
-  s.stats.n_correct = (int64_t)st->floats[3];
-  s.stats.n_tokens = (int64_t)st->floats[4];
+  s.stats.n_batches = count(2);
+  s.stats.n_correct = count(3);
+  s.stats.n_tokens = count(4);
   s.elapsed_s = st->floats[5];
   const gguf::Value* names = f.find("train.tensors");
   const gguf::Value* types = f.find("train.tensor_types");
