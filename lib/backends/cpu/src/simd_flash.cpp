@@ -418,16 +418,15 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
     finish_rows(ib, ikv, R, R, p0);
   };
 
-  // Decode unit: the rows of position block pb of batch ib for every kv head against keys
-  // [ja, jb), S per row; `state`: where a chunk of the keys leaves its softmax state (nullptr:
-  // the rows' outputs are written).
-  auto decode_unit = [&](int64_t ib, int64_t pb, int64_t ja, int64_t jb, float* state) {
-    const int64_t p0 = pb * f.qb, C = std::min(f.qb, f.n_q - p0) * f.group, R = C * n_kvh;
-    start_rows(ib, 0, R, C, p0, f.kt);
-    const char* kbase = row_ptr(k, 0, 0, ib);
-    const char* vbase = row_ptr(v, 0, 0, ib);
-    const size_t krow = std::min((size_t)n_kvh * k->nb[2], k->nb[1]),
-                 vrow = std::min((size_t)n_kvh * v->nb[2], v->nb[1]);
+  // Decode unit: the rows of position block pb of batch ib for kv heads [h0, h0 + nh) against
+  // keys [ja, jb), S per row; `state`: where a chunk of the keys leaves its softmax state
+  // (nullptr: the rows' outputs are written).
+  auto decode_unit = [&](int64_t ib, int64_t pb, int64_t ja, int64_t jb, float* state, int64_t h0, int64_t nh) {
+    const int64_t p0 = pb * f.qb, C = std::min(f.qb, f.n_q - p0) * f.group, R = C * nh;
+    start_rows(ib, h0, R, C, p0, f.kt);
+    const char* kbase = row_ptr(k, 0, h0, ib);
+    const char* vbase = row_ptr(v, 0, h0, ib);
+    const size_t krow = std::min((size_t)nh * k->nb[2], k->nb[1]), vrow = std::min((size_t)nh * v->nb[2], v->nb[1]);
     for (int64_t j0 = ja; j0 < jb; j0 += f.kt) {
       int64_t kt = std::min(f.kt, jb - j0);
       if (mask) {
@@ -438,11 +437,11 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
       // tile's V rows asked for
       const PrefetchRows vrows{vbase + j0 * v->nb[1], v->nb[1], kt, vrow};
       if (f.k_conv) {
-        convert_tile(kread, kbase, k->nb[1], k->nb[2], j0, kt, n_kvh, f.D, kc);
-        kk->heads_dot(f.D, kc, sizeof(float) * n_kvh * f.D, sizeof(float) * f.D, kt, (int)n_kvh,
+        convert_tile(kread, kbase, k->nb[1], k->nb[2], j0, kt, nh, f.D, kc);
+        kk->heads_dot(f.D, kc, sizeof(float) * nh * f.D, sizeof(float) * f.D, kt, (int)nh,
                       reinterpret_cast<const float* const*>(qptr), (int)C, sptr, vrows);
       } else {
-        kk->heads_dot(f.D, kbase + j0 * k->nb[1], k->nb[1], k->nb[2], kt, (int)n_kvh,
+        kk->heads_dot(f.D, kbase + j0 * k->nb[1], k->nb[1], k->nb[2], kt, (int)nh,
                       reinterpret_cast<const float* const*>(qptr), (int)C, sptr, vrows);
       }
       // softcap, mask, online softmax: S becomes P. First the rows' new maxima and the
@@ -474,12 +473,11 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
       const int64_t jn = j0 + f.kt;
       const PrefetchRows krows{jn < jb ? kbase + jn * k->nb[1] : nullptr, k->nb[1], std::min(kt, jb - jn), krow};
       if (f.v_conv) {
-        convert_tile(vread, vbase, v->nb[1], v->nb[2], j0, kt, n_kvh, f.Dv, vc);
-        vk->heads_axpy(f.Dv, kt, vc, sizeof(float) * n_kvh * f.Dv, sizeof(float) * f.Dv, (int)n_kvh, S, f.kt, (int)C, O,
-                       f.Dv, krows);
-      } else {
-        vk->heads_axpy(f.Dv, kt, vbase + j0 * v->nb[1], v->nb[1], v->nb[2], (int)n_kvh, S, f.kt, (int)C, O, f.Dv,
+        convert_tile(vread, vbase, v->nb[1], v->nb[2], j0, kt, nh, f.Dv, vc);
+        vk->heads_axpy(f.Dv, kt, vc, sizeof(float) * nh * f.Dv, sizeof(float) * f.Dv, (int)nh, S, f.kt, (int)C, O, f.Dv,
                        krows);
+      } else {
+        vk->heads_axpy(f.Dv, kt, vbase + j0 * v->nb[1], v->nb[1], v->nb[2], (int)nh, S, f.kt, (int)C, O, f.Dv, krows);
       }
     }
     if (state) {  // a chunk of the keys: O, m and l as they are
@@ -488,7 +486,7 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
       std::copy(Lsum, Lsum + R, state + f.R * (f.Dv + 1));
       return;
     }
-    finish_rows(ib, 0, R, C, p0);
+    finish_rows(ib, h0, R, C, p0);
   };
 
   if (f.stream) {
@@ -499,14 +497,20 @@ void flash_attn_tiled(const KernelArgs& args, Tensor* dst) {
     const int64_t blocks = q->ne[3] * n_pb, n_seen = seen.end - seen.begin;
     const int64_t ck = decode_chunk_keys(n_seen, blocks, args.nth), nch = std::max<int64_t>(1, ceil_div(n_seen, ck));
     if (nch == 1) {
-      for_units(args, blocks, [&](int64_t b) { decode_unit(b / n_pb, b % n_pb, seen.begin, seen.end, nullptr); });
+      // keys of one tile (the first 64 tokens): fewer units than threads split by kv heads instead
+      const int64_t hg = blocks >= args.nth ? 1 : std::min<int64_t>(n_kvh, ceil_div(args.nth, blocks)),
+                    hn = ceil_div(n_kvh, hg);
+      for_units(args, blocks * hg, [&](int64_t u) {
+        const int64_t b = u / hg, h0 = u % hg * hn;
+        if (h0 < n_kvh) decode_unit(b / n_pb, b % n_pb, seen.begin, seen.end, nullptr, h0, std::min(hn, n_kvh - h0));
+      });
       return;
     }
     auto* states = reinterpret_cast<float*>(base + L.total * args.nth);
     const size_t sf = decode_state_floats(f);
     for_units(args, blocks * nch, [&](int64_t u) {
       const int64_t b = u / nch, c0 = seen.begin + u % nch * ck;
-      decode_unit(b / n_pb, b % n_pb, c0, std::min(seen.end, c0 + ck), states + (size_t)u * sf);
+      decode_unit(b / n_pb, b % n_pb, c0, std::min(seen.end, c0 + ck), states + (size_t)u * sf, 0, n_kvh);
     });
     args.barrier();
     // the chunks' states merged per row: m = max m_c, l = sum l_c e^(m_c - m), out = sum O_c e^(m_c - m) / l
