@@ -192,6 +192,16 @@ TEST(Sampler, RefusesOutOfRangeValues) {
   p = {};
   p.mirostat = 3;
   EXPECT_THROW(Sampler{p}, loom::Error);
+  // non-finite penalties and Mirostat settings: NaN logits otherwise
+  using Field = float SamplerParams::*;
+  for (const Field field : {&SamplerParams::repeat_penalty, &SamplerParams::presence_penalty,
+                            &SamplerParams::frequency_penalty, &SamplerParams::dry_multiplier, &SamplerParams::dry_base,
+                            &SamplerParams::mirostat_tau, &SamplerParams::mirostat_eta})
+    for (const float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
+      p = {};
+      p.*field = bad;
+      EXPECT_THROW(Sampler{p}, loom::Error) << bad;
+    }
 }
 
 TEST(Sampler, SeedReproducesDraws) {

@@ -84,12 +84,19 @@ Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed), mu_(2.0f * p.mir
   LOOM_CHECK(p.top_p >= 0 && p.top_p <= 1, usage, "--top-p {}: must be in [0, 1]", p.top_p);
   LOOM_CHECK(p.min_p >= 0 && p.min_p <= 1, usage, "--min-p {}: must be in [0, 1]", p.min_p);
   LOOM_CHECK(p.typical_p >= 0 && p.typical_p <= 1, usage, "--typical {}: must be in [0, 1]", p.typical_p);
-  LOOM_CHECK(p.repeat_penalty > 0, usage, "--repeat-penalty must be positive");
+  // NaN or an infinite penalty would turn logits into NaN (inf * 0, inf - inf) and sample garbage
+  LOOM_CHECK(p.repeat_penalty > 0 && std::isfinite(p.repeat_penalty), usage, "--repeat-penalty must be positive");
+  LOOM_CHECK(std::isfinite(p.presence_penalty) && std::isfinite(p.frequency_penalty), usage,
+             "--presence-penalty and --frequency-penalty must be finite numbers");
   LOOM_CHECK(p.repeat_last_n >= -1, usage, "--repeat-last-n {}: must be -1 (all), 0 (off) or more", p.repeat_last_n);
   LOOM_CHECK(p.xtc_probability >= 0 && p.xtc_probability <= 1, usage, "--xtc-probability must be in [0, 1]");
-  LOOM_CHECK(p.dry_multiplier >= 0 && p.dry_base >= 1 && p.dry_allowed_length >= 0, usage,
-             "--dry-multiplier must be >= 0, --dry-base >= 1 and --dry-allowed-length >= 0");
+  LOOM_CHECK(p.dry_multiplier >= 0 && std::isfinite(p.dry_multiplier) && p.dry_base >= 1 && std::isfinite(p.dry_base) &&
+                 p.dry_allowed_length >= 0,
+             usage, "--dry-multiplier must be >= 0, --dry-base >= 1 and --dry-allowed-length >= 0");
   LOOM_CHECK(p.mirostat >= 0 && p.mirostat <= 2, usage, "--mirostat {}: 0 (off), 1 or 2", p.mirostat);
+  LOOM_CHECK(
+      std::isfinite(p.mirostat_tau) && p.mirostat_tau >= 0 && std::isfinite(p.mirostat_eta) && p.mirostat_eta >= 0,
+      usage, "--mirostat-lr and --mirostat-ent must be finite and not negative");
 }
 
 double Sampler::uniform() { return (double)(rng_() >> 11) * (1.0 / 9007199254740992.0); }
