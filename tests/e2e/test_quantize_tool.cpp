@@ -140,6 +140,10 @@ TEST_F(QuantizeTool, ExitCodesAndNoPartialFiles) {
   EXPECT_NE(r.err.find("Q4_K_M"), std::string::npos) << r.err;  // lists the valid ones
   r = run("loom-gguf", "quantize " + quote(file("missing.gguf")) + " " + quote(file("x.gguf")) + " Q4_0");
   EXPECT_EQ(r.rc, 3) << r.err;
+  // an absurd thread count: usage, before any thread starts
+  r = run("loom-gguf", "quantize " + quote(f16_) + " " + quote(file("x.gguf")) + " Q4_0 100000");
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_NE(r.err.find("NTHREADS"), std::string::npos) << r.err;
   // requantizing needs the flag
   const std::string q8 = file("q8.gguf");
   ASSERT_EQ(run("loom-gguf", "quantize " + quote(f16_) + " " + quote(q8) + " Q8_0").rc, 0);

@@ -202,6 +202,9 @@ TEST(Sampler, RefusesOutOfRangeValues) {
       p.*field = bad;
       EXPECT_THROW(Sampler{p}, loom::Error) << bad;
     }
+  p = {};
+  p.logit_bias = {{3, std::nanf("")}};
+  EXPECT_THROW(Sampler{p}, loom::Error);
 }
 
 TEST(Sampler, SeedReproducesDraws) {

@@ -93,6 +93,7 @@ QuantizeResult quantize_model(const QuantizeOptions& o) {
     fail(ErrorKind::usage, "unknown type '{}' (one of {})", o.type, names);
   }
   LOOM_CHECK(o.input != o.output, usage, "the output file must not be the input file");
+  LOOM_CHECK(o.n_threads <= 1024, usage, "NTHREADS {}: must be at most 1024 (0 or less: all cores)", o.n_threads);
   const std::unique_ptr<gguf::File> in = gguf::File::open(o.input);
   const MixModel m = mix_model_of(*in);
   const std::vector<const gguf::TensorInfo*> order = quantize_order(in->tensors());
