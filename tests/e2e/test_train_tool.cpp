@@ -203,7 +203,7 @@ TEST_F(TrainTool, BadFlagsAndFilesGiveExitCodesAndNoOutput) {
       {"-f " + quote(dir_.string()) + " --init llama" + out, 3},
       {text + " --init bogus" + out, 2},
       {text + " --init llama:huge" + out, 2},
-      {text + out, 2},                                                    // no model
+      {text + out, 2},                                                   // no model
       {text + " --init llama -m " + quote(file("junk.gguf")) + out, 2},  // two models
       {text + " -m " + quote(file("junk.gguf")) + out, 3},
       {text + " -m " + quote(file("junk.gguf")) + " --vocab-size 300" + out, 2},
@@ -214,6 +214,8 @@ TEST_F(TrainTool, BadFlagsAndFilesGiveExitCodesAndNoOutput) {
       {text + " --init llama --resume " + quote(file("missing.ck")) + out, 3},
       {text + " --init llama --resume " + quote(file("junk.gguf")) + out, 3},
       {text + " --init llama --train-tensors '('" + out, 2},
+      {text + " --init llama -wd nan" + out, 2},  // NaN weights after one step otherwise
+      {text + " --init llama -lr-schedule cosine -lr-min nan" + out, 2},
       {text + " --init llama -o " + quote(file("no/such/dir/out.gguf")), 3},
   };
   for (const auto& [args, want] : cases) {
