@@ -94,7 +94,8 @@ TEST(BenchOpsTool, LimitsJson) {
 }
 
 TEST(BenchOpsTool, BadFlagsExitTwoWithOneLine) {
-  for (const char* args : {"-b NOPE", "-o MATMUL", "--output xml", "fast", "-p '('", "--sim-devices 3XB"}) {
+  for (const char* args : {"-b NOPE", "-o MATMUL", "--output xml", "fast", "-p '('", "--sim-devices 3XB",
+                           "perf --perf-seconds nan", "perf --perf-seconds 0", "perf --perf-seconds 1e12"}) {
     Result r = run(args);
     EXPECT_EQ(r.rc, 2) << args << ": " << r.out << r.err;
     EXPECT_EQ(r.err.rfind("loom-bench-ops: error: ", 0), 0u) << r.err;

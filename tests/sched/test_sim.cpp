@@ -32,6 +32,13 @@ TEST(SimSizes, BadStringsAreUsageErrorsNamingTheString) {
       EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
     }
   }
+  // more devices than the registry takes: said so, not "bad size"
+  try {
+    sim::parse_sim_sizes("99x1GiB");
+    ADD_FAILURE() << "accepted 99 devices";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 64 devices"), std::string::npos) << e.what();
+  }
 }
 
 TEST(SimDevice, ArenaHasAHardCapAndReportsFree) {

@@ -71,7 +71,8 @@ std::vector<size_t> parse_sim_sizes(std::string_view spec) {
       for (char c : n)
         if (!std::isdigit((unsigned char)c)) bad(item, spec);
       count = std::stoul(std::string(n));
-      if (count == 0 || count > 64) bad(item, spec);
+      if (count == 0) bad(item, spec);
+      if (count > 64) fail(ErrorKind::usage, "[sim-devices] '{}': more than 64 devices", spec);
       size = trim(item.substr(x + 1));
     }
     const size_t bytes = parse_one(size, item, spec);
