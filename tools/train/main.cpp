@@ -1,12 +1,9 @@
 // loom-train: train or fine-tune a model on a text file (flags per docs/CLI.md; the work is
 // loom::train::run). -b and -ub count windows of -c tokens here (see docs/TRAINING.md).
-#include "loom/tools/main.h"
-
 #include <CLI/CLI.hpp>
-#include <cmath>
 
-#include "loom/core/error.h"
 #include "loom/tools/common.h"
+#include "loom/tools/main.h"
 #include "loom/train/run.h"
 
 using namespace loom;
@@ -63,11 +60,6 @@ int main(int argc, char** argv) {
     o.opt.kind = train::optimizer_from_name(optimizer);
     if (!schedule.empty()) o.opt.schedule = train::schedule_from_name(schedule);
     else if (o.opt.lr_min >= 0) o.opt.schedule = train::LrSchedule::cosine;
-    LOOM_CHECK(o.opt.warmup >= 0, usage, "--warmup {}: must be 0 or more", o.opt.warmup);
-    LOOM_CHECK(o.opt.grad_clip >= 0, usage, "--grad-clip {}: must be 0 or more", o.opt.grad_clip);
-    // NaN or infinite settings turn every weight into NaN at the first step
-    LOOM_CHECK(std::isfinite(o.opt.lr_min), usage, "-lr-min {}: must be a finite number", o.opt.lr_min);
-    LOOM_CHECK(o.opt.wd >= 0 && std::isfinite(o.opt.wd), usage, "-wd {}: must be 0 or more", o.opt.wd);
     return train::run(o);
   });
 }

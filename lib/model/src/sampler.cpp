@@ -94,11 +94,11 @@ Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed), mu_(2.0f * p.mir
                  p.dry_allowed_length >= 0,
              usage, "--dry-multiplier must be >= 0, --dry-base >= 1 and --dry-allowed-length >= 0");
   LOOM_CHECK(p.mirostat >= 0 && p.mirostat <= 2, usage, "--mirostat {}: 0 (off), 1 or 2", p.mirostat);
-  for (const auto& [id, bias] : p.logit_bias)
-    LOOM_CHECK(!std::isnan(bias), usage, "--logit-bias for token {}: NaN is not a bias", id);
   LOOM_CHECK(
       std::isfinite(p.mirostat_tau) && p.mirostat_tau >= 0 && std::isfinite(p.mirostat_eta) && p.mirostat_eta >= 0,
       usage, "--mirostat-lr and --mirostat-ent must be finite and not negative");
+  for (const auto& [id, bias] : p.logit_bias)
+    LOOM_CHECK(!std::isnan(bias), usage, "--logit-bias for token {}: NaN is not a bias", id);
 }
 
 double Sampler::uniform() { return (double)(rng_() >> 11) * (1.0 / 9007199254740992.0); }

@@ -100,9 +100,9 @@ std::vector<std::string> split_list(const std::vector<std::string>& items) {
 }  // namespace
 
 int run_bench_ops(const BenchOpsOptions& o, std::FILE* out) {
+  // NaN included: a case would never end
   LOOM_CHECK(o.perf_seconds > 0 && o.perf_seconds <= 3600, usage,
-             "--perf-seconds {}: must be more than 0 and at most 3600",
-             o.perf_seconds);  // NaN included: a case would never end
+             "--perf-seconds {}: must be more than 0 and at most 3600", o.perf_seconds);
   LOOM_CHECK(o.output == "console" || o.output == "json" || o.output == "csv" || o.output == "sql", usage,
              "--output '{}': expected console, json, csv or sql", o.output);
   if (o.limits) {

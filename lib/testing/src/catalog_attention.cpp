@@ -144,7 +144,7 @@ void add_flash_attn(std::vector<OpCase>& out) {
       {64, 64, 1, 40, 8, 2, 1, DType::F32, 1, 0.0f, 0.0f, kModeTest, true},
       {128, 128, 1, 4096, 32, 8, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},
       {128, 128, 1, 16384, 32, 8, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},  // 64 MiB of K/V: past the caches
-      {64, 64, 1, 256, 16, 4, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},      // a decode step of the ~300M llama
+      {64, 64, 1, 256, 16, 4, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},  // a decode step of the ~300M llama
       {128, 128, 512, 512, 32, 8, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},
       {64, 64, 512, 512, 16, 4, 1, DType::F16, 2, 0.0f, 0.0f, kModePerf},  // a 512-token prompt of the ~300M llama
       // decode steps, K/V in the cache's layout: a 1B llama at depth 2048, an 8B at 8192 (past L3)

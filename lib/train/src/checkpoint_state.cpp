@@ -46,7 +46,7 @@ TrainState parse_train_state(const gguf::File& f) {
   // outside int64's range is undefined, so a count must be a whole number in [0, 2^53].
   auto count = [&](size_t i) {
     const double c = st->floats[i];
-    LOOM_CHECK(c >= 0 && c <= 9007199254740992.0 && c == std::floor(c), invalid_input,
+    LOOM_CHECK(c >= 0 && c <= 0x1p53 && c == std::floor(c), invalid_input,
                "{}: train.stats[{}] = {} is not a count", f.path(), i, c);
     return (int64_t)c;
   };

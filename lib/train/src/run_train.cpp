@@ -204,6 +204,11 @@ int run(const RunOptions& o) {
   LOOM_CHECK(o.n_batch >= 1 && o.n_ubatch >= 0, usage, "-b {} / -ub {}: must be positive", o.n_batch, o.n_ubatch);
   LOOM_CHECK(o.checkpoint_every >= 0, usage, "--checkpoint-every {}: must be 0 or more", o.checkpoint_every);
   LOOM_CHECK(o.opt.lr > 0 && std::isfinite(o.opt.lr), usage, "-lr {}: must be positive", o.opt.lr);
+  // NaN or infinite optimizer settings turn every weight into NaN at the first step
+  LOOM_CHECK(std::isfinite(o.opt.lr_min), usage, "-lr-min {}: must be a finite number", o.opt.lr_min);
+  LOOM_CHECK(o.opt.wd >= 0 && std::isfinite(o.opt.wd), usage, "-wd {}: must be 0 or more", o.opt.wd);
+  LOOM_CHECK(o.opt.warmup >= 0, usage, "--warmup {}: must be 0 or more", o.opt.warmup);
+  LOOM_CHECK(o.opt.grad_clip >= 0, usage, "--grad-clip {}: must be 0 or more", o.opt.grad_clip);
   const std::string ck_path = o.checkpoint.empty() ? o.output + ".ckpt" : o.checkpoint;
   check_paths(o, ck_path);
   const std::string text = read_text(o.text_file);
