@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <set>
@@ -148,7 +149,13 @@ TEST(Dataset, WindowsLabelsSplitAndShuffles) {
   EXPECT_NE(Dataset(toks, o).epoch_order(0), e0);
   o.stride = 5;
   EXPECT_EQ(Dataset(toks, o).n_train() + Dataset(toks, o).n_val(), 197 - 1);
+  // a stride past the end (a checkpoint's or --stride's) makes the one window at 0, no overflow
+  o.val_split = 0;
+  o.stride = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(Dataset(toks, o).n_train(), 1);
   o.n_ctx = 2000;
+  EXPECT_THROW(Dataset(toks, o), Error);
+  o.n_ctx = std::numeric_limits<int64_t>::max();
   EXPECT_THROW(Dataset(toks, o), Error);
 }
 

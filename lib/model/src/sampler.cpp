@@ -90,6 +90,8 @@ Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed), mu_(2.0f * p.mir
              "--presence-penalty and --frequency-penalty must be finite numbers");
   LOOM_CHECK(p.repeat_last_n >= -1, usage, "--repeat-last-n {}: must be -1 (all), 0 (off) or more", p.repeat_last_n);
   LOOM_CHECK(p.xtc_probability >= 0 && p.xtc_probability <= 1, usage, "--xtc-probability must be in [0, 1]");
+  // any threshold above 0.5 turns XTC off, as in llama.cpp; NaN is no threshold at all
+  LOOM_CHECK(!std::isnan(p.xtc_threshold), usage, "--xtc-threshold must be a number");
   LOOM_CHECK(p.dry_multiplier >= 0 && std::isfinite(p.dry_multiplier) && p.dry_base >= 1 && std::isfinite(p.dry_base) &&
                  p.dry_allowed_length >= 0,
              usage, "--dry-multiplier must be >= 0, --dry-base >= 1 and --dry-allowed-length >= 0");

@@ -23,11 +23,13 @@ Dataset::Dataset(std::vector<int32_t> tokens, const DatasetOptions& opts) : opts
   LOOM_CHECK(opts_.val_split >= 0.0 && opts_.val_split < 1.0, usage, "--val-split {}: must be in [0, 1)",
              opts_.val_split);
   const int64_t n = (int64_t)tokens_.size();
-  LOOM_CHECK(n >= opts_.n_ctx + 1, invalid_input,
+  LOOM_CHECK(opts_.n_ctx < n, invalid_input,
              "the text has {} tokens, a training window needs -c + 1 = {} (use a longer text or a smaller -c)", n,
              opts_.n_ctx + 1);
   std::vector<int64_t> starts;
-  for (int64_t s = 0; s + opts_.n_ctx + 1 <= n; s += opts_.stride) starts.push_back(s);
+  // a stride past the text's end gives the one window at 0 (and s + stride must not overflow)
+  const int64_t last_start = n - opts_.n_ctx - 1, stride = std::min(opts_.stride, n);
+  for (int64_t s = 0; s <= last_start; s += stride) starts.push_back(s);
   int64_t n_val = (int64_t)std::floor((double)starts.size() * opts_.val_split);
   if (opts_.val_split > 0 && n_val == 0 && starts.size() >= 2) n_val = 1;
   // Held-out windows come from the end of the text and must not share tokens with training
