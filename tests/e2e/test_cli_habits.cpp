@@ -167,4 +167,34 @@ TEST_F(CliHabits, TrainJsonPerStepAndSummary) {
   EXPECT_EQ(r.err.find('\r'), std::string::npos) << "no carriage returns when stderr is not a terminal";
 }
 
+// --override-kv as llama.cpp takes it: a model's key replaced for every tool that loads it (here
+// the training context, which sizes the KV cache of -c 0), malformed entries a one-line usage
+// error, and loom-train refusing it (its output keeps the file's metadata).
+TEST_F(CliHabits, OverrideKvReplacesAKeyForEveryTool) {
+  auto context_bytes = [&](const std::string& extra) {
+    ToolResult r = run("loom-fit-params -m " + model() + " --json " + extra);
+    EXPECT_EQ(r.rc, 0) << r.err;
+    return nlohmann::json::parse(r.out)["devices"][0]["context_bytes"].get<int64_t>();
+  };
+  const int64_t full = context_bytes(""), small = context_bytes("--override-kv llama.context_length=int:64");
+  EXPECT_GT(full, 0);
+  EXPECT_EQ(small * 8, full) << "the tiny preset trains at 512 tokens";
+
+  ToolResult r = run("loom-run -m " + model() + " -p hi -n 2 -c 0 -v --override-kv llama.context_length=int:64");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("n_ctx = 64,"), std::string::npos) << r.err;
+
+  r = run("loom-run -m " + model() + " -p hi -n 2 --override-kv llama.context_length=int:6.4");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("not a 64-bit integer"), std::string::npos) << r.err;
+  r = run("loom-run -m " + model() + " -p hi -n 2 --override-kv llama.block_count=int:0");
+  EXPECT_EQ(r.rc, 3) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  r = run("loom-train -m " + model() + " -f " + model() + " -o " + file("o.gguf") +
+          " --override-kv llama.context_length=int:64");
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_FALSE(fs::exists(file("o.gguf")));
+}
+
 }  // namespace

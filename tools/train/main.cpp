@@ -49,6 +49,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     tools::validate_common(common);
+    // the trained model is written with the base file's metadata: an override would not be in it
+    LOOM_CHECK(common.kv_overrides.empty(), usage,
+               "--override-kv: loom-train trains the file's model as it is (set the key in the file instead)");
     o.base_model = common.model;
     o.n_ctx = common.n_ctx > 0 ? common.n_ctx : 256;
     o.n_batch = app.count("--batch-size") ? common.n_batch : 8;

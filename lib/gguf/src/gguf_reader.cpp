@@ -448,7 +448,7 @@ uint64_t File::identity() const {
 
 uint64_t File::checksum(std::string_view key) const {
   size_t at = SIZE_MAX;
-  for (size_t i = 0; i < kv_.size(); ++i)
+  for (size_t i = 0; i < value_offsets_.size(); ++i)  // the file's keys (set_value may add more)
     if (kv_[i].first == key && kv_[i].second.type == ValueType::U64) at = value_offsets_[i];
   LOOM_CHECK(at != SIZE_MAX, invalid_input, "{}: no checksum (u64 key '{}')", path_, key);
   Hasher h;
@@ -470,6 +470,15 @@ void File::check_size() const {
   struct stat st {};
   LOOM_CHECK(::fstat(fd_, &st) == 0 && (size_t)st.st_size >= file_size_, invalid_input,
              "{}: the file shrank while in use ({} bytes when opened, {} now)", path_, file_size_, (size_t)st.st_size);
+}
+
+void File::set_value(std::string key, Value value) {
+  for (auto& [k, v] : kv_)
+    if (k == key) {
+      v = std::move(value);
+      return;
+    }
+  kv_.emplace_back(std::move(key), std::move(value));
 }
 
 const Value* File::find(std::string_view key) const {

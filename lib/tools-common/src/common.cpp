@@ -44,6 +44,8 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("--main-gpu", o.main_gpu, "device for split mode none (-mg)");
   app.add_option("--device", o.devices, "devices to use, comma separated (-dev)");
   app.add_option("--override-tensor", o.overrides, "REGEX=DEVICE,... weight placement (-ot)");
+  app.add_option("--override-kv", o.kv_overrides,
+                 "KEY=TYPE:VALUE,... metadata used instead of the file's (TYPE int, float, bool or str)");
   app.add_flag("--cpu-moe", o.cpu_moe, "keep all MoE expert weights on the CPU (-cmoe)");
   app.add_flag("--mmap,!--no-mmap", o.mmap,
                "use the CPU's weights in place in the file mapping (less RAM, slower decode); default "
@@ -94,6 +96,7 @@ void validate_common(const CommonOptions& o) {
              "--comm nccl: NCCL groups need CUDA devices, which this build does not drive yet (use inproc or mpi)");
   cache_type(o.cache_type_k, "-ctk");
   cache_type(o.cache_type_v, "-ctv");
+  kv_overrides(o);
   if (o.n_gpu_layers != "auto" && o.n_gpu_layers != "all") {
     try {
       size_t pos = 0;
@@ -163,10 +166,18 @@ PlacementParams placement_params(const CommonOptions& o, const RunDevices& devic
   return p;
 }
 
+std::vector<KvOverride> kv_overrides(const CommonOptions& o) {
+  std::vector<KvOverride> out;
+  for (const std::string& spec : o.kv_overrides)
+    for (KvOverride& kv : parse_kv_overrides(spec)) out.push_back(std::move(kv));
+  return out;
+}
+
 std::unique_ptr<Model> load_model(const CommonOptions& o, const RunDevices& devices, bool need_data) {
   LOOM_CHECK(!o.model.empty(), usage, "no model given (-m FILE)");
   ModelLoadOptions lo;
   lo.need_data = need_data;
+  lo.kv_overrides = kv_overrides(o);
   lo.placement = placement_params(o, devices);
   // A progress line while big weights are copied (a terminal only: logs and pipes stay clean).
   int shown = -1;

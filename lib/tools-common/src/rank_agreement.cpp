@@ -2,6 +2,7 @@
 // job, so a mismatch is one clear line and exit 2 on every rank instead of a hang in a
 // collective or a run on mismatched weights.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdint>
 #include <string>
@@ -76,7 +77,8 @@ int check_ranks_agree(const char* tool_name, const CommonOptions& o, const Items
                 {"-fa", o.flash_attn},
                 {"-ctk", o.cache_type_k},
                 {"-ctv", o.cache_type_v},
-                {"--reduce-bf16", std::to_string(o.reduce_bf16)}};
+                {"--reduce-bf16", std::to_string(o.reduce_bf16)},
+                {"--override-kv", fmt::format("{}", fmt::join(o.kv_overrides, ","))}};
   mine.insert(mine.end(), extra.begin(), extra.end());
   const Items first = parse(broadcast_string(world, serialize(mine), 0));
   std::string problem;

@@ -21,7 +21,9 @@ class ModelProbe {
  public:
   // placement: the user's (-sm, -mg, -ot, -cmoe); -ngl/-ts come from each Config.
   // session: the user's (-ub, -b, -ctk, -ctv, -fa, pipeline copies); n_ctx from each Config.
-  ModelProbe(std::string model_path, const PlacementParams& placement, const SessionParams& session);
+  // kv_overrides: --override-kv, applied at every load.
+  ModelProbe(std::string model_path, const PlacementParams& placement, const SessionParams& session,
+             std::vector<KvOverride> kv_overrides = {});
   ModelProbe(const ModelProbe&) = delete;
   ModelProbe& operator=(const ModelProbe&) = delete;
 
@@ -33,6 +35,7 @@ class ModelProbe {
   std::string path_;
   PlacementParams placement_;
   SessionParams session_;
+  std::vector<KvOverride> kv_overrides_;
   std::unique_ptr<Model> model_;  // placed as placed_ says (n_ctx unused)
   Config placed_;
 };

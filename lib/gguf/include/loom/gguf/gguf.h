@@ -120,6 +120,10 @@ class File {
   std::optional<int64_t> find_int(std::string_view key) const;
   std::optional<double> find_float(std::string_view key) const;
 
+  // --override-kv: the key's value from now on (added when the file has none). Only this object
+  // changes: identity() and checksum() still describe the file's bytes.
+  void set_value(std::string key, Value value);
+
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(std::string_view name) const;
   // Pointer to the tensor's bytes inside the mapping (valid while the File lives). The data

@@ -124,6 +124,16 @@ struct TpShard {
   std::vector<std::unique_ptr<Buffer>> buffers;
 };
 
+// One --override-kv: the metadata value a key takes instead of the file's.
+struct KvOverride {
+  std::string key;
+  gguf::Value value;
+};
+// Parses llama.cpp's --override-kv text: KEY=TYPE:VALUE, several separated by commas; TYPE int
+// (64-bit), float (finite), bool (true or false) or str (at most 127 bytes). Throws usage naming
+// `flag` and the entry.
+std::vector<KvOverride> parse_kv_overrides(std::string_view spec, std::string_view flag = "--override-kv");
+
 struct ModelLoadOptions {
   bool need_data = true;  // false: planning only (header-only files accepted, nothing allocated)
   PlacementParams placement;  // devices empty: the CPU alone
@@ -137,6 +147,9 @@ struct ModelLoadOptions {
   // Tensors whose names start with this are allowed in the file and not loaded (a training
   // checkpoint's optimizer state, "opt."). Empty: every tensor must belong to the model.
   std::string ignore_prefix;
+  // Metadata values used instead of the file's (keys the file lacks are added), before anything
+  // is read from it: hyper-parameters, tokenizer, chat template.
+  std::vector<KvOverride> kv_overrides;
 };
 
 class Model {

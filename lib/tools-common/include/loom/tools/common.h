@@ -32,6 +32,7 @@ struct CommonOptions {
   int main_gpu = 0;
   std::string devices;
   std::vector<std::string> overrides;
+  std::vector<std::string> kv_overrides;  // --override-kv KEY=TYPE:VALUE,...
   bool cpu_moe = false;
   bool mmap = false;
   bool mlock = false;  // mlockall after loading (--mlock)  // CPU weights used in place in the file mapping (--mmap)
@@ -52,6 +53,8 @@ void add_common_flags(CLI::App& app, CommonOptions& o);
 // Checks values a flag parser cannot (ranges, type names); throws Error(usage) naming the flag.
 void validate_common(const CommonOptions& o);
 SessionParams session_params(const CommonOptions& o);
+// Every --override-kv entry, parsed (usage errors name the entry).
+std::vector<KvOverride> kv_overrides(const CommonOptions& o);
 // Prints `NAME  KIND  TOTAL MiB  FREE MiB` per device.
 void print_devices(const CommonOptions& o);
 
