@@ -197,4 +197,22 @@ TEST_F(CliHabits, OverrideKvReplacesAKeyForEveryTool) {
   EXPECT_FALSE(fs::exists(file("o.gguf")));
 }
 
+// Escapes as llama-cli takes them by default: in -p and typed input (and --in-prefix), not with
+// --no-escape.
+TEST_F(CliHabits, EscapesInPromptsAndTypedInput) {
+  ToolResult r = run("loom-run -m " + model() + R"( -p 'a\tb' -n 1 --temp 0)");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("a\tb", 0), 0u) << r.out;
+  r = run("loom-run -m " + model() + R"( -p 'a\tb' -n 1 --temp 0 --no-escape)");
+  EXPECT_EQ(r.out.rfind(R"(a\tb)", 0), 0u) << r.out;
+  // the typed line is say\nhi (printf's \\ is one backslash)
+  r = loom::test::run_command(R"(printf 'say\\nhi\n' | )" + std::string(LOOM_BIN_DIR) + "/loom-run -m " + model() +
+                                  R"( -cnv --json -n 2 --temp 0 --in-prefix 'P\t')",
+                              dir_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["turns"][0]["user"], "say\nhi");
+  EXPECT_NE(j["turns"][0]["prompt"].get<std::string>().find("P\tsay\nhi"), std::string::npos) << j.dump();
+}
+
 }  // namespace

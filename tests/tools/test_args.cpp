@@ -3,7 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <CLI/CLI.hpp>
-
+#include <cstdio>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -143,6 +144,38 @@ TEST(Args, VersionNamesTheCommit) {
   EXPECT_EQ(v.rfind("loom-run ", 0), 0u) << v;
   EXPECT_NE(v.find("(commit "), std::string::npos) << v;
   EXPECT_EQ(v.find("(commit )"), std::string::npos) << v;
+}
+
+}  // namespace
+
+namespace {
+
+// llama.cpp's escape set: the six letters and \xHH; anything else, and a last backslash, kept
+TEST(Args, EscapesAreProcessedAsLlamaCppDoes) {
+  using loom::tools::process_escapes;
+  EXPECT_EQ(process_escapes(R"(a\nb\rc\td\'e\"f\\g)"), "a\nb\rc\td'e\"f\\g");
+  EXPECT_EQ(process_escapes(R"(\x41\x6a\x7A)"), "Ajz");
+  EXPECT_EQ(process_escapes(R"(\xG1 \x4)"), R"(\xG1 \x4)");  // not two hex digits: as written
+  EXPECT_EQ(process_escapes(R"(\q \0 end\)"), R"(\q \0 end\)");
+  EXPECT_EQ(process_escapes(R"(\\n)"), R"(\n)");  // an escaped backslash, then a plain n
+  EXPECT_EQ(process_escapes(""), "");
+}
+
+TEST(Args, PromptTextEscapesAndDropsTheFilesLastNewline) {
+  Parsed r;
+  r.parse({"-p", R"(Q:\tA\n)"});
+  EXPECT_EQ(loom::tools::prompt_text(r.run), "Q:\tA\n");
+  r.parse({"-p", R"(Q:\tA\n)", "--no-escape"});
+  EXPECT_EQ(loom::tools::prompt_text(r.run), R"(Q:\tA\n)");
+
+  const std::string path = testing::TempDir() + "loom-args-prompt.txt";
+  { std::ofstream(path) << "line\\x21\n\n"; }
+  Parsed f;
+  f.parse({"-f", path});
+  EXPECT_EQ(loom::tools::prompt_text(f.run), "line!\n") << "one trailing newline dropped, as llama.cpp's -f";
+  f.parse({"-f", path, "--no-escape"});
+  EXPECT_EQ(loom::tools::prompt_text(f.run), "line\\x21\n");
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
     if (!tools::is_output_rank(common)) std::freopen("/dev/null", "w", stdout);  // MPI: rank 0 prints
     if (common.comm == tools::CommKind::mpi) {  // every rank must run the same job (checked before any collective)
       const SamplerParams& s = ro.sampling;
-      const std::string text = ro.prompt_file.empty() ? ro.prompt : tools::read_text_file(ro.prompt_file);
+      const std::string text = tools::prompt_text(ro);
       const int disagree = tools::check_ranks_agree(
           "run", common,
           {{"the mode", ro.perplexity ? "--perplexity" : "generate"}, {"the prompt", tools::text_fingerprint(text)},
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
 
     if (ro.perplexity) {
       LOOM_CHECK(!ro.prompt_file.empty(), usage, "--perplexity needs -f TEXT");
-      const std::string text = tools::read_text_file(ro.prompt_file);
+      const std::string text = tools::prompt_text(ro);
       const auto tp = std::chrono::steady_clock::now();
       PerplexityResult r = perplexity(session, text, ro.n_chunks, [&](int64_t i, double ppl) {
         if (common.json) return;
@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
     if (chat) return tools::run_conversation(session, ro, sp, common.json, load_ms);
 
     Sampler sampler(sp);
-    const std::string prompt = ro.prompt_file.empty() ? ro.prompt : tools::read_text_file(ro.prompt_file);
+    const std::string prompt = tools::prompt_text(ro);
     const bool stream = !common.json;
     if (stream && !ro.no_echo) {
       fmt::print("{}", prompt);

@@ -104,9 +104,10 @@ int run_conversation(Session& session, RunOptions& o, const SamplerParams& sp, b
   cp.tmpl = choose_template(o, session.model());
   cp.system_prompt = o.system_prompt;
   cp.n_predict = o.n_predict;
-  cp.reverse_prompts = o.reverse_prompts;
-  cp.in_prefix = o.in_prefix;
-  cp.in_suffix = o.in_suffix;
+  auto text = [&](const std::string& s) { return o.escape ? process_escapes(s) : s; };
+  for (const std::string& r : o.reverse_prompts) cp.reverse_prompts.push_back(text(r));
+  cp.in_prefix = text(o.in_prefix);
+  cp.in_suffix = text(o.in_suffix);
   Sampler sampler(sp);
   Conversation conv(session, sampler, cp);
   logger().info("conversation: template {}, context {} tokens", cp.tmpl ? chat_template_name(*cp.tmpl) : "none (plain text)",
@@ -115,7 +116,7 @@ int run_conversation(Session& session, RunOptions& o, const SamplerParams& sp, b
   const bool tty_in = isatty(STDIN_FILENO), tty_out = isatty(STDOUT_FILENO);
   const bool color = o.color && tty_out;
   install_sigint();
-  std::string first = o.prompt_file.empty() ? o.prompt : read_text_file(o.prompt_file);
+  std::string first = prompt_text(o);
   nlohmann::json turns = nlohmann::json::array();
   double prompt_ms = 0, eval_ms = 0;
   int64_t n_prompt = 0, n_gen = 0;
@@ -137,6 +138,7 @@ int run_conversation(Session& session, RunOptions& o, const SamplerParams& sp, b
         --turn;
         continue;
       }
+      message = text(message);
     }
     g_interrupts = 0;
     TurnResult r = conv.turn(message, [&](std::string_view piece) {

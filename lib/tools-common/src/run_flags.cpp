@@ -8,6 +8,7 @@
 
 #include "loom/core/error.h"
 #include "loom/model/model.h"
+#include "loom/tools/common.h"
 #include "loom/tools/run.h"
 
 namespace loom::tools {
@@ -59,6 +60,47 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
   app.add_option("--chat-template", o.chat_template, "chat template family (chatml, llama2, llama3, gemma, phi3, mistral-v7, deepseek3, gpt-oss, ...)");
   app.add_flag("--jinja", o.jinja, "Jinja chat templates (not supported: refused)");
   app.add_flag("--color", o.color, "color the prompt and input markers (a terminal only)");
+  app.add_flag("-e,--escape,!--no-escape", o.escape,
+               "process escapes (\\n, \\t, \\xHH, ...) in -p, -f, -r, --in-prefix, --in-suffix and typed input "
+               "(default; --no-escape: take them literally)");
+}
+
+std::string process_escapes(std::string_view text) {
+  auto hex = [](char c) {
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\' || i + 1 == text.size()) {
+      out += text[i];
+      continue;
+    }
+    const char c = text[++i];
+    const size_t simple = std::string_view("nrt'\"\\").find(c);
+    if (simple != std::string_view::npos) {
+      out += "\n\r\t'\"\\"[simple];
+    } else if (c == 'x' && i + 2 < text.size() && hex(text[i + 1]) >= 0 && hex(text[i + 2]) >= 0) {
+      out += (char)(hex(text[i + 1]) * 16 + hex(text[i + 2]));
+      i += 2;
+    } else {
+      out += '\\';
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string prompt_text(const RunOptions& o) {
+  std::string text = o.prompt;
+  if (!o.prompt_file.empty()) {
+    text = read_text_file(o.prompt_file);
+    if (!text.empty() && text.back() == '\n') text.pop_back();
+  }
+  return o.escape ? process_escapes(text) : text;
 }
 
 namespace {

@@ -33,9 +33,17 @@ struct RunOptions {
   std::vector<std::string> reverse_prompts;
   bool jinja = false;
   bool color = false;
+  bool escape = true;  // -e (default) / --no-escape, as llama-cli
 };
 
 void add_run_flags(CLI::App& app, RunOptions& o);
+
+// llama.cpp's escapes: \n, \r, \t, \', \", \\ and \xHH (two hex digits) become the character;
+// any other backslash, and a last one, stays as it is.
+std::string process_escapes(std::string_view text);
+// The prompt (-p) or the file's text (-f, one trailing newline dropped, as llama.cpp reads it),
+// escapes processed unless --no-escape.
+std::string prompt_text(const RunOptions& o);
 
 // The sampler settings with the seed drawn (when -1), --samplers, -l, --ignore-eos and the DRY
 // breakers resolved against the model's vocabulary. Throws Error(usage) for bad values.
