@@ -215,4 +215,20 @@ TEST_F(CliHabits, EscapesInPromptsAndTypedInput) {
   EXPECT_NE(j["turns"][0]["prompt"].get<std::string>().find("P\tsay\nhi"), std::string::npos) << j.dump();
 }
 
+// -sysf: the system message from a file (its last newline dropped, as llama.cpp reads it); -sys
+// and -sysf together are a usage error.
+TEST_F(CliHabits, SystemPromptFromAFile) {
+  { std::ofstream(file("sys.txt")) << "Be terse.\n"; }
+  ToolResult r = loom::test::run_command("echo hi | " + std::string(LOOM_BIN_DIR) + "/loom-run -m " + model() +
+                                             " -cnv --json -n 2 --temp 0 -sysf " + file("sys.txt"),
+                                         dir_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string prompt = nlohmann::json::parse(r.out)["turns"][0]["prompt"];
+  EXPECT_NE(prompt.find("Be terse.<|im_end|>"), std::string::npos) << prompt;
+  r = loom::test::run_command("echo hi | " + std::string(LOOM_BIN_DIR) + "/loom-run -m " + model() +
+                                  " -cnv -n 2 -sys x -sysf " + file("sys.txt"),
+                              dir_);
+  EXPECT_EQ(r.rc, 2) << r.err;
+}
+
 }  // namespace

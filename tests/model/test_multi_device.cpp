@@ -1,6 +1,8 @@
 // Multi-device runs on simulated devices: layers split across SIM devices (with and without
 // pipeline copies) give the same logits as the CPU alone; worst-case reserve means no
-// reallocation later; a model that does not fit fails cleanly naming the device.
+// reallocation later; a model that does not fit fails cleanly naming the device; -ncmoe places
+// the first layers' experts on the CPU.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,6 +16,7 @@
 #include "loom/backend/registry.h"
 #include "loom/core/error.h"
 #include "loom/model/model_file.h"
+#include "loom/model/placement.h"
 #include "loom/model/quantize.h"
 #include "loom/model/session.h"
 
@@ -273,6 +276,43 @@ TEST(CpuWeights, RepackedMatricesGiveTheFileLayoutsLogits) {
       }
     }
   if (types_without == (int)std::size(types)) GTEST_SKIP() << "this CPU level has no repacked kernels";
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// -ncmoe N as llama.cpp: the expert tensors of layers 0 .. N-1 stay on the CPU, the rest of those
+// layers (and the later layers' experts) go where -ngl puts them; an -ot rule wins over it.
+TEST(MoePlacement, NCpuMoeKeepsTheFirstLayersExpertsOnTheCpu) {
+  const HParams hp = preset_hparams(Arch::qwen3moe, "tiny");
+  ASSERT_GE(hp.n_layer, 2);
+  std::vector<std::string> names;
+  for (const TensorSpec& t : arch_tensors(hp)) names.push_back(t.name);
+  DeviceSet set = make_devices("1x64MiB", 2);
+  PlacementParams p;
+  p.devices = set.all;  // SIM0, then the CPU
+  const int sim = 0, cpu = 1;
+  p.n_cpu_moe = 1;
+  WeightPlacement w = place_weights(hp, names, p);
+  for (const char* part : {"up", "down", "gate"}) {
+    EXPECT_EQ(w.tensor_device.at(fmt::format("blk.0.ffn_{}_exps.weight", part)), cpu) << part;
+    EXPECT_EQ(w.tensor_device.at(fmt::format("blk.1.ffn_{}_exps.weight", part)), sim) << part;
+  }
+  EXPECT_EQ(w.tensor_device.at("blk.0.attn_q.weight"), sim);
+  EXPECT_EQ(w.tensor_device.at("blk.0.ffn_gate_inp.weight"), sim) << "the router is not an expert tensor";
+  p.overrides = {R"(blk\.0\.ffn_down_exps=SIM0)"};
+  w = place_weights(hp, names, p);
+  EXPECT_EQ(w.tensor_device.at("blk.0.ffn_down_exps.weight"), sim);
+  EXPECT_EQ(w.tensor_device.at("blk.0.ffn_up_exps.weight"), cpu);
+  p.overrides.clear();
+  p.n_cpu_moe = 1000;  // more than the layers: every expert tensor
+  w = place_weights(hp, names, p);
+  EXPECT_EQ(w.tensor_device.at(fmt::format("blk.{}.ffn_up_exps.weight", hp.n_layer - 1)), cpu);
+  p.n_cpu_moe = -1;
+  EXPECT_THROW(place_weights(hp, names, p), Error);
 }
 
 }  // namespace

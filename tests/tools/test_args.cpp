@@ -50,6 +50,8 @@ TEST(Args, MultiLetterShortFlagsAreOneFlag) {
   EXPECT_EQ(r.common.tensor_split, "3,1");
   ASSERT_EQ(r.common.overrides.size(), 1u);
   EXPECT_EQ(r.common.overrides[0], "exps=CPU");
+  r.parse({"-ncmoe", "3"});
+  EXPECT_EQ(r.common.n_cpu_moe, 3);
 }
 
 TEST(Args, NoConversation) {

@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
     req.fixed_ngl =
         app.count("--n-gpu-layers") > 0 && (req.placement.n_gpu_layers != -1 || common.n_gpu_layers == "all");
     req.fixed_split = app.count("--tensor-split") > 0;
-    req.fixed_experts = app.count("--override-tensor") > 0 || common.cpu_moe;
+    req.fixed_experts = app.count("--override-tensor") > 0 || common.cpu_moe || common.n_cpu_moe > 0;
     req.targets = fit::parse_mib_list(targets, "--fit-target");
     if (!reserves.empty()) req.reserves = fit::parse_mib_list(reserves, "--fit-reserve");
     req.fit_ctx = fit_ctx;

@@ -113,7 +113,7 @@ FitReport fit_params(const FitRequest& req) {
   pb.fixed_ctx = req.fixed_ctx;
   pb.fixed_ngl = req.fixed_ngl || tensor;
   pb.fixed_split = req.fixed_split || pp.split_mode == SplitMode::none || tensor;
-  pb.fixed_experts = req.fixed_experts || pp.cpu_moe || !pp.overrides.empty() || tensor;
+  pb.fixed_experts = req.fixed_experts || pp.cpu_moe || pp.n_cpu_moe > 0 || !pp.overrides.empty() || tensor;
 
   const PlanResult plan = plan_fit(pb, [&](const Config& c) { return probe(c); });
 

@@ -104,7 +104,8 @@ void Model::place(const PlacementParams& params, const std::function<void(size_t
   }
   tp_shards_.clear();
   if (p.split_mode == SplitMode::tensor) {
-    LOOM_CHECK(p.overrides.empty() && !p.cpu_moe, usage, "-sm tensor: -ot and -cmoe are not supported (yet)");
+    LOOM_CHECK(p.overrides.empty() && !p.cpu_moe && p.n_cpu_moe == 0, usage,
+               "-sm tensor: -ot, -cmoe and -ncmoe are not supported (yet)");
     place_tensor_parallel(p);
     return;
   }

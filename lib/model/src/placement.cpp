@@ -107,21 +107,29 @@ WeightPlacement place_weights(const HParams& hp, const std::vector<std::string>&
       start = end + 1;
     }
   }
-  if (p.cpu_moe) rules.emplace_back(std::regex(R"(blk\.\d+\.ffn_(up|down|gate|gate_up)_(ch|)exps)"), cpu);
+  LOOM_CHECK(p.n_cpu_moe >= 0, usage, "-ncmoe {}: must be 0 or more", p.n_cpu_moe);
+  const std::regex experts(R"(blk\.\d+\.ffn_(up|down|gate|gate_up)_(ch|)exps)");
+  auto expert_on_cpu = [&](const std::string& name, int64_t il) {
+    return (p.cpu_moe || il < p.n_cpu_moe) && std::regex_search(name, experts);
+  };
 
   for (const std::string& name : names) {
     int dev = cpu;
+    int64_t il = -1;
     if (name.rfind("blk.", 0) == 0) {
-      const int64_t il = std::stoll(name.substr(4));
+      il = std::stoll(name.substr(4));
       if (il >= 0 && il < n_layer) dev = w.layer_device[(size_t)il];
     } else if (name.rfind("output", 0) == 0) {
       dev = w.output_device;
     }
+    bool ruled = false;  // -ot first, then -cmoe / -ncmoe, as llama.cpp appends those rules after -ot's
     for (const auto& [re, d] : rules)
       if (std::regex_search(name, re)) {
         dev = d;
+        ruled = true;
         break;
       }
+    if (!ruled && expert_on_cpu(name, il)) dev = cpu;
     w.tensor_device[name] = dev;
   }
   return w;

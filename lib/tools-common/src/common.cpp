@@ -47,6 +47,7 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("--override-kv", o.kv_overrides,
                  "KEY=TYPE:VALUE,... metadata used instead of the file's (TYPE int, float, bool or str)");
   app.add_flag("--cpu-moe", o.cpu_moe, "keep all MoE expert weights on the CPU (-cmoe)");
+  app.add_option("--n-cpu-moe", o.n_cpu_moe, "keep the MoE expert weights of the first N layers on the CPU (-ncmoe)");
   app.add_flag("--mmap,!--no-mmap", o.mmap,
                "use the CPU's weights in place in the file mapping (less RAM, slower decode); default "
                "(--no-mmap): read them into huge-page-backed memory");
@@ -96,6 +97,7 @@ void validate_common(const CommonOptions& o) {
              "--comm nccl: NCCL groups need CUDA devices, which this build does not drive yet (use inproc or mpi)");
   cache_type(o.cache_type_k, "-ctk");
   cache_type(o.cache_type_v, "-ctv");
+  LOOM_CHECK(o.n_cpu_moe >= 0, usage, "-ncmoe {}: must be 0 or more", o.n_cpu_moe);
   kv_overrides(o);
   if (o.n_gpu_layers != "auto" && o.n_gpu_layers != "all") {
     try {
@@ -161,6 +163,7 @@ PlacementParams placement_params(const CommonOptions& o, const RunDevices& devic
   p.main_gpu = o.main_gpu;
   p.overrides = o.overrides;
   p.cpu_moe = o.cpu_moe;
+  p.n_cpu_moe = o.n_cpu_moe;
   p.mmap = o.mmap;
   p.repack = o.repack;
   return p;

@@ -54,6 +54,7 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
   app.add_flag("-i,--interactive", o.interactive, "interactive: read more input after each reply");
   app.add_flag("--single-turn", o.single_turn, "one user message and its reply, then exit (-st)");
   app.add_option("--system-prompt", o.system_prompt, "system message of the conversation (-sys)");
+  app.add_option("--system-prompt-file", o.system_prompt_file, "read the system message from a file (-sysf)");
   app.add_option("-r,--reverse-prompt", o.reverse_prompts, "stop the reply at this text (repeatable)");
   app.add_option("--in-prefix", o.in_prefix, "text before each user message");
   app.add_option("--in-suffix", o.in_suffix, "text after each user message");

@@ -30,6 +30,7 @@ struct PlacementParams {
   int main_gpu = 0;                  // split mode none: the one device used
   std::vector<std::string> overrides;  // "REGEX=DEVICE[,REGEX=DEVICE...]" (-ot)
   bool cpu_moe = false;                // -cmoe: every expert tensor on the CPU
+  int64_t n_cpu_moe = 0;               // -ncmoe N: the expert tensors of layers 0 .. N-1 on the CPU
   // --mmap: the CPU's weights stay in the file mapping (page cache, 4 KiB pages) instead of a
   // loaded copy in huge-page-backed memory, which decode streams ~10% faster.
   bool mmap = false;

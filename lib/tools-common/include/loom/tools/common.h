@@ -34,6 +34,7 @@ struct CommonOptions {
   std::vector<std::string> overrides;
   std::vector<std::string> kv_overrides;  // --override-kv KEY=TYPE:VALUE,...
   bool cpu_moe = false;
+  int64_t n_cpu_moe = 0;  // -ncmoe N
   bool mmap = false;
   bool mlock = false;  // mlockall after loading (--mlock)  // CPU weights used in place in the file mapping (--mmap)
   bool repack = true;  // CPU quantized matrices in the kernels' layout (--no-repack, -nr: as in the file)

@@ -29,7 +29,7 @@ struct RunOptions {
   bool ignore_eos = false;
   // conversation
   bool conversation = false, no_conversation = false, interactive = false, single_turn = false;
-  std::string system_prompt, chat_template, in_prefix, in_suffix;
+  std::string system_prompt, system_prompt_file, chat_template, in_prefix, in_suffix;
   std::vector<std::string> reverse_prompts;
   bool jinja = false;
   bool color = false;
