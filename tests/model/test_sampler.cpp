@@ -162,10 +162,61 @@ TEST(Sampler, LogitBiasAndBans) {
   expect_probs(probs(s, {0, 0, 0}), {1.0 / 3, 2.0 / 3, 0});
 }
 
+TEST(Sampler, TopNSigmaKeepsLogitsNearTheTop) {
+  // logits 0, -1, -2, -3: mean -1.5, standard deviation sqrt(1.25) = 1.118
+  const std::vector<float> logits = {0, -1, -2, -3};
+  SamplerParams p = only({SamplerStep::top_n_sigma});
+  p.top_n_sigma = 1.0f;  // limit -1.118: tokens 0 and 1
+  Sampler s(p);
+  const double z = 1 + std::exp(-1.0);
+  expect_probs(probs(s, logits), {1 / z, std::exp(-1.0) / z, 0, 0});
+  p.top_n_sigma = 2.0f;  // limit -2.236: three tokens
+  Sampler s2(p);
+  EXPECT_EQ(s2.distribution(logits).size(), 3u);
+  p.top_n_sigma = -1.0f;  // off
+  Sampler off(p);
+  EXPECT_EQ(off.distribution(logits).size(), 4u);
+  // a banned token (-inf) counts in neither the mean nor the deviation
+  p.top_n_sigma = 1.0f;
+  Sampler banned(p);
+  expect_probs(probs(banned, {0, -1, -2, -3, -std::numeric_limits<float>::infinity()}),
+               {1 / z, std::exp(-1.0) / z, 0, 0, 0});
+}
+
+TEST(Sampler, DynamicTemperatureFollowsTheEntropy) {
+  SamplerParams p = only({SamplerStep::temperature});
+  p.temp = 1.0f;
+  p.dynatemp_range = 0.5f;  // temp in [0.5, 1.5]
+  // uniform candidates: normalized entropy 1, temp 1.5 (still uniform)
+  Sampler u(p);
+  expect_probs(probs(u, {0, 0, 0, 0}), {0.25, 0.25, 0.25, 0.25});
+  // kP's entropy H over log 4 gives the temperature; the result is kP^(1/T), renormalized
+  double h = 0;
+  for (double x : kP) h -= x * std::log(x);
+  for (float e : {1.0f, 2.0f}) {
+    p.dynatemp_exponent = e;
+    const double t = 0.5 + 1.0 * std::pow(h / std::log(4.0), e);
+    double z = 0;
+    for (double x : kP) z += std::pow(x, 1 / t);
+    std::vector<double> want;
+    for (double x : kP) want.push_back(std::pow(x, 1 / t) / z);
+    Sampler s(p);
+    expect_probs(probs(s, log_of(kP)), want);
+  }
+  // a range reaching 0 with a certain choice is greedy
+  p.temp = 0.2f;
+  p.dynatemp_range = 0.5f;
+  p.dynatemp_exponent = 1;
+  Sampler g(p);
+  expect_probs(probs(g, {0, -60, -60}), {1, 0, 0});
+  p.dynatemp_exponent = -1;
+  EXPECT_THROW(Sampler{p}, loom::Error);
+}
+
 TEST(Sampler, DefaultOrderIsLlamaCpps) {
-  EXPECT_EQ(SamplerParams::default_order(), loom::parse_sampler_order("edkypmxt"));
+  EXPECT_EQ(SamplerParams::default_order(), loom::parse_sampler_order("edskypmxt"));
   EXPECT_EQ(SamplerParams::default_order(),
-            loom::parse_sampler_order("penalties;dry;top_k;typ_p;top_p;min_p;xtc;temperature"));
+            loom::parse_sampler_order("penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature"));
   EXPECT_EQ(loom::sampler_order_name(loom::parse_sampler_order("top_k,temp")), "top_k;temperature");
   EXPECT_THROW(loom::parse_sampler_order("top_k;bogus"), loom::Error);
 }
@@ -194,11 +245,14 @@ TEST(Sampler, RefusesOutOfRangeValues) {
   EXPECT_THROW(Sampler{p}, loom::Error);
   // non-finite penalties and Mirostat settings: NaN logits otherwise
   using Field = float SamplerParams::*;
-  for (const Field field : {&SamplerParams::repeat_penalty, &SamplerParams::presence_penalty,
-                            &SamplerParams::frequency_penalty, &SamplerParams::dry_multiplier, &SamplerParams::dry_base,
-                            &SamplerParams::mirostat_tau, &SamplerParams::mirostat_eta, &SamplerParams::xtc_threshold})
+  for (const Field field :
+       {&SamplerParams::repeat_penalty, &SamplerParams::presence_penalty, &SamplerParams::frequency_penalty,
+        &SamplerParams::dry_multiplier, &SamplerParams::dry_base, &SamplerParams::mirostat_tau,
+        &SamplerParams::mirostat_eta, &SamplerParams::xtc_threshold, &SamplerParams::top_n_sigma,
+        &SamplerParams::dynatemp_range, &SamplerParams::dynatemp_exponent})
     for (const float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
-      if (field == &SamplerParams::xtc_threshold && std::isinf(bad)) continue;  // inf: XTC off
+      // inf: XTC off, every token within infinitely many sigmas
+      if ((field == &SamplerParams::xtc_threshold || field == &SamplerParams::top_n_sigma) && std::isinf(bad)) continue;
       p = {};
       p.*field = bad;
       EXPECT_THROW(Sampler{p}, loom::Error) << bad;

@@ -20,26 +20,37 @@ struct StepName {
 };
 // llama.cpp's names and letters (--samplers / --sampling-seq), with its accepted aliases.
 constexpr StepName kSteps[] = {
-    {SamplerStep::penalties, "penalties", 'e'}, {SamplerStep::dry, "dry", 'd'},
-    {SamplerStep::top_k, "top_k", 'k'},         {SamplerStep::typical, "typ_p", 'y'},
-    {SamplerStep::top_p, "top_p", 'p'},         {SamplerStep::min_p, "min_p", 'm'},
-    {SamplerStep::xtc, "xtc", 'x'},             {SamplerStep::temperature, "temperature", 't'},
-    {SamplerStep::typical, "typical_p", 0},     {SamplerStep::typical, "typical", 0},
-    {SamplerStep::top_k, "top-k", 0},           {SamplerStep::top_p, "top-p", 0},
-    {SamplerStep::top_p, "nucleus", 0},         {SamplerStep::min_p, "min-p", 0},
-    {SamplerStep::temperature, "temp", 0},      {SamplerStep::typical, "typ-p", 0},
+    {SamplerStep::penalties, "penalties", 'e'},
+    {SamplerStep::dry, "dry", 'd'},
+    {SamplerStep::top_n_sigma, "top_n_sigma", 's'},
+    {SamplerStep::top_n_sigma, "top-n-sigma", 0},
+    {SamplerStep::top_k, "top_k", 'k'},
+    {SamplerStep::typical, "typ_p", 'y'},
+    {SamplerStep::top_p, "top_p", 'p'},
+    {SamplerStep::min_p, "min_p", 'm'},
+    {SamplerStep::xtc, "xtc", 'x'},
+    {SamplerStep::temperature, "temperature", 't'},
+    {SamplerStep::typical, "typical_p", 0},
+    {SamplerStep::typical, "typical", 0},
+    {SamplerStep::top_k, "top-k", 0},
+    {SamplerStep::top_p, "top-p", 0},
+    {SamplerStep::top_p, "nucleus", 0},
+    {SamplerStep::min_p, "min-p", 0},
+    {SamplerStep::temperature, "temp", 0},
+    {SamplerStep::typical, "typ-p", 0},
 };
 
 }  // namespace
 
 std::vector<SamplerStep> SamplerParams::default_order() {
-  return {SamplerStep::penalties, SamplerStep::dry,   SamplerStep::top_k, SamplerStep::typical,
-          SamplerStep::top_p,     SamplerStep::min_p, SamplerStep::xtc,   SamplerStep::temperature};
+  return {SamplerStep::penalties, SamplerStep::dry,     SamplerStep::top_n_sigma,
+          SamplerStep::top_k,     SamplerStep::typical, SamplerStep::top_p,
+          SamplerStep::min_p,     SamplerStep::xtc,     SamplerStep::temperature};
 }
 
 std::vector<SamplerStep> parse_sampler_order(const std::string& text) {
   std::vector<SamplerStep> out;
-  const bool letters = text.find_first_of(";,_") == std::string::npos && text.size() <= 10 &&
+  const bool letters = text.find_first_of(";,_") == std::string::npos && text.size() <= 12 &&
                        std::all_of(text.begin(), text.end(), [](char c) {
                          return std::any_of(std::begin(kSteps), std::end(kSteps),
                                             [c](const StepName& s) { return s.letter == c; });
@@ -59,8 +70,10 @@ std::vector<SamplerStep> parse_sampler_order(const std::string& text) {
       const StepName* found = nullptr;
       for (const StepName& s : kSteps)
         if (name == s.name) found = &s;
-      LOOM_CHECK(found != nullptr, usage,
-                 "--samplers: unknown step '{}' (penalties, dry, top_k, typ_p, top_p, min_p, xtc, temperature)", name);
+      LOOM_CHECK(
+          found != nullptr, usage,
+          "--samplers: unknown step '{}' (penalties, dry, top_n_sigma, top_k, typ_p, top_p, min_p, xtc, temperature)",
+          name);
       out.push_back(found->step);
     }
     start = end + 1;
@@ -99,6 +112,9 @@ Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed), mu_(2.0f * p.mir
   LOOM_CHECK(
       std::isfinite(p.mirostat_tau) && p.mirostat_tau >= 0 && std::isfinite(p.mirostat_eta) && p.mirostat_eta >= 0,
       usage, "--mirostat-lr and --mirostat-ent must be finite and not negative");
+  LOOM_CHECK(!std::isnan(p.top_n_sigma), usage, "--top-nsigma must be a number");
+  LOOM_CHECK(std::isfinite(p.dynatemp_range) && std::isfinite(p.dynatemp_exponent) && p.dynatemp_exponent >= 0, usage,
+             "--dynatemp-range must be finite and --dynatemp-exp finite and not negative");
   for (const auto& [id, bias] : p.logit_bias)
     LOOM_CHECK(!std::isnan(bias), usage, "--logit-bias for token {}: NaN is not a bias", id);
 }
@@ -193,6 +209,50 @@ void Sampler::apply_typical() {
   sorted_ = false;
 }
 
+// Top-n-sigma: drop the tokens whose logit is below the largest by more than n standard
+// deviations of the (finite) logits.
+void Sampler::apply_top_n_sigma() {
+  if (!(p_.top_n_sigma > 0) || cand_.size() <= 1) return;
+  double sum = 0, sq = 0, mx = -std::numeric_limits<double>::infinity();
+  size_t n = 0;
+  for (const Candidate& c : cand_)
+    if (std::isfinite(c.logit)) {
+      sum += c.logit;
+      mx = std::max(mx, (double)c.logit);
+      ++n;
+    }
+  if (n == 0) return;
+  const double mean = sum / (double)n;
+  for (const Candidate& c : cand_)
+    if (std::isfinite(c.logit)) sq += ((double)c.logit - mean) * ((double)c.logit - mean);
+  const double limit = mx - p_.top_n_sigma * std::sqrt(sq / (double)n);
+  std::erase_if(cand_, [&](const Candidate& c) { return (double)c.logit < limit; });
+}
+
+// Temperature: logits divided by temp (temp <= 0: the first largest logit only). With a
+// dynatemp range, llama.cpp's "temp-ext": temp runs from max(0, temp - range) to temp + range
+// with the normalized entropy of the candidates (to the power dynatemp_exponent); one candidate
+// is left as it is.
+void Sampler::apply_temperature() {
+  float temp = p_.temp;
+  if (p_.dynatemp_range > 0) {
+    if (cand_.size() <= 1) return;
+    softmax();
+    double entropy = 0;
+    for (const Candidate& c : cand_)
+      if (c.p > 0) entropy -= c.p * std::log((double)c.p);
+    const double lo = std::max(0.0f, p_.temp - p_.dynatemp_range), hi = p_.temp + p_.dynatemp_range;
+    const double normalized = entropy / std::log((double)cand_.size());
+    temp = (float)(lo + (hi - lo) * std::pow(normalized, (double)p_.dynatemp_exponent));
+  }
+  if (temp <= 0) {  // greedy
+    softmax();
+    truncate(1);
+    return;
+  }
+  for (Candidate& c : cand_) c.logit /= temp;
+}
+
 // XTC ("exclude top choices"): with probability xtc_probability, drop every token at or above
 // the threshold except the least likely of them (needs two or more above it).
 void Sampler::apply_xtc() {
@@ -239,21 +299,21 @@ void Sampler::run_chain(std::span<const float> logits) {
   sorted_ = false;
   for (const auto& [id, bias] : p_.logit_bias)
     if (id >= 0 && (size_t)id < cand_.size()) cand_[(size_t)id].logit += bias;
-  auto temperature = [&] {
-    if (p_.temp <= 0) {  // greedy: the first largest logit only
+  if (p_.mirostat != 0) {  // plain temperature, as llama.cpp's mirostat chains
+    if (p_.temp <= 0) {
       softmax();
       truncate(1);
-      return;
+    } else {
+      for (Candidate& c : cand_) c.logit /= p_.temp;
+      apply_mirostat();
     }
-    for (Candidate& c : cand_) c.logit /= p_.temp;
-  };
-  if (p_.mirostat != 0) {
-    temperature();
-    if (p_.temp > 0) apply_mirostat();
   } else {
     for (SamplerStep step : p_.order) switch (step) {
         case SamplerStep::penalties: apply_penalties(); sorted_ = false; break;
         case SamplerStep::dry: apply_dry(); sorted_ = false; break;
+        case SamplerStep::top_n_sigma:
+          apply_top_n_sigma();
+          break;
         case SamplerStep::top_k:
           if (p_.top_k > 0 && (size_t)p_.top_k < cand_.size()) {
             softmax();
@@ -286,7 +346,9 @@ void Sampler::run_chain(std::span<const float> logits) {
           }
           break;
         case SamplerStep::xtc: apply_xtc(); break;
-        case SamplerStep::temperature: temperature(); break;
+        case SamplerStep::temperature:
+          apply_temperature();
+          break;
       }
   }
   softmax();

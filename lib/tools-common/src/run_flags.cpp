@@ -28,6 +28,10 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
   app.add_option("--top-p", s.top_p, "top-p sampling (1 = off)");
   app.add_option("--min-p", s.min_p, "min-p sampling (0 = off)");
   app.add_option("--typical", s.typical_p, "locally typical sampling, p (1 = off)");
+  app.add_option("--top-nsigma", s.top_n_sigma,
+                 "top-n-sigma: keep logits within N standard deviations of the top (-1 = off)");
+  app.add_option("--dynatemp-range", s.dynatemp_range, "dynamic temperature: temp -/+ this with the entropy (0 = off)");
+  app.add_option("--dynatemp-exp", s.dynatemp_exponent, "dynamic temperature exponent");
   app.add_option("--repeat-penalty", s.repeat_penalty, "penalty for repeated tokens (1 = off)");
   app.add_option("--repeat-last-n", s.repeat_last_n, "tokens the penalties look at (0 = off, -1 = all)");
   app.add_option("--presence-penalty", s.presence_penalty, "subtracted once from a token seen (0 = off)");
@@ -43,9 +47,10 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
   app.add_option("--mirostat", s.mirostat, "Mirostat: 0 off, 1 Mirostat, 2 Mirostat 2.0 (replaces the other steps)");
   app.add_option("--mirostat-ent", s.mirostat_tau, "Mirostat target entropy (tau)");
   app.add_option("--mirostat-lr", s.mirostat_eta, "Mirostat learning rate (eta)");
-  app.add_option("--samplers", o.samplers,
-                 "sampler order, ';'-separated: penalties;dry;top_k;typ_p;top_p;min_p;xtc;temperature (default)");
-  app.add_option("--sampling-seq", o.sampling_seq, "sampler order as letters (edkypmxt)");
+  app.add_option(
+      "--samplers", o.samplers,
+      "sampler order, ';'-separated: penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature (default)");
+  app.add_option("--sampling-seq", o.sampling_seq, "sampler order as letters (edskypmxt)");
   app.add_option("-l,--logit-bias", o.logit_bias, "TOKEN_ID(+|-)BIAS added to a token's logit, e.g. 15043+1 or 2-inf");
   app.add_flag("--ignore-eos", o.ignore_eos, "never stop at end-of-generation tokens (their logits are -inf)");
 

@@ -1,5 +1,5 @@
 // Token sampling as llama.cpp's common sampler chain: logit biases first, then the steps of
-// `order` (default: penalties, dry, top_k, typ_p, top_p, min_p, xtc, temperature), then a seeded
+// `order` (default: penalties, dry, top_n_sigma, top_k, typ_p, top_p, min_p, xtc, temperature), then a seeded
 // draw; with mirostat 1 or 2 the chain is temperature -> mirostat instead. temp <= 0 is greedy
 // (the temperature step keeps the largest logit only). The RNG is our own uniform draw from
 // mt19937_64, so a seed reproduces a run on any platform.
@@ -14,7 +14,7 @@
 
 namespace loom {
 
-enum class SamplerStep { penalties, dry, top_k, typical, top_p, min_p, xtc, temperature };
+enum class SamplerStep { penalties, dry, top_n_sigma, top_k, typical, top_p, min_p, xtc, temperature };
 
 struct SamplerParams {
   float temp = 0.8f;
@@ -22,6 +22,9 @@ struct SamplerParams {
   float top_p = 0.95f;          // 1: off
   float min_p = 0.05f;          // 0: off
   float typical_p = 1.0f;       // 1: off
+  float top_n_sigma = -1.0f;    // <= 0: off; else keep logits >= max - n * their standard deviation
+  float dynatemp_range = 0.0f;  // <= 0: off; else the temperature moves in temp -/+ range with the entropy
+  float dynatemp_exponent = 1.0f;
   float repeat_penalty = 1.0f;  // 1: off
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
@@ -44,7 +47,7 @@ struct SamplerParams {
 };
 
 // "penalties;dry;top_k;..." (llama.cpp's --samplers names, also separated by ',') or the
-// one-letter form "edkypmxt" (--sampling-seq). Throws Error(usage) naming an unknown step.
+// one-letter form "edskypmxt" (--sampling-seq). Throws Error(usage) naming an unknown step.
 std::vector<SamplerStep> parse_sampler_order(const std::string& text);
 std::string sampler_order_name(const std::vector<SamplerStep>& order);
 
@@ -75,6 +78,8 @@ class Sampler {
   void apply_penalties();
   void apply_dry();
   void apply_typical();
+  void apply_top_n_sigma();
+  void apply_temperature();
   void apply_xtc();
   void apply_mirostat();
   int32_t draw();
