@@ -54,6 +54,11 @@ TEST_F(RunTool, GreedyIsDeterministicAcrossThreadCounts) {
     EXPECT_TRUE(std::regex_search(a.err, std::regex("loom_perf: load time = [0-9.]+ ms")));
     EXPECT_TRUE(std::regex_search(a.err, std::regex("loom_perf: total time = [0-9.]+ ms / [0-9]+ tokens")));
   }
+  // --no-perf: the same text without the timing lines (--no-warmup is accepted and changes nothing)
+  Result q = run("loom-run -m " + model("llama") + " -p hello -n 24 --temp 0 -t 1 --no-perf --no-warmup");
+  ASSERT_EQ(q.rc, 0) << q.err;
+  EXPECT_EQ(q.out, run("loom-run -m " + model("llama") + " -p hello -n 24 --temp 0 -t 1").out);
+  EXPECT_EQ(q.err.find("loom_perf"), std::string::npos) << q.err;
 }
 
 TEST_F(RunTool, SeededSamplingIsReproducibleAndSeedsDiffer) {

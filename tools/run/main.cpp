@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
       fmt::print("\n");
     }
     std::fflush(stdout);
-    tools::print_perf(load_ms, r.prompt_ms, r.n_prompt, r.eval_ms, r.n_gen);
+    if (!ro.no_perf) tools::print_perf(load_ms, r.prompt_ms, r.n_prompt, r.eval_ms, r.n_gen);
     return 0;
   });
 }

@@ -179,7 +179,7 @@ int run_conversation(Session& session, RunOptions& o, const SamplerParams& sp, b
     fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
   }
   std::fflush(stdout);
-  print_perf(load_ms, prompt_ms, n_prompt, eval_ms, n_gen);
+  if (!o.no_perf) print_perf(load_ms, prompt_ms, n_prompt, eval_ms, n_gen);
   return 0;
 }
 

@@ -66,6 +66,9 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
   app.add_option("--chat-template", o.chat_template, "chat template family (chatml, llama2, llama3, gemma, phi3, mistral-v7, deepseek3, gpt-oss, ...)");
   app.add_flag("--jinja", o.jinja, "Jinja chat templates (not supported: refused)");
   app.add_flag("--color", o.color, "color the prompt and input markers (a terminal only)");
+  app.add_flag("--no-perf", o.no_perf, "do not print the loom_perf timing lines");
+  app.add_flag("--no-warmup", o.no_warmup,
+               "accepted as in llama.cpp (loom runs no warmup pass: timings include the first step)");
   app.add_flag("-e,--escape,!--no-escape", o.escape,
                "process escapes (\\n, \\t, \\xHH, ...) in -p, -f, -r, --in-prefix, --in-suffix and typed input "
                "(default; --no-escape: take them literally)");

@@ -34,6 +34,8 @@ struct RunOptions {
   bool jinja = false;
   bool color = false;
   bool escape = true;  // -e (default) / --no-escape, as llama-cli
+  bool no_perf = false;    // --no-perf: no loom_perf lines
+  bool no_warmup = false;  // --no-warmup: accepted; loom runs no warmup pass
 };
 
 void add_run_flags(CLI::App& app, RunOptions& o);
