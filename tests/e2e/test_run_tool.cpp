@@ -170,3 +170,48 @@ TEST_F(RunTool, WrongTensorShapeIsRejectedNamingTheTensor) {
 }
 
 }  // namespace
+
+namespace {
+
+// --prompt-cache as llama-cli's: the second run of a prompt evaluates only its last token, a
+// prompt that shares a prefix evaluates the rest, and the text is what a run without the cache
+// writes; -ro never writes; a file that is not a cache of this model ends in exit 3, untouched.
+TEST_F(RunTool, PromptCacheReusesTheCommonPrefix) {
+  const std::string m = model("qwen3moe"), cache = (dir_ / "prompt.cache").string();
+  auto gen = [&](const std::string& prompt, const std::string& extra) {
+    Result r = run("loom-run -m " + m + " -p '" + prompt + "' -n 12 --temp 0 --json " + extra);
+    EXPECT_EQ(r.rc, 0) << r.err;
+    return r.rc == 0 ? nlohmann::json::parse(r.out) : nlohmann::json{};
+  };
+  const std::string a = "the cat sat on the mat and looked", b = "the cat sat on the rug";
+  const auto plain_a = gen(a, ""), plain_b = gen(b, "");
+  EXPECT_FALSE(fs::exists(cache));
+  gen(a, "--prompt-cache " + cache + " --prompt-cache-ro");
+  EXPECT_FALSE(fs::exists(cache)) << "-ro writes nothing";
+  const auto first = gen(a, "--prompt-cache " + cache);
+  EXPECT_EQ(first["n_cached"], 0);
+  EXPECT_EQ(first["text"], plain_a["text"]);
+  ASSERT_TRUE(fs::exists(cache));
+  const auto again = gen(a, "--prompt-cache " + cache);
+  EXPECT_EQ(again["n_prompt"], 1) << "only the last prompt token is evaluated again";
+  EXPECT_EQ(again["text"], plain_a["text"]);
+  const auto other = gen(b, "--prompt-cache " + cache);  // shares "the cat sat on the"
+  EXPECT_GT(other["n_cached"].get<int>(), 0);
+  EXPECT_LT(other["n_cached"].get<int>(), plain_b["n_prompt"].get<int>());
+  EXPECT_EQ(other["n_cached"].get<int>() + other["n_prompt"].get<int>(), plain_b["n_prompt"].get<int>());
+  EXPECT_EQ(other["text"], plain_b["text"]);
+
+  // another model's cache, and a file that is no cache at all: exit 3 before any output
+  Result r = run("loom-run -m " + model("llama") + " -p hi -n 2 --prompt-cache " + cache);
+  EXPECT_EQ(r.rc, 3) << r.err;
+  EXPECT_NE(r.err.find("another model"), std::string::npos) << r.err;
+  const std::string before = loom::test::slurp(m);
+  r = run("loom-run -m " + m + " -p hi -n 2 --prompt-cache " + m);
+  EXPECT_EQ(r.rc, 3) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(loom::test::slurp(m), before) << "the model file is not overwritten";
+  r = run("loom-run -m " + m + " -p hi -n 2 --prompt-cache-all");
+  EXPECT_EQ(r.rc, 2) << r.err;
+}
+
+}  // namespace

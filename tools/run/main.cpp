@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "loom/core/error.h"
+#include "loom/core/log.h"
 #include "loom/model/generate.h"
 #include "loom/model/report.h"
 #include "loom/tools/common.h"
@@ -52,6 +53,12 @@ int main(int argc, char** argv) {
     tools::RunDevices devices = tools::make_run_devices(common);
     std::unique_ptr<Model> model = tools::load_model(common, devices);
     const bool chat = !ro.perplexity && tools::wants_conversation(ro, *model);
+    LOOM_CHECK(ro.prompt_cache.empty() || (!chat && !ro.perplexity), usage,
+               "--prompt-cache: for generation from -p or -f (not a conversation or --perplexity)");
+    LOOM_CHECK((!ro.prompt_cache_all && !ro.prompt_cache_ro) || !ro.prompt_cache.empty(), usage,
+               "--prompt-cache-all and --prompt-cache-ro need --prompt-cache FILE");
+    LOOM_CHECK(ro.prompt_cache.empty() || common.comm != tools::CommKind::mpi, usage,
+               "--prompt-cache: not with --comm mpi");
     LOOM_CHECK(chat || ro.perplexity || !(ro.prompt.empty() && ro.prompt_file.empty()), usage,
                "no prompt given (-p TEXT or -f FILE; -cnv for a conversation)");
     const SamplerParams sp = tools::sampler_params(ro, model->tokenizer());
@@ -83,17 +90,29 @@ int main(int argc, char** argv) {
     Sampler sampler(sp);
     const std::string prompt = tools::prompt_text(ro);
     const bool stream = !common.json;
-    if (stream && !ro.no_echo) {
+    // The prompt is echoed once it has been evaluated (a bad --prompt-cache file stops before any output).
+    bool echoed = !stream || ro.no_echo;
+    auto echo = [&] {
+      if (echoed) return;
+      echoed = true;
       fmt::print("{}", prompt);
       std::fflush(stdout);
-    }
+    };
     const int64_t n_predict = ro.n_predict < 0 ? session.n_ctx() : ro.n_predict;
-    GenerateResult r = generate(session, prompt, n_predict, sampler, [&](std::string_view piece) {
-      if (stream) {
-        fmt::print("{}", piece);
-        std::fflush(stdout);
-      }
-    });
+    const PromptCache cache{ro.prompt_cache, ro.prompt_cache_ro, ro.prompt_cache_all};
+    GenerateResult r = generate(
+        session, prompt, n_predict, sampler,
+        [&](std::string_view piece) {
+          if (!stream) return;
+          echo();
+          fmt::print("{}", piece);
+          std::fflush(stdout);
+        },
+        ro.prompt_cache.empty() ? nullptr : &cache);
+    echo();
+    if (!ro.prompt_cache.empty())
+      logger().info("prompt cache: {} of {} prompt tokens from '{}'", r.n_cached, r.n_cached + r.n_prompt,
+                    ro.prompt_cache);
     if (common.json) {
       nlohmann::json j = generate_json(r, load_ms, session);
       j["seed"] = ro.seed;

@@ -15,23 +15,26 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 GenerateResult generate(Session& session, std::string_view prompt, int64_t n_predict, Sampler& sampler,
-                        const std::function<void(std::string_view)>& on_piece) {
+                        const std::function<void(std::string_view)>& on_piece, const PromptCache* cache) {
   const Tokenizer& tok = session.model().tokenizer();
   GenerateResult r;
   r.tokens = tok.tokenize(prompt, /*add_special=*/true, /*parse_special=*/true);
   LOOM_CHECK(!r.tokens.empty(), invalid_input, "the prompt is empty (no tokens)");
-  r.n_prompt = (int64_t)r.tokens.size();
-  LOOM_CHECK(session.n_past() + r.n_prompt <= session.n_ctx(), invalid_input,
-             "prompt of {} tokens does not fit the context size {} (raise -c)", r.n_prompt, session.n_ctx());
+  const int64_t n_tokens = (int64_t)r.tokens.size();
+  LOOM_CHECK(session.n_past() + n_tokens <= session.n_ctx(), invalid_input,
+             "prompt of {} tokens does not fit the context size {} (raise -c)", n_tokens, session.n_ctx());
   for (int32_t t : r.tokens) sampler.accept(t);
 
   auto t0 = std::chrono::steady_clock::now();
+  if (cache) r.n_cached = load_prompt_cache(session, cache->path, r.tokens);
+  r.n_prompt = n_tokens - r.n_cached;
   const int64_t n_batch = session.params().n_batch;
-  for (int64_t i = 0; i < r.n_prompt; i += n_batch) {
-    const int64_t n = std::min(n_batch, r.n_prompt - i);
+  for (int64_t i = r.n_cached; i < n_tokens; i += n_batch) {
+    const int64_t n = std::min(n_batch, n_tokens - i);
     session.decode(std::span<const int32_t>(r.tokens.data() + i, (size_t)n));
   }
   r.prompt_ms = ms_since(t0);
+  if (cache && !cache->read_only) save_prompt_cache(session, cache->path, r.tokens);
 
   t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < n_predict; ++i) {
@@ -46,6 +49,7 @@ GenerateResult generate(Session& session, std::string_view prompt, int64_t n_pre
     session.decode(std::span<const int32_t>(&next, 1));
   }
   r.eval_ms = ms_since(t0);
+  if (cache && cache->all && !cache->read_only) save_prompt_cache(session, cache->path, r.tokens);
   return r;
 }
 

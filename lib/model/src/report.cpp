@@ -15,6 +15,7 @@ nlohmann::json generate_json(const GenerateResult& r, double load_ms, const Sess
   j["text"] = r.text;
   j["tokens"] = r.tokens;
   j["n_prompt"] = r.n_prompt;
+  j["n_cached"] = r.n_cached;
   j["n_gen"] = r.n_gen;
   j["timings"] = {{"load_ms", load_ms},
                   {"prompt_ms", r.prompt_ms},

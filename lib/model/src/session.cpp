@@ -142,6 +142,13 @@ void Session::clear() {
   for (auto& m : impl_->members) m->clear();
 }
 
+void Session::keep_first(int64_t n) {
+  LOOM_CHECK(n >= 0, internal, "keep_first({})", n);
+  // The rows past n stay finite (they were computed) and the masks hide them until written over.
+  n_past_ = std::min(n_past_, n);
+  n_outputs_ = 0;
+}
+
 uint64_t Session::n_graphs_reused() const { return impl_->graphs_reused; }
 
 uint64_t Session::n_syncs() const {

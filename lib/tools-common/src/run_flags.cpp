@@ -67,6 +67,11 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
   app.add_flag("--jinja", o.jinja, "Jinja chat templates (not supported: refused)");
   app.add_flag("--color", o.color, "color the prompt and input markers (a terminal only)");
   app.add_flag("--no-perf", o.no_perf, "do not print the loom_perf timing lines");
+  app.add_option(
+      "--prompt-cache", o.prompt_cache,
+      "keep the prompt's KV state in this file: a later run whose prompt starts the same evaluates only the rest");
+  app.add_flag("--prompt-cache-all", o.prompt_cache_all, "--prompt-cache also saves the generated tokens (at the end)");
+  app.add_flag("--prompt-cache-ro", o.prompt_cache_ro, "use the --prompt-cache file but do not update it");
   app.add_flag("--no-warmup", o.no_warmup,
                "accepted as in llama.cpp (loom runs no warmup pass: timings include the first step)");
   app.add_flag("-e,--escape,!--no-escape", o.escape,

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "loom/model/prompt_cache.h"
 #include "loom/model/sampler.h"
 #include "loom/model/session.h"
 
@@ -16,16 +17,19 @@ namespace loom {
 struct GenerateResult {
   std::string text;              // generated text only
   std::vector<int32_t> tokens;   // prompt then generated ids
-  int64_t n_prompt = 0;
+  int64_t n_prompt = 0;          // prompt tokens evaluated
+  int64_t n_cached = 0;          // prompt tokens whose KV came from the prompt cache (not evaluated)
   int64_t n_gen = 0;
   double prompt_ms = 0;
   double eval_ms = 0;
 };
 
 // Tokenizes prompt (BOS per the vocab), evaluates it in batches, then samples up to n_predict
-// tokens (stopping at end-of-generation), calling on_piece with each piece of text.
+// tokens (stopping at end-of-generation), calling on_piece with each piece of text. With a
+// prompt cache (prompt_cache.h) the prompt's cached prefix is loaded instead of evaluated, and
+// the file is written after the prompt (and at the end with `all`) unless read-only.
 GenerateResult generate(Session& session, std::string_view prompt, int64_t n_predict, Sampler& sampler,
-                        const std::function<void(std::string_view)>& on_piece);
+                        const std::function<void(std::string_view)>& on_piece, const PromptCache* cache = nullptr);
 
 struct PerplexityResult {
   std::vector<double> running_ppl;  // after each chunk

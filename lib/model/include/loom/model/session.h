@@ -63,6 +63,8 @@ class Session {
   int64_t n_past() const { return n_past_; }
   int64_t n_ctx() const { return params_.n_ctx; }
   void clear();  // empties the KV cache
+  // Keeps the first n tokens' KV (a prompt cache's common prefix); later ones are written over.
+  void keep_first(int64_t n);
 
   const SessionParams& params() const { return params_; }
 

@@ -36,6 +36,8 @@ struct RunOptions {
   bool escape = true;  // -e (default) / --no-escape, as llama-cli
   bool no_perf = false;    // --no-perf: no loom_perf lines
   bool no_warmup = false;  // --no-warmup: accepted; loom runs no warmup pass
+  std::string prompt_cache;                                // --prompt-cache FILE
+  bool prompt_cache_all = false, prompt_cache_ro = false;  // --prompt-cache-all, --prompt-cache-ro
 };
 
 void add_run_flags(CLI::App& app, RunOptions& o);
