@@ -121,6 +121,8 @@ TEST_F(RunTool, PerplexityPrintsChunksAndFinalEstimate) {
 TEST_F(RunTool, BadInputGetsTheDocumentedExitCode) {
   const std::string m = model("llama");
   EXPECT_EQ(run("loom-run -m " + m + " -p x -n -5").rc, 2);
+  EXPECT_EQ(run("loom-run -m " + m + " -p x -n -3").rc, 2);
+  EXPECT_EQ(run("loom-run -m " + m + " -p x --predict -2 -c 16 --temp 0").rc, 0) << "-2: until the context is full";
   EXPECT_EQ(run("loom-run -m " + m + " -p x -n 1 --no-such-flag").rc, 2);
   EXPECT_EQ(run("loom-run -m " + m + " -p x -ctk q9_9").rc, 2);
   EXPECT_EQ(run("loom-run -m " + m).rc, 2) << "no prompt";

@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     LOOM_CHECK(!common.model.empty(), usage, "no model given (-m FILE)");
-    LOOM_CHECK(ro.n_predict >= -1, usage, "-n {}: must be -1 (until the context is full) or more", ro.n_predict);
+    LOOM_CHECK(ro.n_predict >= -2, usage, "-n {}: must be -1 or -2 (until the context is full) or more", ro.n_predict);
     LOOM_CHECK(ro.prompt.empty() || ro.prompt_file.empty(), usage, "give -p or -f, not both");
     LOOM_CHECK(!ro.jinja, usage,
                "--jinja: Jinja templates are not supported; loom renders the built-in families (--chat-template NAME)");
