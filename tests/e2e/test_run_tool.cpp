@@ -217,3 +217,18 @@ TEST_F(RunTool, PromptCacheReusesTheCommonPrefix) {
 }
 
 }  // namespace
+
+namespace {
+
+// --verbose-prompt: llama-cli's listing of the prompt's tokens, as many as the run evaluates
+TEST_F(RunTool, VerbosePromptListsTheTokens) {
+  Result r = run("loom-run -m " + model("llama") + " -p 'hello there' -n 1 --temp 0 --json --verbose-prompt");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const int n = nlohmann::json::parse(r.out)["n_prompt"];
+  EXPECT_NE(r.err.find("prompt: 'hello there'\n"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("number of tokens in prompt = " + std::to_string(n) + "\n"), std::string::npos) << r.err;
+  const std::regex line(R"(\n +[0-9]+ -> '[^\n]*'(?=\n))");
+  EXPECT_EQ(std::distance(std::sregex_iterator(r.err.begin(), r.err.end(), line), std::sregex_iterator()), n) << r.err;
+}
+
+}  // namespace

@@ -89,6 +89,12 @@ int main(int argc, char** argv) {
 
     Sampler sampler(sp);
     const std::string prompt = tools::prompt_text(ro);
+    if (ro.verbose_prompt) {  // llama-cli's listing
+      const Tokenizer& tok = model->tokenizer();
+      const std::vector<int32_t> ids = tok.tokenize(prompt, /*add_special=*/true, /*parse_special=*/true);
+      fmt::print(stderr, "prompt: '{}'\nnumber of tokens in prompt = {}\n", prompt, ids.size());
+      for (int32_t id : ids) fmt::print(stderr, "{:6d} -> '{}'\n", id, tok.token_to_piece(id));
+    }
     const bool stream = !common.json;
     // The prompt is echoed once it has been evaluated (a bad --prompt-cache file stops before any output).
     bool echoed = !stream || ro.no_echo;

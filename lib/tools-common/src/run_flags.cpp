@@ -68,6 +68,8 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
   app.add_flag("--jinja", o.jinja, "Jinja chat templates (not supported: refused)");
   app.add_flag("--color", o.color, "color the prompt and input markers (a terminal only)");
   app.add_flag("--no-perf", o.no_perf, "do not print the loom_perf timing lines");
+  app.add_flag("--verbose-prompt", o.verbose_prompt,
+               "print the prompt's tokens (id -> piece) on stderr before generating");
   app.add_option(
       "--prompt-cache", o.prompt_cache,
       "keep the prompt's KV state in this file: a later run whose prompt starts the same evaluates only the rest");

@@ -35,6 +35,7 @@ struct RunOptions {
   bool color = false;
   bool escape = true;  // -e (default) / --no-escape, as llama-cli
   bool no_perf = false;    // --no-perf: no loom_perf lines
+  bool verbose_prompt = false;  // --verbose-prompt: the prompt's tokens on stderr
   bool no_warmup = false;  // --no-warmup: accepted; loom runs no warmup pass
   std::string prompt_cache;                                // --prompt-cache FILE
   bool prompt_cache_all = false, prompt_cache_ro = false;  // --prompt-cache-all, --prompt-cache-ro
