@@ -2,6 +2,7 @@
 // loom::train::run). -b and -ub count windows of -c tokens here (see docs/TRAINING.md).
 #include <CLI/CLI.hpp>
 
+#include "loom/core/error.h"
 #include "loom/tools/common.h"
 #include "loom/tools/main.h"
 #include "loom/train/run.h"

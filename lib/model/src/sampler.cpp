@@ -245,7 +245,11 @@ void Sampler::apply_temperature() {
     const double normalized = entropy / std::log((double)cand_.size());
     temp = (float)(lo + (hi - lo) * std::pow(normalized, (double)p_.dynatemp_exponent));
   }
-  if (temp <= 0) {  // greedy
+  scale_logits(temp);
+}
+
+void Sampler::scale_logits(float temp) {
+  if (temp <= 0) {  // greedy: the first largest logit only
     softmax();
     truncate(1);
     return;
@@ -300,13 +304,8 @@ void Sampler::run_chain(std::span<const float> logits) {
   for (const auto& [id, bias] : p_.logit_bias)
     if (id >= 0 && (size_t)id < cand_.size()) cand_[(size_t)id].logit += bias;
   if (p_.mirostat != 0) {  // plain temperature, as llama.cpp's mirostat chains
-    if (p_.temp <= 0) {
-      softmax();
-      truncate(1);
-    } else {
-      for (Candidate& c : cand_) c.logit /= p_.temp;
-      apply_mirostat();
-    }
+    scale_logits(p_.temp);
+    if (p_.temp > 0) apply_mirostat();
   } else {
     for (SamplerStep step : p_.order) switch (step) {
         case SamplerStep::penalties: apply_penalties(); sorted_ = false; break;

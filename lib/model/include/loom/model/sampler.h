@@ -1,8 +1,8 @@
 // Token sampling as llama.cpp's common sampler chain: logit biases first, then the steps of
-// `order` (default: penalties, dry, top_n_sigma, top_k, typ_p, top_p, min_p, xtc, temperature), then a seeded
-// draw; with mirostat 1 or 2 the chain is temperature -> mirostat instead. temp <= 0 is greedy
-// (the temperature step keeps the largest logit only). The RNG is our own uniform draw from
-// mt19937_64, so a seed reproduces a run on any platform.
+// `order` (default: penalties, dry, top_n_sigma, top_k, typ_p, top_p, min_p, xtc, temperature),
+// then a seeded draw; with mirostat 1 or 2 the chain is temperature -> mirostat instead.
+// temp <= 0 is greedy (the temperature step keeps the largest logit only). The RNG is our own
+// uniform draw from mt19937_64, so a seed reproduces a run on any platform.
 #pragma once
 
 #include <cstdint>
@@ -80,6 +80,7 @@ class Sampler {
   void apply_typical();
   void apply_top_n_sigma();
   void apply_temperature();
+  void scale_logits(float temp);  // logits / temp; temp <= 0: the largest alone (greedy)
   void apply_xtc();
   void apply_mirostat();
   int32_t draw();
