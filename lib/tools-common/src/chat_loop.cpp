@@ -11,7 +11,6 @@
 #include <optional>
 
 #include "loom/core/error.h"
-#include "loom/core/files.h"
 #include "loom/core/log.h"
 #include "loom/model/conversation.h"
 #include "loom/tools/common.h"
@@ -104,11 +103,7 @@ int run_conversation(Session& session, RunOptions& o, const SamplerParams& sp, b
   ConversationParams cp;
   cp.tmpl = choose_template(o, session.model());
   LOOM_CHECK(o.system_prompt.empty() || o.system_prompt_file.empty(), usage, "give -sys or -sysf, not both");
-  cp.system_prompt = o.system_prompt;
-  if (!o.system_prompt_file.empty()) {  // as llama.cpp reads it: one trailing newline dropped
-    cp.system_prompt = read_regular_file(o.system_prompt_file, "-sysf");
-    if (!cp.system_prompt.empty() && cp.system_prompt.back() == '\n') cp.system_prompt.pop_back();
-  }
+  cp.system_prompt = o.system_prompt_file.empty() ? o.system_prompt : read_prompt_file(o.system_prompt_file, "-sysf");
   cp.n_predict = o.n_predict;
   auto text = [&](const std::string& s) { return o.escape ? process_escapes(s) : s; };
   for (const std::string& r : o.reverse_prompts) cp.reverse_prompts.push_back(text(r));

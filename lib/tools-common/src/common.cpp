@@ -16,7 +16,6 @@
 #include <optional>
 
 #include "loom/core/error.h"
-#include "loom/core/files.h"
 #include "loom/core/log.h"
 #include "loom/core/thread_pool.h"
 
@@ -129,7 +128,6 @@ SessionParams session_params(const CommonOptions& o) {
 }
 
 // A directory, FIFO or device is refused (it would read as an empty prompt, or block).
-std::string read_text_file(const std::string& path) { return read_regular_file(path, "-f"); }
 
 bool is_output_rank(const CommonOptions& o) { return o.comm != CommKind::mpi || mpi_world().rank() == 0; }
 

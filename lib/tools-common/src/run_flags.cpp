@@ -7,8 +7,8 @@
 #include <random>
 
 #include "loom/core/error.h"
+#include "loom/core/files.h"
 #include "loom/model/model.h"
-#include "loom/tools/common.h"
 #include "loom/tools/run.h"
 
 namespace loom::tools {
@@ -111,12 +111,14 @@ std::string process_escapes(std::string_view text) {
   return out;
 }
 
+std::string read_prompt_file(const std::string& path, std::string_view flag) {
+  std::string text = read_regular_file(path, flag);
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
 std::string prompt_text(const RunOptions& o) {
-  std::string text = o.prompt;
-  if (!o.prompt_file.empty()) {
-    text = read_text_file(o.prompt_file);
-    if (!text.empty() && text.back() == '\n') text.pop_back();
-  }
+  const std::string text = o.prompt_file.empty() ? o.prompt : read_prompt_file(o.prompt_file, "-f");
   return o.escape ? process_escapes(text) : text;
 }
 

@@ -76,8 +76,6 @@ struct RunDevices {
 RunDevices make_run_devices(const CommonOptions& o);
 // -ngl/-sm/-ts/-mg/-ot/-cmoe for Model::load.
 PlacementParams placement_params(const CommonOptions& o, const RunDevices& devices);
-// A whole text file (-f); Error(io) naming it when it cannot be read (a folder included).
-std::string read_text_file(const std::string& path);
 // --comm mpi: false on every rank but 0 (they compute, rank 0 prints).
 bool is_output_rank(const CommonOptions& o);
 // Model::load with the placement of these options, then the load log (and --mlock).

@@ -46,8 +46,10 @@ void add_run_flags(CLI::App& app, RunOptions& o);
 // llama.cpp's escapes: \n, \r, \t, \', \", \\ and \xHH (two hex digits) become the character;
 // any other backslash, and a last one, stays as it is.
 std::string process_escapes(std::string_view text);
-// The prompt (-p) or the file's text (-f, one trailing newline dropped, as llama.cpp reads it),
-// escapes processed unless --no-escape.
+// A file's text as llama.cpp reads -f and -sysf: one trailing newline dropped. `flag` names the
+// option in errors.
+std::string read_prompt_file(const std::string& path, std::string_view flag);
+// The prompt (-p) or the file's text (-f, read_prompt_file), escapes processed unless --no-escape.
 std::string prompt_text(const RunOptions& o);
 
 // The sampler settings with the seed drawn (when -1), --samplers, -l, --ignore-eos and the DRY
