@@ -33,12 +33,12 @@ TEST(PromptCache, GivesBackTheCommonPrefixAndRefusesCorruptFiles) {
   }
   Session s(*model, sp);
   const std::vector<int32_t> same_start = {5, 17, 300, 8, 8};
-  EXPECT_EQ(load_prompt_cache(s, path, same_start), 3);
+  EXPECT_EQ(load_prompt_cache(s, path, same_start).kept, 3);
   EXPECT_EQ(s.n_past(), 3);
   s.clear();
-  EXPECT_EQ(load_prompt_cache(s, path, tokens), 5) << "the whole prompt: its last token runs again";
+  EXPECT_EQ(load_prompt_cache(s, path, tokens).kept, 5) << "the whole prompt: its last token runs again";
   s.clear();
-  EXPECT_EQ(load_prompt_cache(s, dir.file("absent.bin"), tokens), 0);
+  EXPECT_EQ(load_prompt_cache(s, dir.file("absent.bin"), tokens).kept, 0);
 
   std::ifstream in(path, std::ios::binary);
   const std::string good((std::istreambuf_iterator<char>(in)), {});
@@ -47,7 +47,7 @@ TEST(PromptCache, GivesBackTheCommonPrefixAndRefusesCorruptFiles) {
     std::ofstream(bad, std::ios::binary | std::ios::trunc).write(bytes.data(), (std::streamsize)bytes.size());
     s.clear();
     try {
-      const int64_t kept = load_prompt_cache(s, bad, tokens);
+      const int64_t kept = load_prompt_cache(s, bad, tokens).kept;
       EXPECT_LE(kept, (int64_t)tokens.size());
       EXPECT_EQ(s.n_past(), kept);
     } catch (const Error& e) {

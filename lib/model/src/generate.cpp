@@ -26,7 +26,8 @@ GenerateResult generate(Session& session, std::string_view prompt, int64_t n_pre
   for (int32_t t : r.tokens) sampler.accept(t);
 
   auto t0 = std::chrono::steady_clock::now();
-  if (cache) r.n_cached = load_prompt_cache(session, cache->path, r.tokens);
+  const PromptCacheLoad hit = cache ? load_prompt_cache(session, cache->path, r.tokens) : PromptCacheLoad{};
+  r.n_cached = hit.kept;
   r.n_prompt = n_tokens - r.n_cached;
   const int64_t n_batch = session.params().n_batch;
   for (int64_t i = r.n_cached; i < n_tokens; i += n_batch) {
@@ -34,7 +35,7 @@ GenerateResult generate(Session& session, std::string_view prompt, int64_t n_pre
     session.decode(std::span<const int32_t>(r.tokens.data() + i, (size_t)n));
   }
   r.prompt_ms = ms_since(t0);
-  if (cache && !cache->read_only) save_prompt_cache(session, cache->path, r.tokens);
+  if (cache && !cache->read_only && !hit.same_tokens) save_prompt_cache(session, cache->path, r.tokens);
 
   t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < n_predict; ++i) {

@@ -20,9 +20,9 @@ constexpr size_t kHeader = sizeof(kMagic) + 2 * sizeof(uint64_t);
 
 }  // namespace
 
-int64_t load_prompt_cache(Session& session, const std::string& path, std::span<const int32_t> prompt) {
+PromptCacheLoad load_prompt_cache(Session& session, const std::string& path, std::span<const int32_t> prompt) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return 0;  // no cache yet: it is written after the prompt
+  if (::stat(path.c_str(), &st) != 0) return {};  // no cache yet: it is written after the prompt
   LOOM_CHECK(session.n_past() == 0, internal, "a prompt cache loads into an empty session");
   const std::string bytes = read_regular_file(path, "--prompt-cache");
   LOOM_CHECK(bytes.size() >= kHeader && std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) == 0, invalid_input,
@@ -48,10 +48,10 @@ int64_t load_prompt_cache(Session& session, const std::string& path, std::span<c
   LOOM_CHECK(session.n_past() == (int64_t)n_tokens, invalid_input,
              "--prompt-cache '{}': holds {} tokens but the KV of {}", path, n_tokens, session.n_past());
   const auto diff = std::mismatch(tokens.begin(), tokens.end(), prompt.begin(), prompt.end());
-  int64_t keep = diff.first - tokens.begin();
-  if (keep == (int64_t)prompt.size() && keep > 0) --keep;  // the last prompt token again, for its logits
-  session.keep_first(keep);
-  return keep;
+  PromptCacheLoad r{diff.first - tokens.begin(), std::ranges::equal(tokens, prompt)};
+  if (r.kept == (int64_t)prompt.size() && r.kept > 0) --r.kept;  // the last prompt token again, for its logits
+  session.keep_first(r.kept);
+  return r;
 }
 
 void save_prompt_cache(const Session& session, const std::string& path, std::span<const int32_t> tokens) {

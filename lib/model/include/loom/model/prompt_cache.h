@@ -18,12 +18,15 @@ struct PromptCache {
   bool all = false;        // --prompt-cache-all: save the generated tokens too, at the end
 };
 
+struct PromptCacheLoad {
+  int64_t kept = 0;          // prompt tokens whose KV the session now holds (0: no file)
+  bool same_tokens = false;  // the file holds exactly the prompt: writing it again changes nothing
+};
 // Loads `path` into the (empty) session when the file exists and keeps the KV of the longest
 // common prefix of its tokens and `prompt`, less one when that is the whole prompt (its last
-// token is evaluated again for the logits). Returns how many prompt tokens the session now
-// holds: 0 when there is no file. Throws invalid_input naming the file when it is not a loom
-// prompt cache, or was made for another model, cache type or a larger context.
-int64_t load_prompt_cache(Session& session, const std::string& path, std::span<const int32_t> prompt);
+// token is evaluated again for the logits). Throws invalid_input naming the file when it is not
+// a loom prompt cache, or was made for another model, cache type or a larger context.
+PromptCacheLoad load_prompt_cache(Session& session, const std::string& path, std::span<const int32_t> prompt);
 
 // Writes the session's KV state with the tokens it holds (the first session.n_past() of
 // `tokens`) to `path`, replacing the file atomically.
