@@ -141,8 +141,11 @@ function pplTextFile() {
     const docs = path.join(repoRoot, "docs");
     const files = [path.join(repoRoot, "README.md"),
                    ...fs.readdirSync(docs).filter((f) => f.endsWith(".md")).sort().map((f) => path.join(docs, f))];
+    // written once per run and removed when the script exits, however it exits
     const out = path.join(os.tmpdir(), `loom-ppl-text-${process.pid}.txt`);
     fs.writeFileSync(out, files.map((f) => fs.readFileSync(f, "utf8")).join("\n"));
+    process.on("exit", () => fs.rmSync(out, { force: true }));
+    pplText = out;
     return out;
 }
 
