@@ -3,6 +3,7 @@
 # SECONDS (default 60) on a seed corpus of small models made by loom-gguf new at runtime
 # (checkpoint_fuzz: a checkpoint made by build/bin/loom-train).
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET=gguf_reader_fuzz]. Crashes land in build-fuzz/crashes/.
+# grammar_fuzz: hand-written GBNF seeds (loom-run --grammar).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
@@ -54,6 +55,17 @@ if [ "$target" = checkpoint_fuzz ]; then
       --checkpoint "$corpus/seed.ckpt" -o "$tmp/o.gguf" -t 1 >/dev/null 2>&1 || true
     rm -rf "$tmp"
   fi
+fi
+
+if [ "$target" = grammar_fuzz ]; then
+  # Seeds: grammars using every construct, each followed by NUL and a text to feed its matcher.
+  printf 'root ::= ("yes" | "no") "."\0yes.' >"$corpus/seed-alt"
+  printf 'root ::= [a-c0-9_]+ [^a-z]? . "\\n\\x41\\u00e9" "a"{2,3} "b"{,2} "c"{1} "d"*\0ab1#x\nA\xc3\xa9aa' >"$corpus/seed-rep"
+  printf '%s\n' '# JSON' 'root ::= value' 'value ::= object | array | string | number | "true" | "null"' \
+    'object ::= "{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}"' \
+    'array ::= "[" ws ( value ws ("," ws value ws)* )? "]"' 'string ::= "\"" ( [^"\\] | "\\" ["\\nt] )* "\""' \
+    'number ::= "-"? [0-9]+' 'ws ::= [ \t\n]*' >"$corpus/seed-json"
+  printf '\0{"a": [1, {"b": "c"}], "d": true}' >>"$corpus/seed-json"
 fi
 
 max_len=65536

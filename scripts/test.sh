@@ -11,3 +11,5 @@ cd "$(dirname "$0")/.."
 ./scripts/fuzz.sh "${LOOM_FUZZ_TOKENIZER_SECONDS:-30}" tokenizer_fuzz
 # Checkpoint files (20 s: a seed checkpoint and the state parser behind the checksum).
 ./scripts/fuzz.sh "${LOOM_FUZZ_CHECKPOINT_SECONDS:-20}" checkpoint_fuzz
+# GBNF grammars (20 s: the parser and the matcher behind loom-run --grammar).
+./scripts/fuzz.sh "${LOOM_FUZZ_GRAMMAR_SECONDS:-20}" grammar_fuzz

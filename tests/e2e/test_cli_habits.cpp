@@ -231,4 +231,41 @@ TEST_F(CliHabits, SystemPromptFromAFile) {
   EXPECT_EQ(r.rc, 2) << r.err;
 }
 
+TEST_F(CliHabits, GrammarConstrainsGenerationAndReplies) {
+  // a random model's text, held to the grammar whatever the seed; generation ends with the match
+  for (int seed = 1; seed <= 4; ++seed) {
+    ToolResult r = run("loom-run -m " + model() + " -p Q: -n 40 --temp 1 --json -s " + std::to_string(seed) +
+                       " --grammar " + quote(R"(root ::= ("yes" | "no") "." | "{\"n\": " [1-9] [0-9]{0,2} "}")"));
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    const std::string text = j["text"];
+    EXPECT_TRUE(text == "yes." || text == "no." ||
+                (text.rfind("{\"n\": ", 0) == 0 && text.back() == '}' && text.size() >= 8 && text.size() <= 10))
+        << text;
+    EXPECT_LT(j["n_gen"].get<int>(), 40) << "stops at the end of the match";
+  }
+  // each reply of a conversation matches from the grammar's start
+  std::ofstream(file("two-turns.txt")) << "hi\nagain\n";
+  std::ofstream(file("yn.gbnf")) << "# yes or no\nroot ::= yn \".\"\nyn ::= \"yes\" | \"no\"\n";
+  ToolResult r = run("loom-run -m " + model() + " -cnv --chat-template chatml -n 20 --json --grammar-file " +
+                     file("yn.gbnf") + " <" + file("two-turns.txt"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto turns = nlohmann::json::parse(r.out)["turns"];
+  ASSERT_EQ(turns.size(), 2u) << r.out;
+  for (const auto& t : turns) EXPECT_TRUE(t["reply"] == "yes." || t["reply"] == "no.") << t.dump();
+  // a bad grammar: one line naming the file, line and column, exit 2, nothing on stdout
+  std::ofstream(file("bad.gbnf")) << "root ::= x\nx ::= [a-";
+  r = run("loom-run -m " + model() + " -p hi --grammar-file " + file("bad.gbnf"));
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("bad.gbnf': grammar: line 2, column 7: unterminated character class"), std::string::npos)
+      << r.err;
+  r = run("loom-run -m " + model() + " -p hi --grammar 'root ::= \"a\"' --grammar-file " + file("yn.gbnf"));
+  EXPECT_EQ(r.rc, 2) << r.err;
+  r = run("loom-run -m " + model() + " -p hi -j '{}'");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("JSON schemas are not turned into grammars"), std::string::npos) << r.err;
+}
+
 }  // namespace

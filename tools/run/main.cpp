@@ -34,18 +34,25 @@ int main(int argc, char** argv) {
     LOOM_CHECK(ro.prompt.empty() || ro.prompt_file.empty(), usage, "give -p or -f, not both");
     LOOM_CHECK(!ro.jinja, usage,
                "--jinja: Jinja templates are not supported; loom renders the built-in families (--chat-template NAME)");
+    const std::shared_ptr<const Grammar> grammar = tools::run_grammar(ro);  // a bad grammar stops before the load
     SessionParams params = tools::session_params(common);
     if (!tools::is_output_rank(common)) std::freopen("/dev/null", "w", stdout);  // MPI: rank 0 prints
     if (common.comm == tools::CommKind::mpi) {  // every rank must run the same job (checked before any collective)
       const SamplerParams& s = ro.sampling;
       const std::string text = tools::prompt_text(ro);
-      const int disagree = tools::check_ranks_agree(
-          "run", common,
-          {{"the mode", ro.perplexity ? "--perplexity" : "generate"}, {"the prompt", tools::text_fingerprint(text)},
-           {"-n", std::to_string(ro.n_predict)}, {"--chunks", std::to_string(ro.n_chunks)},
-           {"--temp", fmt::format("{}", s.temp)}, {"--top-k", std::to_string(s.top_k)},
-           {"--top-p", fmt::format("{}", s.top_p)}, {"--min-p", fmt::format("{}", s.min_p)},
-           {"--seed", std::to_string(ro.seed)}, {"--samplers", ro.samplers + ro.sampling_seq}});
+      const int disagree =
+          tools::check_ranks_agree("run", common,
+                                   {{"the mode", ro.perplexity ? "--perplexity" : "generate"},
+                                    {"the prompt", tools::text_fingerprint(text)},
+                                    {"-n", std::to_string(ro.n_predict)},
+                                    {"--chunks", std::to_string(ro.n_chunks)},
+                                    {"--temp", fmt::format("{}", s.temp)},
+                                    {"--top-k", std::to_string(s.top_k)},
+                                    {"--top-p", fmt::format("{}", s.top_p)},
+                                    {"--min-p", fmt::format("{}", s.min_p)},
+                                    {"--seed", std::to_string(ro.seed)},
+                                    {"--samplers", ro.samplers + ro.sampling_seq},
+                                    {"--grammar", tools::text_fingerprint(ro.grammar + "\n" + ro.grammar_file)}});
       if (disagree) return disagree;
     }
 
@@ -85,9 +92,10 @@ int main(int argc, char** argv) {
     }
 
     fmt::print(stderr, "sampler seed: {}\n", ro.seed);
-    if (chat) return tools::run_conversation(session, ro, sp, common.json, load_ms);
+    if (chat) return tools::run_conversation(session, ro, sp, grammar, common.json, load_ms);
 
     Sampler sampler(sp);
+    if (grammar) sampler.set_constraint(std::make_shared<GrammarMatcher>(grammar, model->tokenizer()));
     const std::string prompt = tools::prompt_text(ro);
     if (ro.verbose_prompt) {  // llama-cli's listing
       const Tokenizer& tok = model->tokenizer();

@@ -107,6 +107,7 @@ TurnResult Conversation::turn(std::string_view user_text, const std::function<vo
   rendered_ = prompt_full;
 
   const auto t0 = std::chrono::steady_clock::now();
+  sampler_.reset_constraint();  // each reply matches the grammar from its start, as llama-cli's
   r.stop = "limit";
   while (p_.n_predict < 0 || r.n_gen < p_.n_predict) {
     if (interrupt != nullptr && interrupt->load() != 0) {

@@ -303,6 +303,9 @@ void Sampler::run_chain(std::span<const float> logits) {
   sorted_ = false;
   for (const auto& [id, bias] : p_.logit_bias)
     if (id >= 0 && (size_t)id < cand_.size()) cand_[(size_t)id].logit += bias;
+  LOOM_CHECK(std::any_of(cand_.begin(), cand_.end(), [](const Candidate& c) { return c.logit > -INFINITY; }),
+             invalid_input,
+             "no token can be sampled: every one is banned (by --logit-bias, --ignore-eos or --grammar)");
   if (p_.mirostat != 0) {  // plain temperature, as llama.cpp's mirostat chains
     scale_logits(p_.temp);
     if (p_.temp > 0) apply_mirostat();
@@ -353,8 +356,15 @@ void Sampler::run_chain(std::span<const float> logits) {
   softmax();
 }
 
+std::span<const float> Sampler::allowed_only(std::span<const float> logits) {
+  masked_.assign(logits.begin(), logits.end());
+  for (size_t i = 0; i < masked_.size(); ++i)
+    if (!constraint_->allows((int32_t)i)) masked_[i] = -INFINITY;
+  return masked_;
+}
+
 std::vector<Sampler::Candidate> Sampler::distribution(std::span<const float> logits) {
-  run_chain(logits);
+  run_chain(constraint_ ? allowed_only(logits) : logits);
   return cand_;
 }
 
@@ -370,7 +380,12 @@ int32_t Sampler::draw() {
 
 int32_t Sampler::sample(std::span<const float> logits) {
   run_chain(logits);
-  const int32_t chosen = cand_.size() == 1 ? cand_[0].id : draw();
+  int32_t chosen = cand_.size() == 1 ? cand_[0].id : draw();
+  if (constraint_ && !constraint_->allows(chosen)) {
+    run_chain(allowed_only(logits));
+    chosen = cand_.size() == 1 ? cand_[0].id : draw();
+  }
+  if (constraint_) constraint_->accept(chosen);
   if (p_.mirostat != 0 && p_.temp > 0) {
     float p = 0;
     for (const Candidate& c : cand_)

@@ -56,7 +56,12 @@ constexpr std::pair<const char*, const char*> kRefused[] = {
     {"--parallel", "a session runs one sequence"},
     {"-nkvo", "the KV cache always lives with its layer"},
     {"--no-kv-offload", "the KV cache always lives with its layer"},
-    {"--grammar", "constrained decoding is not implemented"},
+    {"--grammar", "grammars constrain loom-run's generation"},
+    {"--grammar-file", "grammars constrain loom-run's generation"},
+    {"-j", "JSON schemas are not turned into grammars: write the grammar (--grammar, docs/GRAMMAR.md)"},
+    {"--json-schema", "JSON schemas are not turned into grammars: write the grammar (--grammar, docs/GRAMMAR.md)"},
+    {"-jf", "JSON schemas are not turned into grammars: write the grammar (--grammar, docs/GRAMMAR.md)"},
+    {"--json-schema-file", "JSON schemas are not turned into grammars: write the grammar (--grammar, docs/GRAMMAR.md)"},
     {"--lora", "adapters are not implemented"},
 };
 

@@ -97,7 +97,8 @@ void print_perf(double load_ms, double prompt_ms, int64_t n_prompt, double eval_
   fmt::print(stderr, "loom_perf: total time = {:.2f} ms / {} tokens\n", load_ms + prompt_ms + eval_ms, n_prompt + n_gen);
 }
 
-int run_conversation(Session& session, RunOptions& o, const SamplerParams& sp, bool json, double load_ms) {
+int run_conversation(Session& session, RunOptions& o, const SamplerParams& sp, std::shared_ptr<const Grammar> grammar,
+                     bool json, double load_ms) {
   LOOM_CHECK(!o.jinja, usage,
              "--jinja: Jinja templates are not supported; loom renders the built-in families (--chat-template NAME)");
   ConversationParams cp;
@@ -110,6 +111,8 @@ int run_conversation(Session& session, RunOptions& o, const SamplerParams& sp, b
   cp.in_prefix = text(o.in_prefix);
   cp.in_suffix = text(o.in_suffix);
   Sampler sampler(sp);
+  if (grammar)
+    sampler.set_constraint(std::make_shared<GrammarMatcher>(std::move(grammar), session.model().tokenizer()));
   Conversation conv(session, sampler, cp);
   logger().info("conversation: template {}, context {} tokens", cp.tmpl ? chat_template_name(*cp.tmpl) : "none (plain text)",
                 session.n_ctx());

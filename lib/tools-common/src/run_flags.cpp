@@ -75,6 +75,8 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
       "keep the prompt's KV state in this file: a later run whose prompt starts the same evaluates only the rest");
   app.add_flag("--prompt-cache-all", o.prompt_cache_all, "--prompt-cache also saves the generated tokens (at the end)");
   app.add_flag("--prompt-cache-ro", o.prompt_cache_ro, "use the --prompt-cache file but do not update it");
+  app.add_option("--grammar", o.grammar, "GBNF grammar the generated text must match (docs/GRAMMAR.md)");
+  app.add_option("--grammar-file", o.grammar_file, "read the --grammar from a file");
   app.add_flag("--no-warmup", o.no_warmup,
                "accepted as in llama.cpp (loom runs no warmup pass: timings include the first step)");
   app.add_flag("-e,--escape,!--no-escape", o.escape,
@@ -193,6 +195,19 @@ SamplerParams sampler_params(RunOptions& o, const Tokenizer& tok) {
   if (p.dry_multiplier > 0) p.dry_breakers = breaker_tokens(o.dry_breakers, tok);
   Sampler check(p);  // validates the ranges (--top-p 2 and the like) before the model runs
   return p;
+}
+
+std::shared_ptr<const Grammar> run_grammar(const RunOptions& o) {
+  LOOM_CHECK(o.grammar.empty() || o.grammar_file.empty(), usage, "give --grammar or --grammar-file, not both");
+  if (o.grammar.empty() && o.grammar_file.empty()) return nullptr;
+  LOOM_CHECK(!o.perplexity, usage, "--grammar: for generation and conversation, not --perplexity");
+  if (o.grammar_file.empty()) return std::make_shared<const Grammar>(parse_grammar(o.grammar));
+  const std::string text = read_regular_file(o.grammar_file, "--grammar-file");
+  try {
+    return std::make_shared<const Grammar>(parse_grammar(text));
+  } catch (const Error& e) {  // name the file: "--grammar-file 'g.gbnf': grammar: line 2, ..."
+    throw Error(e.kind(), fmt::format("--grammar-file '{}': {}", o.grammar_file, e.what()));
+  }
 }
 
 bool wants_conversation(const RunOptions& o, const Model& model) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <span>
 #include <string>
@@ -51,6 +52,17 @@ struct SamplerParams {
 std::vector<SamplerStep> parse_sampler_order(const std::string& text);
 std::string sampler_order_name(const std::vector<SamplerStep>& order);
 
+// What may come next beyond the logits: a grammar (grammar.h). sample() keeps the chain's pick
+// when the constraint allows it, else runs the chain again over the allowed tokens only (as
+// llama.cpp's sampler does); distribution() is over the allowed tokens.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  virtual bool allows(int32_t token) const = 0;
+  virtual void accept(int32_t token) = 0;  // a sampled token (the prompt's are not matched)
+  virtual void reset() = 0;                // a new reply starts
+};
+
 class Sampler {
  public:
   explicit Sampler(const SamplerParams& p);
@@ -67,12 +79,17 @@ class Sampler {
   // Picks the next token from logits (n_vocab floats) and remembers it for the penalties.
   int32_t sample(std::span<const float> logits);
   void accept(int32_t token);  // remember a token (e.g. the prompt) for the penalties and DRY
+  void set_constraint(std::shared_ptr<TokenConstraint> c) { constraint_ = std::move(c); }
+  void reset_constraint() {  // a conversation's next reply matches the grammar from its start
+    if (constraint_) constraint_->reset();
+  }
   const SamplerParams& params() const { return p_; }
   float mirostat_mu() const { return mu_; }
 
  private:
   double uniform();  // [0, 1)
   void run_chain(std::span<const float> logits);
+  std::span<const float> allowed_only(std::span<const float> logits);  // disallowed tokens at -inf
   void softmax();    // sorts cand_ by logit (descending) and fills p
   void truncate(size_t n);
   void apply_penalties();
@@ -89,6 +106,8 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<int32_t> history_;
   std::vector<Candidate> cand_;
+  std::shared_ptr<TokenConstraint> constraint_;
+  std::vector<float> masked_;
   bool sorted_ = false;
   float mu_ = 0;
   size_t n_vocab_ = 0;

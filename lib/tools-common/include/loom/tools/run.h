@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "loom/model/grammar.h"
 #include "loom/model/sampler.h"
 #include "loom/model/session.h"
 
@@ -37,6 +39,7 @@ struct RunOptions {
   bool no_perf = false;    // --no-perf: no loom_perf lines
   bool verbose_prompt = false;  // --verbose-prompt: the prompt's tokens on stderr
   bool no_warmup = false;  // --no-warmup: accepted; loom runs no warmup pass
+  std::string grammar, grammar_file;                       // --grammar GBNF, --grammar-file FILE (docs/GRAMMAR.md)
   std::string prompt_cache;                                // --prompt-cache FILE
   bool prompt_cache_all = false, prompt_cache_ro = false;  // --prompt-cache-all, --prompt-cache-ro
 };
@@ -56,13 +59,17 @@ std::string prompt_text(const RunOptions& o);
 // breakers resolved against the model's vocabulary. Throws Error(usage) for bad values.
 SamplerParams sampler_params(RunOptions& o, const Tokenizer& tok);
 
+// The --grammar or --grammar-file grammar, parsed; null without one. Throws Error(usage).
+std::shared_ptr<const Grammar> run_grammar(const RunOptions& o);
+
 // Whether this run is a conversation (-cnv, -i, or no -p/-f with a model chat template).
 bool wants_conversation(const RunOptions& o, const Model& model);
 
 // Reads turns from stdin (a terminal or a pipe) and streams the replies to stdout; --json:
 // one object with every turn at the end. Ctrl-C ends a reply, a second one exits 130.
 // load_ms is reported in the loom_perf lines. Returns the exit code.
-int run_conversation(Session& session, RunOptions& o, const SamplerParams& sp, bool json, double load_ms);
+int run_conversation(Session& session, RunOptions& o, const SamplerParams& sp, std::shared_ptr<const Grammar> grammar,
+                     bool json, double load_ms);
 
 // The four `loom_perf:` lines of docs/CLI.md on stderr.
 void print_perf(double load_ms, double prompt_ms, int64_t n_prompt, double eval_ms, int64_t n_gen);
