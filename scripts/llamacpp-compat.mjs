@@ -1,10 +1,10 @@
 // Loads loom-written GGUF files in the real llama.cpp (the prebuilt libllama/libggml that the npm
 // package @node-llama-cpp/linux-x64 ships; nothing is compiled) through node-llama-cpp's API, and
 // compares it with loom: tokenization against `loom-gguf tokenize --ids`, greedy generation
-// against `loom-run --temp 0 --json`, perplexity on a text (llama-perplexity's protocol: chunks of
-// PPL_CTX tokens, BOS first, the second half of each chunk scored) against `loom-run --perplexity`
-// within 0.1%. Normally run by scripts/llamacpp-compat.sh, which installs
-// node-llama-cpp first.
+// against `loom-run --temp 0 --json` (with and without a --grammar), perplexity on a text
+// (llama-perplexity's protocol: chunks of PPL_CTX tokens, BOS first, the second half of each
+// chunk scored) against `loom-run --perplexity` within 0.1%. Normally run by
+// scripts/llamacpp-compat.sh, which installs node-llama-cpp first.
 //
 // usage: node scripts/llamacpp-compat.mjs [--loom-bin DIR] [--inp FILE] MODEL.gguf ...
 //   LOOM_BIN           loom binaries (default build/bin, relative to the repo root)
@@ -31,6 +31,12 @@ const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), ".."
 const N_GEN = 16;
 const PPL_CTX = 128, PPL_CHUNKS = 4, PPL_TOLERANCE = 1e-3;
 const PROMPTS = ["The quick brown fox", "Once upon a time, there was a little girl named Lily.", "Hello world"];
+// Each prompt is also generated under this grammar (loom-run --grammar against llama.cpp's grammar
+// sampler): literals, classes with non-ASCII ranges, repetitions and optional parts.
+const GRAMMAR = String.raw`root ::= "{" ws "\"name\":" ws str ws "," ws "\"n\":" ws num ws "}"
+str ::= "\"" ([a-zA-Z ] | [à-ÿ]){1,12} "\""
+num ::= "-"? [0-9]{1,6}
+ws ::= [ ]?`;
 const BUILTIN_STRINGS = [
     "Hello world",
     "The quick brown fox jumps over the lazy dog.",
@@ -217,19 +223,21 @@ async function checkModel(arg) {
         const contextSize = Math.min(512, model.trainContextSize || 512);
         const ctx = await model.createContext({ contextSize, batchSize: contextSize, threads: 1, sequences: 1 });
         res.generation = [];
-        for (const prompt of PROMPTS) {
+        const grammar = new nlc.LlamaGrammar(llama, { grammar: GRAMMAR });
+        for (const [prompt, withGrammar] of PROMPTS.flatMap((p) => [[p, false], [p, true]])) {
             const seq = ctx.getSequence();
             const ptoks = [...(model.tokens.shouldPrependBosToken ? [model.tokens.bos] : []), ...model.tokenize(prompt, true)];
             const got = [];
-            for await (const t of seq.evaluate(ptoks, { temperature: 0 })) {
+            const grammarEvaluationState = withGrammar ? new nlc.LlamaGrammarEvaluationState({ model, grammar }) : undefined;
+            for await (const t of seq.evaluate(ptoks, { temperature: 0, grammarEvaluationState })) {
                 if (model.isEogToken(t) || got.length >= N_GEN) break;
                 got.push(t);
                 if (got.length >= N_GEN || ptoks.length + got.length >= contextSize) break;
             }
             seq.dispose();
-            const g = { prompt, llamacpp: { prompt_tokens: ptoks, gen_tokens: got, text: model.detokenize(got) } };
+            const g = { prompt, grammar: withGrammar, llamacpp: { prompt_tokens: ptoks, gen_tokens: got, text: model.detokenize(got) } };
             const r = run("loom-run", ["-m", modelPath, "--prompt=" + prompt, "-n", String(N_GEN), "--temp", "0", "-t", "1",
-                                      "--n-gpu-layers", "0", "--json"], 300000);
+                                      "--n-gpu-layers", "0", "--json", ...(withGrammar ? ["--grammar", GRAMMAR] : [])], 300000);
             if (r.error) g.loom = { error: r.error };
             else {
                 try {
@@ -288,14 +296,14 @@ for (const m of models) {
         const gOk = r.generation.filter((g) => g.identical).length;
         err(`${m}: ${r.ok ? "PASS" : "FAIL"}: load OK (check_tensors), ${r.log.warnings_errors} warning/error log lines, ` +
             `tokenization ${r.tokenize.identical}/${r.tokenize.strings} identical, ` +
-            `greedy ${N_GEN}-token generation ${gOk}/${r.generation.length} identical` +
+            `greedy ${N_GEN}-token generation ${gOk}/${r.generation.length} identical (half under a grammar)` +
             `${r.float_weights ? "" : " (quantized: reported only)"}, ` +
             `perplexity llama.cpp ${r.perplexity.llamacpp.toFixed(4)} loom ${r.perplexity.loom?.toFixed(4) ?? r.perplexity.loom_error} ` +
             `(${r.perplexity.rel_diff === null ? "-" : (100 * r.perplexity.rel_diff).toFixed(4) + "%"})`);
         for (const x of r.tokenize.mismatches.slice(0, 5))
             err(`  tokenize ${JSON.stringify(x.text)}: llama.cpp [${x.llamacpp}] loom [${x.loom ?? x.loom_error}]`);
         for (const g of r.generation.filter((g) => !g.identical))
-            err(`  generate ${JSON.stringify(g.prompt)}: llama.cpp [${g.llamacpp.prompt_tokens} | ${g.llamacpp.gen_tokens}] ` +
+            err(`  generate ${JSON.stringify(g.prompt)}${g.grammar ? " (grammar)" : ""}: llama.cpp [${g.llamacpp.prompt_tokens} | ${g.llamacpp.gen_tokens}] ` +
                 `loom ${g.loom.error ?? `[${g.loom.prompt_tokens} | ${g.loom.gen_tokens}]`}`);
     }
     for (const l of r.log.warning_error_lines.slice(0, 8)) err(`  ${l}`);
