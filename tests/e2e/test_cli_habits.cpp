@@ -129,6 +129,53 @@ TEST_F(CliHabits, PerplexityJson) {
   EXPECT_GT(j["tokens_per_second"].get<double>(), 0.0);
 }
 
+TEST_F(CliHabits, KlDivergenceAgainstABaseFile) {
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "the cat sat on the mat, " + std::to_string(i) + " times. ";
+  std::ofstream(file("kt.txt")) << text;
+  const std::string base = file("base.kld");
+  ToolResult r = run("loom-run -m " + model() + " --perplexity -f " + file("kt.txt") +
+                     " -c 64 --chunks 4 --json --kl-divergence-base " + base);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const double ppl = nlohmann::json::parse(r.out)["ppl"];
+  ASSERT_TRUE(fs::exists(base));
+  // llama-perplexity's layout: header, 4 x 64 tokens, 4 x 31 rows of (4 + 384) uint16
+  EXPECT_EQ(fs::file_size(base), 20u + 4 * 64 * 4 + 4 * 31 * (4 + 384) * 2);
+  // the same model against its own file: the same perplexity, next to no divergence
+  r = run("loom-run -m " + model() + " --kl-divergence --kl-divergence-base " + base + " --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["chunks"], 4);
+  EXPECT_EQ(j["n_scored"], 4 * 31);
+  EXPECT_NEAR(j["ppl"].get<double>(), ppl, 1e-4 * ppl);
+  EXPECT_NEAR(j["ppl_base"].get<double>(), ppl, 1e-3 * ppl);
+  EXPECT_LT(j["kld_mean"].get<double>(), 1e-6);
+  EXPECT_GE(j["same_top_p"].get<double>(), 0.95);
+  // a quantized copy moves away from it; the text report has llama-perplexity's sections
+  ASSERT_EQ(run("loom-gguf quantize " + model() + " " + file("q4.gguf") + " Q4_0").rc, 0);
+  r = run("loom-run -m " + file("q4.gguf") + " --kl-divergence --kl-divergence-base " + base);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  for (const char* want : {"====== KL divergence statistics ======", "Mean    KLD:", "Same top p:", "Mean PPL(base)"})
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  r = run("loom-run -m " + file("q4.gguf") + " --kl-divergence --kl-divergence-base " + base + " --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_GT(nlohmann::json::parse(r.out)["kld_mean"].get<double>(), 10 * j["kld_mean"].get<double>());
+  // misuse: one line and the documented exit code
+  r = run("loom-run -m " + model() + " --kl-divergence");
+  EXPECT_EQ(r.rc, 2) << r.err;
+  r = run("loom-run -m " + model() + " --kl-divergence --kl-divergence-base " + base + " -c 32");
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_NE(r.err.find("was made with a context of 64 tokens"), std::string::npos) << r.err;
+  r = run("loom-run -m " + model() + " --kl-divergence --kl-divergence-base " + file("kt.txt"));
+  EXPECT_EQ(r.rc, 3) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  // a run that fails leaves no base file behind
+  r = run("loom-run -m " + model() + " --perplexity -f " + file("kt.txt") + " -c 4096 --kl-divergence-base " +
+          file("none.kld"));
+  EXPECT_EQ(r.rc, 3) << r.err;
+  EXPECT_FALSE(fs::exists(file("none.kld")));
+}
+
 TEST_F(CliHabits, TokenizeJson) {
   ToolResult r = run("loom-gguf tokenize -m " + model() + " -p 'hello world' --json");
   ASSERT_EQ(r.rc, 0) << r.err;

@@ -36,6 +36,19 @@ int main(int argc, char** argv) {
                "--jinja: Jinja templates are not supported; loom renders the built-in families (--chat-template NAME)");
     const std::shared_ptr<const Grammar> grammar = tools::run_grammar(ro);  // a bad grammar stops before the load
     SessionParams params = tools::session_params(common);
+    LOOM_CHECK(!ro.kl_divergence || !ro.kl_base.empty(), usage, "--kl-divergence needs --kl-divergence-base FILE");
+    LOOM_CHECK(ro.kl_base.empty() || ro.kl_divergence || ro.perplexity, usage,
+               "--kl-divergence-base: with --perplexity -f TEXT (writes it) or --kl-divergence (reads it)");
+    LOOM_CHECK(ro.kl_base.empty() || common.comm != tools::CommKind::mpi, usage,
+               "--kl-divergence-base: not with --comm mpi");
+    if (ro.kl_divergence) {  // the text and the context come from the base file
+      const LogitsFileHeader h = read_logits_header(ro.kl_base);
+      LOOM_CHECK(params.n_ctx == 0 || params.n_ctx == h.n_ctx, usage,
+                 "-c {}: '{}' was made with a context of {} tokens (leave -c out or give -c {})", params.n_ctx,
+                 ro.kl_base, h.n_ctx, h.n_ctx);
+      params.n_ctx = h.n_ctx;
+      ro.perplexity = true;
+    }
     if (!tools::is_output_rank(common)) std::freopen("/dev/null", "w", stdout);  // MPI: rank 0 prints
     if (common.comm == tools::CommKind::mpi) {  // every rank must run the same job (checked before any collective)
       const SamplerParams& s = ro.sampling;
@@ -73,15 +86,33 @@ int main(int argc, char** argv) {
     tools::log_session(session);
     const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
+    if (ro.kl_divergence) {
+      const auto tp = std::chrono::steady_clock::now();
+      if (!common.json) fmt::print("{}", kl_divergence_header());
+      const KlDivergenceResult r = kl_divergence(session, ro.kl_base, [&](const KlDivergenceResult& run) {
+        if (common.json) return;
+        fmt::print("{}", kl_divergence_chunk_line(run));
+        std::fflush(stdout);
+      });
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
+      if (common.json)
+        fmt::print("{}\n", kl_divergence_json(r, secs).dump(2));
+      else
+        fmt::print("\n{}", kl_divergence_summary(r));
+      return 0;
+    }
     if (ro.perplexity) {
       LOOM_CHECK(!ro.prompt_file.empty(), usage, "--perplexity needs -f TEXT");
       const std::string text = tools::prompt_text(ro);
       const auto tp = std::chrono::steady_clock::now();
-      PerplexityResult r = perplexity(session, text, ro.n_chunks, [&](int64_t i, double ppl) {
-        if (common.json) return;
-        fmt::print("[{}]{:.4f},", i, ppl);
-        std::fflush(stdout);
-      });
+      PerplexityResult r = perplexity(
+          session, text, ro.n_chunks,
+          [&](int64_t i, double ppl) {
+            if (common.json) return;
+            fmt::print("[{}]{:.4f},", i, ppl);
+            std::fflush(stdout);
+          },
+          ro.kl_base);
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
       if (common.json) {
         fmt::print("{}\n", perplexity_json(r, session, secs).dump(2));

@@ -22,6 +22,11 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
   app.add_flag("--no-echo", o.no_echo, "print only the generated text");
   app.add_flag("--perplexity", o.perplexity, "measure perplexity over -f TEXT");
   app.add_option("--chunks", o.n_chunks, "perplexity: at most N chunks");
+  app.add_option("--kl-divergence-base,--save-all-logits", o.kl_base,
+                 "--perplexity: also write every scored distribution to FILE (llama-perplexity's format); "
+                 "--kl-divergence: read it");
+  app.add_flag("--kl-divergence", o.kl_divergence,
+               "KL divergence and token statistics against the --kl-divergence-base file (its text and -c)");
 
   app.add_option("-s,--seed", o.seed, "random seed (-1 = random, printed on stderr)");
   app.add_option("--temp", s.temp, "temperature (0 = greedy)");

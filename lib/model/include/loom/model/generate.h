@@ -39,8 +39,11 @@ struct PerplexityResult {
   int64_t n_scored = 0;
 };
 
-// n_chunks <= 0: as many as the text allows. Needs at least 2 * n_ctx tokens.
+// n_chunks <= 0: as many as the text allows. Needs at least 2 * n_ctx tokens. With logits_path,
+// also writes every scored position's distribution there (kl_divergence.h's base file, through
+// AtomicFile: nothing is left behind by a failed run).
 PerplexityResult perplexity(Session& session, std::string_view text, int64_t n_chunks,
-                            const std::function<void(int64_t chunk, double running_ppl)>& on_chunk);
+                            const std::function<void(int64_t chunk, double running_ppl)>& on_chunk,
+                            const std::string& logits_path = {});
 
 }  // namespace loom

@@ -23,6 +23,8 @@ struct RunOptions {
   bool no_echo = false;
   bool perplexity = false;
   int64_t n_chunks = -1;
+  std::string kl_base;         // --kl-divergence-base FILE: written by --perplexity, read by --kl-divergence
+  bool kl_divergence = false;  // --kl-divergence: the model's distributions against kl_base's
   // sampling
   SamplerParams sampling;
   int64_t seed = -1;  // -1: random (printed)
