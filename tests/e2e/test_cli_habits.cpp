@@ -246,6 +246,37 @@ TEST_F(CliHabits, OverrideKvReplacesAKeyForEveryTool) {
 
 // Escapes as llama-cli takes them by default: in -p and typed input (and --in-prefix), not with
 // --no-escape.
+TEST_F(CliHabits, RopeFlagsOverrideTheFilesRopeKeys) {
+  std::string text;
+  for (int i = 0; i < 100; ++i) text += "the cat sat on the mat and the dog ran " + std::to_string(i) + ". ";
+  std::ofstream(file("rope.txt")) << text;
+  auto ppl = [&](const std::string& flags) {
+    ToolResult r =
+        run("loom-run -m " + model() + " --perplexity -f " + file("rope.txt") + " -c 64 --chunks 2 --json " + flags);
+    EXPECT_EQ(r.rc, 0) << flags << ": " << r.err;
+    return r.rc == 0 ? nlohmann::json::parse(r.out)["ppl"].get<double>() : -1.0;
+  };
+  const double plain = ppl("");
+  const double base = ppl("--rope-freq-base 500000");
+  EXPECT_NE(base, plain);
+  EXPECT_EQ(base, ppl("--override-kv llama.rope.freq_base=float:500000"));
+  EXPECT_EQ(base, ppl("--override-kv llama.rope.freq_base=float:7 --rope-freq-base 500000"));  // the flag wins
+  const double yarn = ppl("--rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 32");
+  EXPECT_NE(yarn, plain);
+  EXPECT_EQ(yarn, ppl("--override-kv llama.rope.scaling.type=str:yarn,llama.rope.scaling.factor=float:4,"
+                      "llama.rope.scaling.original_context_length=int:32"));
+  EXPECT_EQ(ppl("--rope-freq-scale 0.5"), ppl("--rope-scale 2"));
+  for (const char* bad : {"--rope-freq-base -1", "--rope-freq-base nan", "--rope-scaling ntk",
+                          "--rope-scale 2 --rope-freq-scale 0.5", "--yarn-orig-ctx -5", "--yarn-beta-fast 8"}) {
+    ToolResult r = run("loom-run -m " + model() + " -p hi -n 1 " + bad);
+    EXPECT_EQ(r.rc, 2) << bad << ": " << r.err;
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  }
+  ToolResult r =
+      run("loom-train -m " + model() + " -f " + file("rope.txt") + " --rope-freq-base 1e6 -o " + file("x.gguf"));
+  EXPECT_EQ(r.rc, 2) << r.err;
+}
+
 TEST_F(CliHabits, EscapesInPromptsAndTypedInput) {
   ToolResult r = run("loom-run -m " + model() + R"( -p 'a\tb' -n 1 --temp 0)");
   EXPECT_EQ(r.rc, 0) << r.err;

@@ -51,6 +51,9 @@ int main(int argc, char** argv) {
     }
     tools::validate_common(common);
     // the trained model is written with the base file's metadata: an override would not be in it
+    LOOM_CHECK(common.rope_scaling.empty() && common.rope_scale == 0 && common.rope_freq_base == 0 &&
+                   common.rope_freq_scale == 0 && common.yarn_orig_ctx == 0,
+               usage, "--rope-* and --yarn-orig-ctx: loom-train trains with the file's RoPE settings");
     LOOM_CHECK(common.kv_overrides.empty(), usage,
                "--override-kv: loom-train trains the file's model as it is (set the key in the file instead)");
     o.base_model = common.model;

@@ -42,7 +42,9 @@ void upload_converted(Tensor* t, DType file_type, const void* src) {
 std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptions& opt) {
   std::unique_ptr<Model> m(new Model());
   m->file_ = gguf::File::open(path);
-  for (const KvOverride& o : opt.kv_overrides) m->file_->set_value(o.key, o.value);
+  const std::string arch = m->file_->find_string("general.architecture").value_or("");
+  for (const KvOverride& o : opt.kv_overrides)  // "{arch}." keys (the RoPE flags) take the file's architecture
+    m->file_->set_value(o.key.starts_with("{arch}.") ? arch + o.key.substr(6) : o.key, o.value);
   const gguf::File& f = *m->file_;
   m->hp_ = read_hparams(f);
   m->tokenizer_ = Tokenizer::from_gguf(f);

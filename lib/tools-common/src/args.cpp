@@ -63,6 +63,10 @@ constexpr std::pair<const char*, const char*> kRefused[] = {
     {"-jf", "JSON schemas are not turned into grammars: write the grammar (--grammar, docs/GRAMMAR.md)"},
     {"--json-schema-file", "JSON schemas are not turned into grammars: write the grammar (--grammar, docs/GRAMMAR.md)"},
     {"--lora", "adapters are not implemented"},
+    {"--yarn-ext-factor", "loom's YaRN takes the model's settings (llama.cpp's defaults); give --rope-scaling yarn"},
+    {"--yarn-attn-factor", "loom's YaRN takes the model's settings (llama.cpp's defaults); give --rope-scaling yarn"},
+    {"--yarn-beta-slow", "loom's YaRN takes the model's settings (llama.cpp's defaults); give --rope-scaling yarn"},
+    {"--yarn-beta-fast", "loom's YaRN takes the model's settings (llama.cpp's defaults); give --rope-scaling yarn"},
 };
 
 // Model download flags: loom reads local files only.

@@ -1,19 +1,19 @@
 // Shared model flags: registration, validation, and mapping to SessionParams.
 #include "loom/tools/common.h"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
-#include <sys/mman.h>
-
+#include <CLI/CLI.hpp>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <optional>
+#include <sstream>
 
 #include "loom/core/error.h"
 #include "loom/core/log.h"
@@ -45,6 +45,12 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("--override-tensor", o.overrides, "REGEX=DEVICE,... weight placement (-ot)");
   app.add_option("--override-kv", o.kv_overrides,
                  "KEY=TYPE:VALUE,... metadata used instead of the file's (TYPE int, float, bool or str)");
+  app.add_option("--rope-scaling", o.rope_scaling,
+                 "RoPE frequency scaling: none, linear or yarn (the file's by default)");
+  app.add_option("--rope-scale", o.rope_scale, "RoPE context scaling factor: the context grows by N");
+  app.add_option("--rope-freq-base", o.rope_freq_base, "RoPE base frequency (the file's by default)");
+  app.add_option("--rope-freq-scale", o.rope_freq_scale, "RoPE frequency scaling factor: the context grows by 1/N");
+  app.add_option("--yarn-orig-ctx", o.yarn_orig_ctx, "YaRN: the model's original training context");
   app.add_flag("--cpu-moe", o.cpu_moe, "keep all MoE expert weights on the CPU (-cmoe)");
   app.add_option("--n-cpu-moe", o.n_cpu_moe, "keep the MoE expert weights of the first N layers on the CPU (-ncmoe)");
   app.add_flag("--mmap,!--no-mmap", o.mmap,
@@ -171,6 +177,28 @@ std::vector<KvOverride> kv_overrides(const CommonOptions& o) {
   std::vector<KvOverride> out;
   for (const std::string& spec : o.kv_overrides)
     for (KvOverride& kv : parse_kv_overrides(spec)) out.push_back(std::move(kv));
+  // The RoPE flags win over --override-kv, as llama.cpp's context parameters win over the model's.
+  auto positive = [](double v, const char* flag) {
+    LOOM_CHECK(v == 0 || (std::isfinite(v) && v > 0), usage, "{} {}: must be a positive number", flag, v);
+    return v > 0;
+  };
+  auto set = [&](const char* key, gguf::Value v) { out.push_back({std::string("{arch}.") + key, std::move(v)}); };
+  if (!o.rope_scaling.empty()) {
+    LOOM_CHECK(o.rope_scaling == "none" || o.rope_scaling == "linear" || o.rope_scaling == "yarn", usage,
+               "--rope-scaling '{}': expected none, linear or yarn", o.rope_scaling);
+    set("rope.scaling.type", gguf::Value::string(o.rope_scaling));
+  }
+  LOOM_CHECK(o.rope_scale == 0 || o.rope_freq_scale == 0, usage, "give --rope-scale or --rope-freq-scale, not both");
+  if (positive(o.rope_scale, "--rope-scale"))
+    set("rope.scaling.factor", gguf::Value::floating(gguf::ValueType::F64, o.rope_scale));
+  if (positive(o.rope_freq_scale, "--rope-freq-scale"))
+    set("rope.scaling.factor", gguf::Value::floating(gguf::ValueType::F64, 1.0 / o.rope_freq_scale));
+  if (positive(o.rope_freq_base, "--rope-freq-base"))
+    set("rope.freq_base", gguf::Value::floating(gguf::ValueType::F64, o.rope_freq_base));
+  LOOM_CHECK(o.yarn_orig_ctx >= 0 && o.yarn_orig_ctx <= (int64_t)1 << 24, usage,
+             "--yarn-orig-ctx {}: must be between 0 and 16777216", o.yarn_orig_ctx);
+  if (o.yarn_orig_ctx > 0)
+    set("rope.scaling.original_context_length", gguf::Value::integer(gguf::ValueType::U32, o.yarn_orig_ctx));
   return out;
 }
 

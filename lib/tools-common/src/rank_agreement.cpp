@@ -78,7 +78,9 @@ int check_ranks_agree(const char* tool_name, const CommonOptions& o, const Items
                 {"-ctk", o.cache_type_k},
                 {"-ctv", o.cache_type_v},
                 {"--reduce-bf16", std::to_string(o.reduce_bf16)},
-                {"--override-kv", fmt::format("{}", fmt::join(o.kv_overrides, ","))}};
+                {"--override-kv", fmt::format("{}", fmt::join(o.kv_overrides, ","))},
+                {"--rope-*, --yarn-orig-ctx", fmt::format("{} {} {} {} {}", o.rope_scaling, o.rope_scale,
+                                                          o.rope_freq_base, o.rope_freq_scale, o.yarn_orig_ctx)}};
   mine.insert(mine.end(), extra.begin(), extra.end());
   const Items first = parse(broadcast_string(world, serialize(mine), 0));
   std::string problem;

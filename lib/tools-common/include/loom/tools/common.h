@@ -33,6 +33,10 @@ struct CommonOptions {
   std::string devices;
   std::vector<std::string> overrides;
   std::vector<std::string> kv_overrides;  // --override-kv KEY=TYPE:VALUE,...
+  // llama.cpp's RoPE flags, applied as metadata overrides after --override-kv (0 / empty: the file's)
+  std::string rope_scaling;  // --rope-scaling none|linear|yarn
+  double rope_scale = 0, rope_freq_base = 0, rope_freq_scale = 0;
+  int64_t yarn_orig_ctx = 0;
   bool cpu_moe = false;
   int64_t n_cpu_moe = 0;  // -ncmoe N
   bool mmap = false;
@@ -54,7 +58,8 @@ void add_common_flags(CLI::App& app, CommonOptions& o);
 // Checks values a flag parser cannot (ranges, type names); throws Error(usage) naming the flag.
 void validate_common(const CommonOptions& o);
 SessionParams session_params(const CommonOptions& o);
-// Every --override-kv entry, parsed (usage errors name the entry).
+// Every --override-kv entry, parsed (usage errors name the entry), then the RoPE flags' keys
+// (`{arch}.rope...`: the loader puts the file's architecture in place of {arch}).
 std::vector<KvOverride> kv_overrides(const CommonOptions& o);
 // Prints `NAME  KIND  TOTAL MiB  FREE MiB` per device.
 void print_devices(const CommonOptions& o);
