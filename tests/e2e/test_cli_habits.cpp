@@ -277,6 +277,23 @@ TEST_F(CliHabits, RopeFlagsOverrideTheFilesRopeKeys) {
   EXPECT_EQ(r.rc, 2) << r.err;
 }
 
+TEST_F(CliHabits, InPrefixBosStartsEachLaterTurn) {
+  std::ofstream(file("bos-turns.txt")) << "hi\nagain\n";
+  auto turns = [&](const std::string& flags) {
+    ToolResult r = run("loom-run -m " + model() + " -cnv --chat-template chatml -n 3 --temp 0 --json " + flags + " <" +
+                       file("bos-turns.txt"));
+    EXPECT_EQ(r.rc, 0) << r.err;
+    return nlohmann::json::parse(r.out)["turns"];
+  };
+  const auto plain = turns(""), bos = turns("--in-prefix-bos");
+  ASSERT_EQ(plain.size(), 2u);
+  ASSERT_EQ(bos.size(), 2u);
+  EXPECT_EQ(bos[0]["n_prompt"], plain[0]["n_prompt"]);  // the first turn has its BOS already
+  EXPECT_EQ(bos[1]["n_prompt"].get<int>(), plain[1]["n_prompt"].get<int>() + 1);
+  EXPECT_NE(bos[1]["prompt"].get<std::string>().find("<|endoftext|><|im_start|>user"), std::string::npos)
+      << bos[1]["prompt"];
+}
+
 TEST_F(CliHabits, EscapesInPromptsAndTypedInput) {
   ToolResult r = run("loom-run -m " + model() + R"( -p 'a\tb' -n 1 --temp 0)");
   EXPECT_EQ(r.rc, 0) << r.err;

@@ -35,6 +35,9 @@ std::string closing_of(const std::string& before, const std::string& after, cons
 Conversation::Conversation(Session& session, Sampler& sampler, ConversationParams params)
     : session_(session), sampler_(sampler), p_(std::move(params)) {
   if (p_.tmpl && !p_.system_prompt.empty()) messages_.push_back({"system", p_.system_prompt});
+  const Tokenizer& tok = session_.model().tokenizer();
+  LOOM_CHECK(!p_.in_prefix_bos || (tok.bos() >= 0 && tok.is_control(tok.bos())), usage,
+             "--in-prefix-bos: the model's vocabulary has no BOS control token");
   session_.clear();
 }
 
@@ -81,6 +84,8 @@ TurnResult Conversation::turn(std::string_view user_text, const std::function<vo
   TurnResult r;
   r.n_past_before = session_.n_past();
   const std::string content = p_.in_prefix + std::string(user_text) + p_.in_suffix;
+  // --in-prefix-bos: BOS (as its special-token text) before each turn after the first, which has one
+  const std::string bos = p_.in_prefix_bos && session_.n_past() > 0 ? tok.token_text(tok.bos()) : "";
   std::string prompt_full;  // the conversation rendered up to the reply's opening
   if (p_.tmpl) {
     messages_.push_back({"user", content});
@@ -91,9 +96,9 @@ TurnResult Conversation::turn(std::string_view user_text, const std::function<vo
       pending_.clear();
       r.n_past_before = 0;
     }
-    r.prompt = pending_ + prompt_full.substr(rendered_.size());
+    r.prompt = pending_ + bos + prompt_full.substr(rendered_.size());
   } else {
-    r.prompt = pending_ + content;
+    r.prompt = pending_ + bos + content;
     prompt_full = rendered_ + content;
   }
   const int64_t n_new = (int64_t)tok.tokenize(r.prompt, session_.n_past() == 0, true).size();

@@ -110,6 +110,7 @@ int run_conversation(Session& session, RunOptions& o, const SamplerParams& sp, s
   for (const std::string& r : o.reverse_prompts) cp.reverse_prompts.push_back(text(r));
   cp.in_prefix = text(o.in_prefix);
   cp.in_suffix = text(o.in_suffix);
+  cp.in_prefix_bos = o.in_prefix_bos;
   Sampler sampler(sp);
   if (grammar)
     sampler.set_constraint(std::make_shared<GrammarMatcher>(std::move(grammar), session.model().tokenizer()));

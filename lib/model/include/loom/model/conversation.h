@@ -24,6 +24,7 @@ struct ConversationParams {
   int64_t n_predict = -1;            // per reply; -1: until end-of-generation or a full context
   std::vector<std::string> reverse_prompts;
   std::string in_prefix, in_suffix;  // around each user message
+  bool in_prefix_bos = false;        // a BOS token before each later user turn (--in-prefix-bos)
 };
 
 struct TurnResult {

@@ -37,6 +37,7 @@ struct RunOptions {
   std::vector<std::string> reverse_prompts;
   bool jinja = false;
   bool color = false;
+  bool in_prefix_bos = false;  // --in-prefix-bos
   bool escape = true;  // -e (default) / --no-escape, as llama-cli
   bool no_perf = false;    // --no-perf: no loom_perf lines
   bool verbose_prompt = false;  // --verbose-prompt: the prompt's tokens on stderr
