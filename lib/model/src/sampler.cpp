@@ -123,11 +123,16 @@ double Sampler::uniform() { return (double)(rng_() >> 11) * (1.0 / 9007199254740
 
 void Sampler::accept(int32_t token) { history_.push_back(token); }
 
+namespace {
+// Highest logit first, ties by id: a total order, so every sort of the same candidates agrees.
+bool by_logit(const Sampler::Candidate& a, const Sampler::Candidate& b) {
+  return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
+}
+}  // namespace
+
 void Sampler::softmax() {
   if (!sorted_) {
-    std::sort(cand_.begin(), cand_.end(), [](const Candidate& a, const Candidate& b) {
-      return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
-    });
+    std::sort(cand_.begin(), cand_.end(), by_logit);
     sorted_ = true;
   }
   const float mx = cand_[0].logit;
@@ -249,8 +254,9 @@ void Sampler::apply_temperature() {
 }
 
 void Sampler::scale_logits(float temp) {
-  if (temp <= 0) {  // greedy: the first largest logit only
-    softmax();
+  if (temp <= 0) {  // greedy: the first largest logit only (found without sorting the rest)
+    if (!sorted_) cand_.front() = *std::min_element(cand_.begin(), cand_.end(), by_logit);
+    sorted_ = true;
     truncate(1);
     return;
   }
@@ -303,8 +309,9 @@ void Sampler::run_chain(std::span<const float> logits) {
   sorted_ = false;
   for (const auto& [id, bias] : p_.logit_bias)
     if (id >= 0 && (size_t)id < cand_.size()) cand_[(size_t)id].logit += bias;
-  LOOM_CHECK(std::any_of(cand_.begin(), cand_.end(), [](const Candidate& c) { return c.logit > -INFINITY; }),
-             invalid_input,
+  // Banned tokens (-inf: a bias, --ignore-eos, a grammar) are never drawn: the chain runs without them.
+  std::erase_if(cand_, [](const Candidate& c) { return !(c.logit > -INFINITY); });
+  LOOM_CHECK(!cand_.empty(), invalid_input,
              "no token can be sampled: every one is banned (by --logit-bias, --ignore-eos or --grammar)");
   if (p_.mirostat != 0) {  // plain temperature, as llama.cpp's mirostat chains
     scale_logits(p_.temp);
@@ -318,7 +325,10 @@ void Sampler::run_chain(std::span<const float> logits) {
           break;
         case SamplerStep::top_k:
           if (p_.top_k > 0 && (size_t)p_.top_k < cand_.size()) {
-            softmax();
+            // Only the k kept need an order: a partial sort puts them as a full one would (the
+            // comparison is a total order). p is left to the next softmax(): every step makes its own.
+            if (!sorted_) std::partial_sort(cand_.begin(), cand_.begin() + p_.top_k, cand_.end(), by_logit);
+            sorted_ = true;
             truncate((size_t)p_.top_k);
           }
           break;
