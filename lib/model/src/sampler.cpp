@@ -300,7 +300,7 @@ void Sampler::apply_mirostat() {
   softmax();
 }
 
-void Sampler::run_chain(std::span<const float> logits) {
+void Sampler::run_chain(std::span<const float> logits, bool constrained) {
   LOOM_CHECK(!logits.empty(), internal, "sampling from no logits");
   n_vocab_ = logits.size();
   cand_.clear();
@@ -309,9 +309,11 @@ void Sampler::run_chain(std::span<const float> logits) {
   sorted_ = false;
   for (const auto& [id, bias] : p_.logit_bias)
     if (id >= 0 && (size_t)id < cand_.size()) cand_[(size_t)id].logit += bias;
-  // Banned tokens (-inf: a bias, --ignore-eos, a grammar) are never drawn: the chain runs without them.
-  std::erase_if(cand_, [](const Candidate& c) { return !(c.logit > -INFINITY); });
-  LOOM_CHECK(!cand_.empty(), invalid_input,
+  // Over a grammar's allowed tokens the chain runs without the rest (most of the vocabulary; only
+  // dynamic temperature, which counts the candidates, could tell). Other bans stay, as in llama.cpp.
+  if (constrained) std::erase_if(cand_, [](const Candidate& c) { return !(c.logit > -INFINITY); });
+  LOOM_CHECK(std::any_of(cand_.begin(), cand_.end(), [](const Candidate& c) { return c.logit > -INFINITY; }),
+             invalid_input,
              "no token can be sampled: every one is banned (by --logit-bias, --ignore-eos or --grammar)");
   if (p_.mirostat != 0) {  // plain temperature, as llama.cpp's mirostat chains
     scale_logits(p_.temp);
@@ -374,7 +376,10 @@ std::span<const float> Sampler::allowed_only(std::span<const float> logits) {
 }
 
 std::vector<Sampler::Candidate> Sampler::distribution(std::span<const float> logits) {
-  run_chain(constraint_ ? allowed_only(logits) : logits);
+  if (constraint_)
+    run_chain(allowed_only(logits), true);
+  else
+    run_chain(logits);
   return cand_;
 }
 
@@ -385,14 +390,17 @@ int32_t Sampler::draw() {
     cum += c.p;
     if (r < cum) return c.id;
   }
-  return cand_.back().id;
+  // r past the rounded sum: the last token that has a chance (a banned one at p 0 never)
+  for (auto c = cand_.rbegin(); c != cand_.rend(); ++c)
+    if (c->p > 0) return c->id;
+  return cand_.front().id;
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {
   run_chain(logits);
   int32_t chosen = cand_.size() == 1 ? cand_[0].id : draw();
   if (constraint_ && !constraint_->allows(chosen)) {
-    run_chain(allowed_only(logits));
+    run_chain(allowed_only(logits), true);
     chosen = cand_.size() == 1 ? cand_[0].id : draw();
   }
   if (constraint_) constraint_->accept(chosen);

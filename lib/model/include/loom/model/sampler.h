@@ -88,7 +88,7 @@ class Sampler {
 
  private:
   double uniform();  // [0, 1)
-  void run_chain(std::span<const float> logits);
+  void run_chain(std::span<const float> logits, bool constrained = false);  // constrained: over allowed_only()
   std::span<const float> allowed_only(std::span<const float> logits);  // disallowed tokens at -inf
   void softmax();    // sorts cand_ by logit (descending) and fills p
   void truncate(size_t n);
