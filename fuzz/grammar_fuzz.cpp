@@ -1,4 +1,5 @@
-// libFuzzer entry point: arbitrary bytes as a GBNF grammar (loom-run --grammar), then, when it
+// libFuzzer entry point: arbitrary bytes as a JSON Schema (loom-run -j) or else a GBNF grammar
+// (loom-run --grammar), then, when one
 // parses, the bytes after its first NUL fed one byte token at a time through its matcher, with
 // every token of a small vocabulary asked at each step. Only loom::Error may come out of a bad
 // grammar; a crash, a hang or another exception is a bug.
@@ -48,11 +49,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t nul = in.find('\0');
   const std::string_view text = in.substr(0, nul), feed = nul == std::string_view::npos ? "" : in.substr(nul + 1);
   std::shared_ptr<const loom::Grammar> g;
-  try {
-    g = std::make_shared<const loom::Grammar>(loom::parse_grammar(text));
+  try {  // the text as a JSON Schema first (-j), else as GBNF
+    g = std::make_shared<const loom::Grammar>(loom::parse_grammar(loom::json_schema_to_grammar(text)));
   } catch (const loom::Error&) {
-    return 0;
   }
+  if (!g) try {
+      g = std::make_shared<const loom::Grammar>(loom::parse_grammar(text));
+    } catch (const loom::Error&) {
+      return 0;
+    }
   const loom::Tokenizer& tok = vocab();
   try {
     loom::GrammarMatcher m(g, tok);

@@ -66,6 +66,7 @@ if [ "$target" = grammar_fuzz ]; then
     'array ::= "[" ws ( value ws ("," ws value ws)* )? "]"' 'string ::= "\"" ( [^"\\] | "\\" ["\\nt] )* "\""' \
     'number ::= "-"? [0-9]+' 'ws ::= [ \t\n]*' >"$corpus/seed-json"
   printf '\0{"a": [1, {"b": "c"}], "d": true}' >>"$corpus/seed-json"
+  printf '{"type": "object", "properties": {"n": {"type": "integer"}, "t": {"type": "array", "items": {"enum": ["a", 1]}, "maxItems": 2}, "s": {"type": "string", "maxLength": 4}}, "required": ["n"]}\0{"n": 12, "t": ["a"]}' >"$corpus/seed-schema"
 fi
 
 max_len=65536

@@ -16,6 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using loom::test::quote;
+using loom::test::slurp;
 using loom::test::ToolResult;
 
 class CliHabits : public ::testing::Test {
@@ -358,9 +359,29 @@ TEST_F(CliHabits, GrammarConstrainsGenerationAndReplies) {
       << r.err;
   r = run("loom-run -m " + model() + " -p hi --grammar 'root ::= \"a\"' --grammar-file " + file("yn.gbnf"));
   EXPECT_EQ(r.rc, 2) << r.err;
-  r = run("loom-run -m " + model() + " -p hi -j '{}'");
+  // a JSON Schema (-j, -jf) becomes a grammar: the text parses and holds the required keys
+  std::ofstream(file("s.json")) << R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+      "n": {"type": "integer"}, "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}},
+      "required": ["name", "n"]})";
+  for (int seed = 1; seed <= 3; ++seed) {
+    for (const std::string& flag : {"-jf " + file("s.json"), "-j " + quote(slurp(file("s.json")))}) {
+      r = run("loom-run -m " + model() + " -p Q: -n 300 --temp 1 --json -s " + std::to_string(seed) + " " + flag);
+      ASSERT_EQ(r.rc, 0) << r.err;
+      const auto obj = nlohmann::json::parse(nlohmann::json::parse(r.out)["text"].get<std::string>());
+      ASSERT_TRUE(obj["name"].is_string()) << obj;
+      const std::string name = obj["name"];
+      EXPECT_LE(std::count_if(name.begin(), name.end(), [](char c) { return (c & 0xC0) != 0x80; }), 8)
+          << obj;  // code points
+      EXPECT_TRUE(obj["n"].is_number_integer()) << obj;
+    }
+  }
+  std::ofstream(file("bad.json")) << R"({"type": "string", "pattern": "^a$"})";
+  r = run("loom-run -m " + model() + " -p hi -jf " + file("bad.json"));
   EXPECT_EQ(r.rc, 2);
-  EXPECT_NE(r.err.find("JSON schemas are not turned into grammars"), std::string::npos) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("'pattern' is not supported"), std::string::npos) << r.err;
+  r = run("loom-run -m " + model() + " -p hi -j '{}' --grammar 'root ::= \"a\"'");
+  EXPECT_EQ(r.rc, 2) << r.err;
 }
 
 }  // namespace

@@ -263,4 +263,86 @@ TEST(GrammarMatcher, SampledDistributionHoldsOnlyAllowedTokens) {
   EXPECT_THROW(banned.sample(logits), loom::Error);
 }
 
+// A JSON Schema's grammar accepts the instances the schema allows and refuses the rest.
+bool schema_accepts(const std::string& schema, const std::string& text) {
+  return accepts(loom::json_schema_to_grammar(schema), text);
+}
+
+TEST(JsonSchema, ObjectsWithRequiredAndOptionalProperties) {
+  const std::string s = R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                            "ok": {"type": "boolean"}, "score": {"type": "number"}}, "required": ["name", "age"]})";
+  EXPECT_TRUE(schema_accepts(s, R"({"name": "x", "age": 3})"));
+  EXPECT_TRUE(schema_accepts(s, R"({ "name":"a\"b\u00e9", "age":-12, "ok": true, "score": 1.5e3 })"));
+  EXPECT_TRUE(schema_accepts(s, "{\n  \"name\": \"x\",\n  \"age\": 0,\n  \"score\": -0.25\n}"));
+  EXPECT_FALSE(schema_accepts(s, R"({"age": 3})"));                 // a required one missing
+  EXPECT_FALSE(schema_accepts(s, R"({"name": 1, "age": 3})"));      // the wrong type
+  EXPECT_FALSE(schema_accepts(s, R"({"name": "x", "age": 3.5})"));  // not an integer
+  EXPECT_FALSE(schema_accepts(s, R"({"name": "x", "age": 3, "ok": 1})"));
+  EXPECT_FALSE(schema_accepts(s, R"({"name": "x", "age": 3, "ok": true, "ok": false})"));  // twice
+  EXPECT_FALSE(schema_accepts(s, R"({"name": "x", "age": 03})"));                          // JSON has no leading zeros
+  // none required: any subset in order, and no comma before the first
+  const std::string opt = R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "null"}}})";
+  for (const char* ok : {"{}", R"({"a": 1})", R"({"b": null})", R"({"a": 1, "b": null})"})
+    EXPECT_TRUE(schema_accepts(opt, ok)) << ok;
+  for (const char* bad : {R"({, "b": null})", R"({"a": 1,})", R"({"c": 1})"})
+    EXPECT_FALSE(schema_accepts(opt, bad)) << bad;
+  // additionalProperties as a schema: a map of that value
+  const std::string map = R"({"type": "object", "additionalProperties": {"type": "integer"}})";
+  EXPECT_TRUE(schema_accepts(map, R"({"x": 1, "y": 2})"));
+  EXPECT_FALSE(schema_accepts(map, R"({"x": "1"})"));
+  EXPECT_TRUE(schema_accepts(R"({"type": "object", "additionalProperties": false})", "{}"));
+  EXPECT_FALSE(schema_accepts(R"({"type": "object", "additionalProperties": false})", R"({"x": 1})"));
+}
+
+TEST(JsonSchema, ArraysEnumsStringsRefsAndUnions) {
+  const std::string arr = R"({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2})";
+  EXPECT_TRUE(schema_accepts(arr, "[1]"));
+  EXPECT_TRUE(schema_accepts(arr, "[1, 2]"));
+  EXPECT_FALSE(schema_accepts(arr, "[]"));
+  EXPECT_FALSE(schema_accepts(arr, "[1, 2, 3]"));
+  EXPECT_TRUE(schema_accepts(R"({"type": "array"})", R"([1, "a", [], {"b": null}])"));
+  const std::string e = R"({"enum": ["x", 1, null, {"k": [true]}]})";
+  for (const char* ok : {R"("x")", "1", "null", R"({"k":[true]})"}) EXPECT_TRUE(schema_accepts(e, ok)) << ok;
+  EXPECT_FALSE(schema_accepts(e, R"("y")"));
+  EXPECT_TRUE(schema_accepts(R"({"const": "only"})", R"("only")"));
+  const std::string len = R"({"type": "string", "minLength": 2, "maxLength": 3})";
+  EXPECT_FALSE(schema_accepts(len, R"("a")"));
+  EXPECT_TRUE(schema_accepts(len, R"("ab")"));
+  EXPECT_TRUE(schema_accepts(len, R"("a\nc")"));
+  EXPECT_FALSE(schema_accepts(len, R"("abcd")"));
+  const std::string tree = R"({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+      "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"]}}, "$ref": "#/$defs/node"})";
+  EXPECT_TRUE(schema_accepts(tree, R"({"v": 1, "kids": [{"v": 2}, {"v": 3, "kids": [{"v": 4, "kids": []}]}]})"));
+  EXPECT_FALSE(schema_accepts(tree, R"({"v": 1, "kids": [{"w": 2}]})"));
+  const std::string un = R"({"anyOf": [{"type": "integer"}, {"type": ["string", "null"]}]})";
+  for (const char* ok : {"7", R"("s")", "null"}) EXPECT_TRUE(schema_accepts(un, ok)) << ok;
+  EXPECT_FALSE(schema_accepts(un, "true"));
+  EXPECT_TRUE(schema_accepts("{}", R"({"any": [1, 2.5e-3, "x"]})"));  // {}: any value
+}
+
+TEST(JsonSchema, WhatAGrammarCannotHoldIsRefused) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"type": "string", "pattern": "^a+$"})", "'pattern' is not supported"},
+      {R"({"type": "string", "format": "date"})", "'format' is not supported"},
+      {R"({"type": "integer", "minimum": 0})", "'minimum' is not supported"},
+      {R"({"allOf": [{"type": "integer"}]})", "'allOf' is not supported"},
+      {R"({"$ref": "https://example.com/s.json"})", "is not a definition in this schema"},
+      {R"({"type": "array", "minItems": 3, "maxItems": 1})", "maxItems is below minItems"},
+      {R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", "not among the properties"},
+      {R"({"type": "colour"})", "unknown type 'colour'"},
+      {R"({"type": "object", "properties": {"a": {"pattern": "x"}}})", "at /properties/a"},
+      {"false", "matches nothing"},
+      {"{\"type\": ", "not JSON"},
+  };
+  for (const auto& [schema, want] : cases) {
+    try {
+      loom::json_schema_to_grammar(schema);
+      ADD_FAILURE() << "converted: " << schema;
+    } catch (const loom::Error& e) {
+      EXPECT_EQ(e.kind(), loom::ErrorKind::usage);
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << schema << " -> " << e.what();
+    }
+  }
+}
+
 }  // namespace

@@ -83,6 +83,8 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
   app.add_flag("--prompt-cache-ro", o.prompt_cache_ro, "use the --prompt-cache file but do not update it");
   app.add_option("--grammar", o.grammar, "GBNF grammar the generated text must match (docs/GRAMMAR.md)");
   app.add_option("--grammar-file", o.grammar_file, "read the --grammar from a file");
+  app.add_option("-j,--json-schema", o.json_schema, "JSON Schema the generated text must match (as a grammar)");
+  app.add_option("--json-schema-file", o.json_schema_file, "read the --json-schema from a file (-jf)");
   app.add_flag("--no-warmup", o.no_warmup,
                "accepted as in llama.cpp (loom runs no warmup pass: timings include the first step)");
   app.add_flag("-e,--escape,!--no-escape", o.escape,
@@ -204,9 +206,20 @@ SamplerParams sampler_params(RunOptions& o, const Tokenizer& tok) {
 }
 
 std::shared_ptr<const Grammar> run_grammar(const RunOptions& o) {
-  LOOM_CHECK(o.grammar.empty() || o.grammar_file.empty(), usage, "give --grammar or --grammar-file, not both");
-  if (o.grammar.empty() && o.grammar_file.empty()) return nullptr;
-  LOOM_CHECK(!o.perplexity, usage, "--grammar: for generation and conversation, not --perplexity");
+  const int given = !o.grammar.empty() + !o.grammar_file.empty() + !o.json_schema.empty() + !o.json_schema_file.empty();
+  LOOM_CHECK(given <= 1, usage, "give one of --grammar, --grammar-file, --json-schema and --json-schema-file");
+  if (given == 0) return nullptr;
+  LOOM_CHECK(!o.perplexity, usage, "--grammar, --json-schema: for generation and conversation, not --perplexity");
+  if (!o.json_schema.empty())
+    return std::make_shared<const Grammar>(parse_grammar(json_schema_to_grammar(o.json_schema)));
+  if (!o.json_schema_file.empty()) {
+    const std::string text = read_regular_file(o.json_schema_file, "--json-schema-file");
+    try {
+      return std::make_shared<const Grammar>(parse_grammar(json_schema_to_grammar(text)));
+    } catch (const Error& e) {
+      throw Error(e.kind(), fmt::format("--json-schema-file '{}': {}", o.json_schema_file, e.what()));
+    }
+  }
   if (o.grammar_file.empty()) return std::make_shared<const Grammar>(parse_grammar(o.grammar));
   const std::string text = read_regular_file(o.grammar_file, "--grammar-file");
   try {

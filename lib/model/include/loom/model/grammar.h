@@ -43,6 +43,10 @@ struct Grammar {
 Grammar parse_grammar(std::string_view text);
 inline constexpr size_t kMaxGrammarElements = size_t(1) << 20;
 
+// The GBNF text of a JSON Schema (llama-cli's --json-schema; docs/GRAMMAR.md lists the keywords
+// it takes). Throws Error(usage) naming the place in the schema for what it cannot express.
+std::string json_schema_to_grammar(std::string_view schema_json);
+
 // The sampler's constraint (sampler.h) for one grammar over one vocabulary. A token is allowed
 // when its text continues a match (control tokens as their text, as llama.cpp); an
 // end-of-generation token when the text so far is a whole match. A token may end inside a

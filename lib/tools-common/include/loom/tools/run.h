@@ -43,6 +43,7 @@ struct RunOptions {
   bool verbose_prompt = false;  // --verbose-prompt: the prompt's tokens on stderr
   bool no_warmup = false;  // --no-warmup: accepted; loom runs no warmup pass
   std::string grammar, grammar_file;                       // --grammar GBNF, --grammar-file FILE (docs/GRAMMAR.md)
+  std::string json_schema, json_schema_file;               // -j SCHEMA, -jf FILE: a grammar made from a JSON Schema
   std::string prompt_cache;                                // --prompt-cache FILE
   bool prompt_cache_all = false, prompt_cache_ro = false;  // --prompt-cache-all, --prompt-cache-ro
 };
@@ -62,7 +63,8 @@ std::string prompt_text(const RunOptions& o);
 // breakers resolved against the model's vocabulary. Throws Error(usage) for bad values.
 SamplerParams sampler_params(RunOptions& o, const Tokenizer& tok);
 
-// The --grammar or --grammar-file grammar, parsed; null without one. Throws Error(usage).
+// The --grammar, --grammar-file or JSON Schema (-j, -jf) grammar, parsed; null without one.
+// Throws Error(usage).
 std::shared_ptr<const Grammar> run_grammar(const RunOptions& o);
 
 // Whether this run is a conversation (-cnv, -i, or no -p/-f with a model chat template).
