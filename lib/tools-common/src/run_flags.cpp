@@ -81,9 +81,14 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
       "keep the prompt's KV state in this file: a later run whose prompt starts the same evaluates only the rest");
   app.add_flag("--prompt-cache-all", o.prompt_cache_all, "--prompt-cache also saves the generated tokens (at the end)");
   app.add_flag("--prompt-cache-ro", o.prompt_cache_ro, "use the --prompt-cache file but do not update it");
-  app.add_option("--grammar", o.grammar, "GBNF grammar the generated text must match (docs/GRAMMAR.md)");
+  const auto not_empty = [](const std::string& v) {
+    return v.empty() ? std::string("the value is empty") : std::string();
+  };
+  app.add_option("--grammar", o.grammar, "GBNF grammar the generated text must match (docs/GRAMMAR.md)")
+      ->check(not_empty);
   app.add_option("--grammar-file", o.grammar_file, "read the --grammar from a file");
-  app.add_option("-j,--json-schema", o.json_schema, "JSON Schema the generated text must match (as a grammar)");
+  app.add_option("-j,--json-schema", o.json_schema, "JSON Schema the generated text must match (as a grammar)")
+      ->check(not_empty);
   app.add_option("--json-schema-file", o.json_schema_file, "read the --json-schema from a file (-jf)");
   app.add_flag("--no-warmup", o.no_warmup,
                "accepted as in llama.cpp (loom runs no warmup pass: timings include the first step)");
@@ -210,14 +215,21 @@ std::shared_ptr<const Grammar> run_grammar(const RunOptions& o) {
   LOOM_CHECK(given <= 1, usage, "give one of --grammar, --grammar-file, --json-schema and --json-schema-file");
   if (given == 0) return nullptr;
   LOOM_CHECK(!o.perplexity, usage, "--grammar, --json-schema: for generation and conversation, not --perplexity");
-  if (!o.json_schema.empty())
-    return std::make_shared<const Grammar>(parse_grammar(json_schema_to_grammar(o.json_schema)));
-  if (!o.json_schema_file.empty()) {
-    const std::string text = read_regular_file(o.json_schema_file, "--json-schema-file");
-    try {
-      return std::make_shared<const Grammar>(parse_grammar(json_schema_to_grammar(text)));
+  if (!o.json_schema.empty() || !o.json_schema_file.empty()) {
+    const bool file = !o.json_schema_file.empty();
+    const std::string text = file ? read_regular_file(o.json_schema_file, "--json-schema-file") : o.json_schema;
+    const std::string where = file ? fmt::format("--json-schema-file '{}': ", o.json_schema_file) : "";
+    const std::string gbnf = [&] {
+      try {
+        return json_schema_to_grammar(text);
+      } catch (const Error& e) {
+        throw Error(e.kind(), where + e.what());
+      }
+    }();
+    try {  // the converter's grammar can still be refused: a $ref that reaches itself before any text
+      return std::make_shared<const Grammar>(parse_grammar(gbnf));
     } catch (const Error& e) {
-      throw Error(e.kind(), fmt::format("--json-schema-file '{}': {}", o.json_schema_file, e.what()));
+      throw Error(e.kind(), fmt::format("{}--json-schema: no JSON text can start it ({})", where, e.what()));
     }
   }
   if (o.grammar_file.empty()) return std::make_shared<const Grammar>(parse_grammar(o.grammar));
