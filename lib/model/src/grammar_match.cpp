@@ -159,6 +159,26 @@ bool GrammarMatcher::allows(int32_t token) const {
   return advance(stacks, pending, piece);
 }
 
+void GrammarMatcher::allowed_tokens(size_t n, std::vector<bool>& mask) const {
+  // the state as bytes: the pending bytes, then each stack's length and element addresses
+  std::string key = pending_;
+  key += '\0';
+  for (const Stack& st : stacks_) {
+    const size_t len = st.size();
+    key.append(reinterpret_cast<const char*>(&len), sizeof len);
+    key.append(reinterpret_cast<const char*>(st.data()), len * sizeof(st[0]));
+  }
+  const auto hit = masks_.find(key);
+  if (hit != masks_.end() && hit->second.size() == n) {
+    mask = hit->second;
+    return;
+  }
+  TokenConstraint::allowed_tokens(n, mask);
+  constexpr size_t kMaxMasks = 64;  // n bits each: 1 MiB at most for Llama 3's vocabulary
+  if (masks_.size() >= kMaxMasks) masks_.clear();
+  masks_[key] = mask;
+}
+
 void GrammarMatcher::accept(int32_t token) {
   LOOM_CHECK(allows(token), internal, "the grammar does not allow token {}", token);
   if (eog_[(size_t)token]) return;

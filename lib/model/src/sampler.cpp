@@ -370,8 +370,9 @@ void Sampler::run_chain(std::span<const float> logits, bool constrained) {
 
 std::span<const float> Sampler::allowed_only(std::span<const float> logits) {
   masked_.assign(logits.begin(), logits.end());
+  constraint_->allowed_tokens(masked_.size(), allowed_);
   for (size_t i = 0; i < masked_.size(); ++i)
-    if (!constraint_->allows((int32_t)i)) masked_[i] = -INFINITY;
+    if (!allowed_[i]) masked_[i] = -INFINITY;
   return masked_;
 }
 

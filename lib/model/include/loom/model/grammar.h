@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -57,6 +58,9 @@ class GrammarMatcher final : public TokenConstraint {
   bool allows(int32_t token) const override;
   void accept(int32_t token) override;
   void reset() override;
+  // Every token's allows() at once; the masks of the last states seen are kept, since generation
+  // comes back to the same state often (inside a string, between digits).
+  void allowed_tokens(size_t n, std::vector<bool>& mask) const override;
   bool complete() const;  // the text accepted so far is a whole match
 
  private:
@@ -69,6 +73,7 @@ class GrammarMatcher final : public TokenConstraint {
   std::vector<bool> eog_;
   std::vector<Stack> stacks_;
   std::string pending_;  // the bytes of an unfinished UTF-8 sequence
+  mutable std::unordered_map<std::string, std::vector<bool>> masks_;  // by state (stacks_, pending_)
 };
 
 }  // namespace loom

@@ -61,6 +61,11 @@ class TokenConstraint {
   virtual bool allows(int32_t token) const = 0;
   virtual void accept(int32_t token) = 0;  // a sampled token (the prompt's are not matched)
   virtual void reset() = 0;                // a new reply starts
+  // mask[t] = allows(t) for every token t < n (a constraint may answer from a cache)
+  virtual void allowed_tokens(size_t n, std::vector<bool>& mask) const {
+    mask.resize(n);
+    for (size_t t = 0; t < n; ++t) mask[t] = allows((int32_t)t);
+  }
 };
 
 class Sampler {
@@ -108,6 +113,7 @@ class Sampler {
   std::vector<Candidate> cand_;
   std::shared_ptr<TokenConstraint> constraint_;
   std::vector<float> masked_;
+  std::vector<bool> allowed_;
   bool sorted_ = false;
   float mu_ = 0;
   size_t n_vocab_ = 0;
