@@ -202,6 +202,28 @@ TEST(GrammarMatcher, TokensOfSeveralCharactersAndTheEnd) {
   EXPECT_TRUE(m.allows(kNo));
 }
 
+TEST(GrammarMatcher, CachedMasksEqualEachTokensAnswer) {
+  GrammarMatcher m(grammar(R"(root ::= "[" ( [0-9]+ ("," [0-9]+)* )? "]" | "\u00e9"+)"), vocab());
+  const size_t n = (size_t)vocab().n_vocab();
+  std::vector<bool> mask, again;
+  for (unsigned char b : std::string("[12,3,45]")) {
+    m.allowed_tokens(n, mask);
+    m.allowed_tokens(n, again);  // the second from the cache
+    ASSERT_EQ(mask, again);
+    for (size_t t = 0; t < n; ++t) ASSERT_EQ(mask[t], m.allows((int32_t)t)) << "token " << t << " before " << b;
+    m.accept(byte_token(b));
+  }
+  m.reset();  // a state seen before ("[" at the start) answers as it did
+  m.allowed_tokens(n, mask);
+  EXPECT_TRUE(mask[byte_token('[')]);
+  EXPECT_TRUE(mask[byte_token(0xC3)]);
+  EXPECT_FALSE(mask[byte_token(']')]);
+  m.accept(byte_token(0xC3));  // pending bytes are part of the state
+  m.allowed_tokens(n, mask);
+  EXPECT_TRUE(mask[byte_token(0xA9)]);
+  EXPECT_FALSE(mask[byte_token('[')]);
+}
+
 TEST(GrammarMatcher, Utf8SplitAcrossTokens) {
   GrammarMatcher m(grammar("root ::= [\xC3\xA0-\xC3\xBF]+"), vocab());  // U+00E0..U+00FF
   EXPECT_TRUE(m.allows(byte_token(0xC3)));                              // may become U+00C0..U+00FF
