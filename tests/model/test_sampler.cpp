@@ -1,8 +1,10 @@
 // The sampler chain against distributions computed by hand from each step's definition.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "loom/core/error.h"
@@ -272,6 +274,23 @@ TEST(Sampler, SeedReproducesDraws) {
   Sampler a(p), b(p);
   std::vector<float> l = log_of({0.3, 0.3, 0.2, 0.2});
   for (int i = 0; i < 20; ++i) EXPECT_EQ(a.sample(l), b.sample(l));
+}
+
+TEST(Sampler, LongListsSortLikeTheComparison) {
+  // 20,000 logits with many ties, -0 and +0, and large and tiny magnitudes: the chain's order
+  // (radix sorted above 4,096 candidates) must be highest logit first, ties by id
+  std::mt19937 rng(5);
+  std::vector<float> logits(20000);
+  const float pool[] = {0.0f, -0.0f, 1.5f, -1.5f, 3.0e-39f, -2.0e30f, 7.25f, -7.25f, 1e-3f};
+  for (float& l : logits) l = rng() % 3 == 0 ? pool[rng() % 9] : std::uniform_real_distribution<float>(-20, 20)(rng);
+  loom::Sampler s(only({SamplerStep::temperature}));
+  const auto dist = s.distribution(logits);
+  ASSERT_EQ(dist.size(), logits.size());
+  std::vector<int32_t> want(logits.size());
+  for (size_t i = 0; i < want.size(); ++i) want[i] = (int32_t)i;
+  std::sort(want.begin(), want.end(),
+            [&](int32_t a, int32_t b) { return logits[a] != logits[b] ? logits[a] > logits[b] : a < b; });
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(dist[i].id, want[i]) << "position " << i;
 }
 
 }  // namespace

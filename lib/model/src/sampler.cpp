@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <unordered_map>
 
@@ -128,11 +129,40 @@ namespace {
 bool by_logit(const Sampler::Candidate& a, const Sampler::Candidate& b) {
   return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
 }
+
+// The logit's bits as a key whose ascending order is by_logit's (largest logit first); -0 is 0.
+uint32_t descending_key(float logit) {
+  uint32_t u;
+  std::memcpy(&u, &logit, sizeof u);
+  if (u == 0x80000000u) u = 0;
+  return (u & 0x80000000u) ? u : ~(u | 0x80000000u);
+}
+
+// Sorts by by_logit. A long list still in id order (as run_chain builds it) without NaN goes
+// through a stable radix sort of the keys instead: ties keep their id order, so the order is
+// by_logit's exactly, and 128k tokens sort several times faster than by comparisons.
+void sort_by_logit(std::vector<Sampler::Candidate>& v, std::vector<Sampler::Candidate>& tmp) {
+  bool radix = v.size() >= 4096;
+  for (size_t i = 0; radix && i < v.size(); ++i) radix = !std::isnan(v[i].logit) && (i == 0 || v[i - 1].id < v[i].id);
+  if (!radix) {
+    std::sort(v.begin(), v.end(), by_logit);
+    return;
+  }
+  tmp.resize(v.size());
+  for (int shift = 0; shift < 32; shift += 8) {  // least significant byte first
+    size_t count[257] = {};
+    for (const auto& c : v) ++count[((descending_key(c.logit) >> shift) & 255) + 1];
+    for (int b = 0; b < 256; ++b) count[b + 1] += count[b];
+    for (const auto& c : v) tmp[count[(descending_key(c.logit) >> shift) & 255]++] = c;
+    v.swap(tmp);
+  }
+}
+
 }  // namespace
 
 void Sampler::softmax() {
   if (!sorted_) {
-    std::sort(cand_.begin(), cand_.end(), by_logit);
+    sort_by_logit(cand_, scratch_);
     sorted_ = true;
   }
   const float mx = cand_[0].logit;

@@ -110,7 +110,7 @@ class Sampler {
   SamplerParams p_;
   std::mt19937_64 rng_;
   std::vector<int32_t> history_;
-  std::vector<Candidate> cand_;
+  std::vector<Candidate> cand_, scratch_;
   std::shared_ptr<TokenConstraint> constraint_;
   std::vector<float> masked_;
   std::vector<bool> allowed_;
