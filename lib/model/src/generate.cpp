@@ -57,6 +57,21 @@ GenerateResult generate(Session& session, std::string_view prompt, int64_t n_pre
   return r;
 }
 
+void score_chunk(Session& session, std::span<const int32_t> tokens, int64_t c,
+                 const std::function<void(int64_t, std::span<const float>, int32_t)>& score) {
+  const Tokenizer& tok = session.model().tokenizer();
+  const int64_t n_ctx = session.n_ctx(), first = n_ctx / 2;
+  std::vector<int32_t> chunk(tokens.begin() + c * n_ctx, tokens.begin() + (c + 1) * n_ctx);
+  if (tok.add_bos() && tok.bos() >= 0) chunk[0] = tok.bos();
+  session.clear();
+  for (int64_t i = 0; i < n_ctx; i += session.params().n_batch) {
+    const int64_t n = std::min(session.params().n_batch, n_ctx - i);
+    session.decode(std::span<const int32_t>(chunk.data() + i, (size_t)n), /*all_logits=*/true);
+    for (int64_t j = std::max(i, first); j < i + n && j < n_ctx - 1; ++j)  // this batch's second-half positions
+      score(j, session.logits(j - i), tokens[(size_t)(c * n_ctx + j + 1)]);
+  }
+}
+
 PerplexityResult perplexity(Session& session, std::string_view text, int64_t n_chunks,
                             const std::function<void(int64_t, double)>& on_chunk, const std::string& logits_path) {
   const Tokenizer& tok = session.model().tokenizer();
@@ -71,52 +86,34 @@ PerplexityResult perplexity(Session& session, std::string_view text, int64_t n_c
              2 * n_ctx, r.n_tokens);
   int64_t max_chunks = r.n_tokens / n_ctx;
   if (n_chunks > 0) max_chunks = std::min(max_chunks, n_chunks);
-  const bool add_bos = tok.add_bos() && tok.bos() >= 0;
-  const int64_t first = n_ctx / 2;
   // the base file for --kl-divergence (kl_divergence.h): header and tokens now, a row per scored position
   std::unique_ptr<AtomicFile> out;
-  LogitsFileHeader h{n_ctx, tok.n_vocab(), max_chunks};
+  const LogitsFileHeader h{n_ctx, tok.n_vocab(), max_chunks};
   std::vector<uint16_t> row((size_t)h.row_values());
   if (!logits_path.empty()) {
     out = std::make_unique<AtomicFile>(logits_path);
-    const uint32_t n_ctx32 = (uint32_t)n_ctx;
-    const int32_t n_vocab32 = (int32_t)h.n_vocab, n_chunk32 = (int32_t)h.n_chunk;
-    out->write("_logits_", 8);
-    out->write(&n_ctx32, 4);
-    out->write(&n_vocab32, 4);
-    out->write(&n_chunk32, 4);
-    out->write(tokens.data(), (size_t)(max_chunks * n_ctx) * sizeof(int32_t));
+    write_logits_header(*out, h, tokens);
   }
   double nll = 0, nll2 = 0;
   int64_t count = 0;
   for (int64_t c = 0; c < max_chunks; ++c) {
-    std::vector<int32_t> chunk(tokens.begin() + c * n_ctx, tokens.begin() + (c + 1) * n_ctx);
-    if (add_bos) chunk[0] = tok.bos();
-    session.clear();
-    for (int64_t i = 0; i < n_ctx; i += session.params().n_batch) {
-      const int64_t n = std::min(session.params().n_batch, n_ctx - i);
-      session.decode(std::span<const int32_t>(chunk.data() + i, (size_t)n), /*all_logits=*/true);
-      // score the positions of this batch that lie in the second half
-      for (int64_t j = std::max(i, first); j < i + n && j < n_ctx - 1; ++j) {
-        std::span<const float> l = session.logits(j - i);
-        const int32_t next = tokens[(size_t)(c * n_ctx + j + 1)];
-        if (out) {
-          LOOM_CHECK((int64_t)l.size() == h.n_vocab, unsupported,
-                     "--kl-divergence-base: the model gives {} logits per token for a vocabulary of {}", l.size(),
-                     h.n_vocab);
-          encode_log_probs(l, next, row);
-          out->write(row.data(), row.size() * sizeof(uint16_t));
-        }
-        float mx = l[0];
-        for (float x : l) mx = std::max(mx, x);
-        double sum = 0;
-        for (float x : l) sum += std::exp((double)x - mx);
-        const double v = std::log(sum) + mx - l[(size_t)next];
-        nll += v;
-        nll2 += v * v;
-        ++count;
+    score_chunk(session, tokens, c, [&](int64_t, std::span<const float> l, int32_t next) {
+      if (out) {
+        LOOM_CHECK((int64_t)l.size() == h.n_vocab, unsupported,
+                   "--kl-divergence-base: the model gives {} logits per token for a vocabulary of {}", l.size(),
+                   h.n_vocab);
+        encode_log_probs(l, next, row);
+        out->write(row.data(), row.size() * sizeof(uint16_t));
       }
-    }
+      float mx = l[0];
+      for (float x : l) mx = std::max(mx, x);
+      double sum = 0;
+      for (float x : l) sum += std::exp((double)x - mx);
+      const double v = std::log(sum) + mx - l[(size_t)next];
+      nll += v;
+      nll2 += v * v;
+      ++count;
+    });
     const double ppl = std::exp(nll / (double)count);
     r.running_ppl.push_back(ppl);
     if (on_chunk) on_chunk(c + 1, ppl);

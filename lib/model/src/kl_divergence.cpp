@@ -11,6 +11,7 @@
 
 #include "loom/core/error.h"
 #include "loom/core/files.h"
+#include "loom/model/generate.h"
 #include "loom/model/model.h"
 #include "loom/tokenizer/tokenizer.h"
 
@@ -180,6 +181,16 @@ LogitsFileHeader read_logits_header(const std::string& path, std::vector<int32_t
   return h;
 }
 
+void write_logits_header(AtomicFile& out, const LogitsFileHeader& h, std::span<const int32_t> tokens) {
+  const uint32_t n_ctx = (uint32_t)h.n_ctx;
+  const int32_t n_vocab = (int32_t)h.n_vocab, n_chunk = (int32_t)h.n_chunk;
+  out.write(kMagic, sizeof kMagic);
+  out.write(&n_ctx, 4);
+  out.write(&n_vocab, 4);
+  out.write(&n_chunk, 4);
+  out.write(tokens.data(), (size_t)(h.n_chunk * h.n_ctx) * sizeof(int32_t));
+}
+
 double encode_log_probs(std::span<const float> logits, int32_t next, std::span<uint16_t> row) {
   const size_t n = logits.size();
   LOOM_CHECK(row.size() >= 4 + n, internal, "a log-prob row of {} values for {} logits", row.size(), n);
@@ -217,7 +228,6 @@ KlDivergenceResult kl_divergence(Session& session, const std::string& base_path,
   LOOM_CHECK(h.n_ctx == session.n_ctx(), usage, "'{}' was made with a context of {} tokens; run with -c {}", base_path,
              h.n_ctx, h.n_ctx);
   const FileReader f(base_path, "--kl-divergence-base");
-  const bool add_bos = tok.add_bos() && tok.bos() >= 0;
   const int64_t first = h.n_ctx / 2, per_chunk = h.n_scored(), nv = h.row_values();
   const int64_t rows_at = kHeaderBytes + h.n_chunk * h.n_ctx * 4;
   std::vector<uint16_t> rows((size_t)(per_chunk * nv));
@@ -225,22 +235,13 @@ KlDivergenceResult kl_divergence(Session& session, const std::string& base_path,
   Sums s;
   for (int64_t c = 0; c < h.n_chunk; ++c) {
     f.read(rows_at + c * per_chunk * nv * 2, rows.data(), rows.size() * sizeof(uint16_t));
-    std::vector<int32_t> chunk(tokens.begin() + c * h.n_ctx, tokens.begin() + (c + 1) * h.n_ctx);
-    if (add_bos) chunk[0] = tok.bos();
-    session.clear();
-    for (int64_t i = 0; i < h.n_ctx; i += session.params().n_batch) {
-      const int64_t n = std::min(session.params().n_batch, h.n_ctx - i);
-      session.decode(std::span<const int32_t>(chunk.data() + i, (size_t)n), /*all_logits=*/true);
-      for (int64_t j = std::max(i, first); j < i + n && j < h.n_ctx - 1; ++j) {
-        std::span<const float> l = session.logits(j - i);
-        LOOM_CHECK((int64_t)l.size() == h.n_vocab, invalid_input, "the model gives {} logits per token, '{}' holds {}",
-                   l.size(), base_path, h.n_vocab);
-        const auto [kld, p_diff] =
-            compare_row(l, rows.data() + (j - first) * nv, tokens[(size_t)(c * h.n_ctx + j + 1)], s);
-        r.kld_values.push_back(kld);
-        r.p_diff_values.push_back(p_diff);
-      }
-    }
+    score_chunk(session, tokens, c, [&](int64_t j, std::span<const float> l, int32_t next) {
+      LOOM_CHECK((int64_t)l.size() == h.n_vocab, invalid_input, "the model gives {} logits per token, '{}' holds {}",
+                 l.size(), base_path, h.n_vocab);
+      const auto [kld, p_diff] = compare_row(l, rows.data() + (j - first) * nv, next, s);
+      r.kld_values.push_back(kld);
+      r.p_diff_values.push_back(p_diff);
+    });
     r.n_chunks = c + 1;
     summarize(s, r);
     if (on_chunk) on_chunk(r);

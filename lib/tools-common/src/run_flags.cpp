@@ -210,35 +210,34 @@ SamplerParams sampler_params(RunOptions& o, const Tokenizer& tok) {
   return p;
 }
 
+namespace {
+// f(), its error message between prefix and suffix (the file it read: "--grammar-file 'g.gbnf': grammar: line 2, ...").
+template <class F>
+auto with_prefix(const std::string& prefix, F f, const char* suffix = "") {
+  try {
+    return f();
+  } catch (const Error& e) {
+    throw Error(e.kind(), prefix + e.what() + suffix);
+  }
+}
+}  // namespace
+
 std::shared_ptr<const Grammar> run_grammar(const RunOptions& o) {
   const int given = !o.grammar.empty() + !o.grammar_file.empty() + !o.json_schema.empty() + !o.json_schema_file.empty();
   LOOM_CHECK(given <= 1, usage, "give one of --grammar, --grammar-file, --json-schema and --json-schema-file");
   if (given == 0) return nullptr;
   LOOM_CHECK(!o.perplexity, usage, "--grammar, --json-schema: for generation and conversation, not --perplexity");
-  if (!o.json_schema.empty() || !o.json_schema_file.empty()) {
-    const bool file = !o.json_schema_file.empty();
-    const std::string text = file ? read_regular_file(o.json_schema_file, "--json-schema-file") : o.json_schema;
-    const std::string where = file ? fmt::format("--json-schema-file '{}': ", o.json_schema_file) : "";
-    const std::string gbnf = [&] {
-      try {
-        return json_schema_to_grammar(text);
-      } catch (const Error& e) {
-        throw Error(e.kind(), where + e.what());
-      }
-    }();
-    try {  // the converter's grammar can still be refused: a $ref that reaches itself before any text
-      return std::make_shared<const Grammar>(parse_grammar(gbnf));
-    } catch (const Error& e) {
-      throw Error(e.kind(), fmt::format("{}--json-schema: no JSON text can start it ({})", where, e.what()));
-    }
-  }
-  if (o.grammar_file.empty()) return std::make_shared<const Grammar>(parse_grammar(o.grammar));
-  const std::string text = read_regular_file(o.grammar_file, "--grammar-file");
-  try {
-    return std::make_shared<const Grammar>(parse_grammar(text));
-  } catch (const Error& e) {  // name the file: "--grammar-file 'g.gbnf': grammar: line 2, ..."
-    throw Error(e.kind(), fmt::format("--grammar-file '{}': {}", o.grammar_file, e.what()));
-  }
+  const bool schema = !o.json_schema.empty() || !o.json_schema_file.empty();
+  const std::string& path = schema ? o.json_schema_file : o.grammar_file;
+  const char* flag = schema ? "--json-schema-file" : "--grammar-file";
+  const std::string prefix = path.empty() ? "" : fmt::format("{} '{}': ", flag, path);
+  const std::string text = path.empty() ? (schema ? o.json_schema : o.grammar) : read_regular_file(path, flag);
+  if (!schema) return with_prefix(prefix, [&] { return std::make_shared<const Grammar>(parse_grammar(text)); });
+  const std::string gbnf = with_prefix(prefix, [&] { return json_schema_to_grammar(text); });
+  // the converter's grammar can still be refused: a $ref that reaches itself before any text
+  return with_prefix(
+      prefix + "--json-schema: no JSON text can start it (",
+      [&] { return std::make_shared<const Grammar>(parse_grammar(gbnf)); }, ")");
 }
 
 bool wants_conversation(const RunOptions& o, const Model& model) {

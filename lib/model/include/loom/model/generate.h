@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,13 @@ struct PerplexityResult {
   int64_t n_tokens = 0;
   int64_t n_scored = 0;
 };
+
+// llama-perplexity's protocol for chunk c of tokens (n_ctx = session.n_ctx() tokens from c * n_ctx,
+// BOS first when the vocab adds one): the KV cache cleared, the chunk evaluated in batches, and
+// score(j, logits, next) called for each position j of its second half but the last, with the
+// token that follows it. Shared by perplexity() and kl_divergence().
+void score_chunk(Session& session, std::span<const int32_t> tokens, int64_t c,
+                 const std::function<void(int64_t j, std::span<const float> logits, int32_t next)>& score);
 
 // n_chunks <= 0: as many as the text allows. Needs at least 2 * n_ctx tokens. With logits_path,
 // also writes every scored position's distribution there (kl_divergence.h's base file, through

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/core/files.h"
 #include "loom/model/session.h"
 
 namespace loom {
@@ -26,6 +27,9 @@ struct LogitsFileHeader {
 // Reads and checks the header: the magic, sizes in range, the file's length exactly what they
 // make, every token below n_vocab. Throws Error(invalid_input) naming the file.
 LogitsFileHeader read_logits_header(const std::string& path, std::vector<int32_t>* tokens = nullptr);
+
+// Writes the header and the n_chunk * n_ctx tokens that start a file (the rows follow).
+void write_logits_header(AtomicFile& out, const LogitsFileHeader& h, std::span<const int32_t> tokens);
 
 // One position's row of the file from its logits (n_vocab floats); returns its negative
 // log-likelihood of `next`.
