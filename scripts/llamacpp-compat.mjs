@@ -11,6 +11,9 @@
 //   LOOM_LLAMACPP_DIR  folder whose node_modules holds node-llama-cpp
 //                      (default ${XDG_CACHE_HOME:-$HOME/.cache}/loom/llamacpp-compat)
 //   --ppl-text FILE    the perplexity text (default: the repo's README.md and docs/*.md)
+//   --lora FILE, --lora-scaled FILE SCALE
+//                      LoRA adapters applied to every model, in llama.cpp (the context's
+//                      adapters) and in loom-run (the same flags)
 //   --inp FILE         extra test strings in llama.cpp's tests/*.inp format (default: the
 //                      repo's ../shared/data/vocab/ggml-vocab-gpt-2.gguf.inp when it exists)
 // Prints a JSON report on stdout and a summary on stderr. Exit 0 when every model passes: loads
@@ -80,12 +83,19 @@ let inpPath = path.join(repoRoot, "..", "shared", "data", "vocab", "ggml-vocab-g
 let inpExplicit = false;
 let pplText = null;
 const models = [];
+const adapters = [];  // --lora / --lora-scaled
 const argv = process.argv.slice(2);
 for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === "--loom-bin" && i + 1 < argv.length) loomBin = argv[++i];
     else if (a === "--inp" && i + 1 < argv.length) { inpPath = argv[++i]; inpExplicit = true; }
     else if (a === "--ppl-text" && i + 1 < argv.length) pplText = path.resolve(argv[++i]);
+    else if (a === "--lora" && i + 1 < argv.length) adapters.push({ filePath: path.resolve(argv[++i]), scale: 1 });
+    else if (a === "--lora-scaled" && i + 2 < argv.length) {
+        const filePath = path.resolve(argv[++i]), scale = Number(argv[++i]);
+        if (!Number.isFinite(scale)) die(`--lora-scaled ${filePath}: the scale must be a number`);
+        adapters.push({ filePath, scale });
+    }
     else if (a === "-h" || a === "--help") {
         process.stdout.write("usage: node scripts/llamacpp-compat.mjs [--loom-bin DIR] [--inp FILE] MODEL.gguf ...\n");
         process.exit(0);
@@ -97,6 +107,10 @@ loomBin = path.resolve(repoRoot, loomBin);
 for (const tool of ["loom-gguf", "loom-run"])
     if (!fs.existsSync(path.join(loomBin, tool))) die(`no ${path.join(loomBin, tool)}: build first (scripts/build.sh) or set LOOM_BIN`);
 for (const m of models) if (!fs.existsSync(m)) die(`no such model file: ${m}`);
+for (const a of adapters) if (!fs.existsSync(a.filePath)) die(`no such adapter file: ${a.filePath}`);
+// The adapters in llama.cpp's context options and as loom-run's flags.
+const loraContext = adapters.length ? { lora: { adapters: adapters.map((a) => ({ ...a })) } } : {};
+const loraFlags = adapters.flatMap((a) => ["--lora-scaled", a.filePath, String(a.scale)]);
 
 // ---- test strings: the built-in list, then llama.cpp's .inp strings (deduplicated)
 let inpStrings = [];
@@ -161,7 +175,7 @@ async function llamaPerplexity(model, text, nCtx, nChunks) {
     const bos = model.tokens.shouldPrependBosToken ? model.tokens.bos : null;
     const tokens = [...(bos !== null ? [bos] : []), ...model.tokenize(text, false)];
     const chunks = Math.min(nChunks, Math.floor(tokens.length / nCtx));
-    const ctx = await model.createContext({ contextSize: nCtx, batchSize: nCtx, threads: 1, sequences: 1 });
+    const ctx = await model.createContext({ contextSize: nCtx, batchSize: nCtx, threads: 1, sequences: 1, ...loraContext });
     const first = Math.floor(nCtx / 2);
     let nll = 0, count = 0;
     const seq = ctx.getSequence();
@@ -221,7 +235,7 @@ async function checkModel(arg) {
         // greedy generation: the prompt as loom-run tokenizes it (BOS when the file asks for it,
         // special tokens parsed), N_GEN tokens or until an end-of-generation token, as loom-run stops
         const contextSize = Math.min(512, model.trainContextSize || 512);
-        const ctx = await model.createContext({ contextSize, batchSize: contextSize, threads: 1, sequences: 1 });
+        const ctx = await model.createContext({ contextSize, batchSize: contextSize, threads: 1, sequences: 1, ...loraContext });
         res.generation = [];
         const grammar = new nlc.LlamaGrammar(llama, { grammar: GRAMMAR });
         for (const [prompt, withGrammar] of PROMPTS.flatMap((p) => [[p, false], [p, true]])) {
@@ -237,7 +251,7 @@ async function checkModel(arg) {
             seq.dispose();
             const g = { prompt, grammar: withGrammar, llamacpp: { prompt_tokens: ptoks, gen_tokens: got, text: model.detokenize(got) } };
             const r = run("loom-run", ["-m", modelPath, "--prompt=" + prompt, "-n", String(N_GEN), "--temp", "0", "-t", "1",
-                                      "--n-gpu-layers", "0", "--json", ...(withGrammar ? ["--grammar", GRAMMAR] : [])], 300000);
+                                      "--n-gpu-layers", "0", "--json", ...loraFlags, ...(withGrammar ? ["--grammar", GRAMMAR] : [])], 300000);
             if (r.error) g.loom = { error: r.error };
             else {
                 try {
@@ -256,7 +270,7 @@ async function checkModel(arg) {
         const lp = await llamaPerplexity(model, fs.readFileSync(textFile, "utf8"), PPL_CTX, PPL_CHUNKS);
         const r = run("loom-run", ["-m", modelPath, "--perplexity", "-f", textFile, "-c", String(PPL_CTX), "-b",
                                   String(PPL_CTX), "--chunks", String(PPL_CHUNKS), "-t", "1", "--n-gpu-layers", "0",
-                                  "--json"], 600000);
+                                  "--json", ...loraFlags], 600000);
         res.perplexity = { text: textFile, n_ctx: PPL_CTX, chunks: lp.chunks, llamacpp: lp.ppl };
         if (r.error) res.perplexity.loom_error = r.error;
         else {

@@ -4,7 +4,8 @@
 # tensor checks on, then compares tokenization with `loom-gguf tokenize` and 16-token greedy
 # generation with `loom-run` (scripts/llamacpp-compat.mjs). Needs node (>= 20), npm and the npm
 # registry on the first run, so it is a developer check, not part of CI.
-# Usage: scripts/llamacpp-compat.sh [MODEL.gguf ...]   (default models/loom-default.gguf)
+# Usage: scripts/llamacpp-compat.sh [--lora FILE | --lora-scaled FILE SCALE ...] [MODEL.gguf ...]
+#   (default models/loom-default.gguf); the adapters apply to every model, in both engines.
 #   LOOM_BIN           loom binaries (default build/bin, relative to the repo root)
 #   LOOM_LLAMACPP_DIR  where node-llama-cpp is installed (default ${XDG_CACHE_HOME:-$HOME/.cache}/loom/llamacpp-compat)
 # Exit 0 when every model passes, 1 when one does not, 2 when node/npm/the install/loom is missing.
@@ -17,14 +18,20 @@ DIR=${LOOM_LLAMACPP_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/loom/llamacpp-compat}
 
 fail() { echo "llamacpp-compat: $*" >&2; exit 2; }
 
+abs() { case $1 in /*) echo "$1" ;; *) echo "$here/$1" ;; esac; }  # relative to where the script was started
+lora=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --lora) [ $# -ge 2 ] || fail "--lora: expected FILE"; lora+=(--lora "$(abs "$2")"); shift 2 ;;
+    --lora-scaled) [ $# -ge 3 ] || fail "--lora-scaled: expected FILE SCALE"; lora+=(--lora-scaled "$(abs "$2")" "$3"); shift 3 ;;
+    *) break ;;
+  esac
+done
 models=()
 if [ $# -eq 0 ]; then
   models=(models/loom-default.gguf)
 else
-  for m in "$@"; do
-    case $m in /*) ;; *) m=$here/$m ;; esac  # paths are relative to where the script was started
-    models+=("$m")
-  done
+  for m in "$@"; do models+=("$(abs "$m")"); done
 fi
 for m in "${models[@]}"; do [ -f "$m" ] || fail "no such model file: $m"; done
 for tool in loom-gguf loom-run; do
@@ -66,7 +73,7 @@ for m in "${models[@]}"; do
   n=$((n + 1))
   report=$reports/$n-$(basename "$m" .gguf).json
   rc=0
-  node scripts/llamacpp-compat.mjs --loom-bin "$BIN" "$m" > "$report" || rc=$?
+  node scripts/llamacpp-compat.mjs --loom-bin "$BIN" ${lora[@]+"${lora[@]}"} "$m" > "$report" || rc=$?
   case $rc in
     0) pass=$((pass + 1)) ;;
     1) ;;

@@ -278,6 +278,61 @@ TEST_F(CliHabits, RopeFlagsOverrideTheFilesRopeKeys) {
   EXPECT_EQ(r.rc, 2) << r.err;
 }
 
+TEST_F(CliHabits, LoraAdaptersFromEveryTool) {
+  ToolResult r = run("loom-gguf new-lora -m " + model() + " -o " + file("ad.gguf") +
+                     " --targets attn_q,attn_v,ffn_down --rank 4 --sigma 0.1");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("6 LoRA pairs of rank 4"), std::string::npos) << r.out;
+  std::ofstream(file("lora.txt")) << "The adapter moves every logit a little, so perplexity tells it apart.\n";
+  auto ppl = [&](const std::string& flags) {
+    ToolResult p =
+        run("loom-run -m " + model() + " --perplexity -f " + file("lora.txt") + " -c 16 --chunks 1 --json " + flags);
+    EXPECT_EQ(p.rc, 0) << flags << ": " << p.err;
+    return p.rc == 0 ? nlohmann::json::parse(p.out)["ppl"].get<double>() : -1.0;
+  };
+  const double plain = ppl(""), with = ppl("--lora " + file("ad.gguf"));
+  EXPECT_NE(with, plain);
+  EXPECT_EQ(with, ppl("--lora-scaled " + file("ad.gguf") + " 1"));
+  EXPECT_EQ(plain, ppl("--lora-scaled " + file("ad.gguf") + " 0"));
+  const double twice = ppl("--lora-scaled " + file("ad.gguf") + " 2");  // two adds, not bit for bit one
+  EXPECT_NEAR(ppl("--lora " + file("ad.gguf") + "," + file("ad.gguf")), twice, 1e-5 * twice);
+  // fit-params and split-inspect plan with the adapter's bytes; loom-bench runs with it
+  r = run("loom-split-inspect -m " + model() + " --lora " + file("ad.gguf") + " --json");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  r = run("loom-bench -m " + model() + " -p 0 -n 2 -r 1 --lora " + file("ad.gguf"));
+  EXPECT_EQ(r.rc, 0) << r.err;
+  r = run("loom-fit-params -m " + model() + " --lora " + file("ad.gguf") + " -c 64");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  std::ofstream(file("not-an-adapter.gguf")) << "junk";
+  // bad files exit 3 (the adapter named), bad flags 2
+  for (const auto& [bad, rc] : std::vector<std::pair<std::string, int>>{
+           {"--lora " + file("missing.gguf"), 3},
+           {"--lora " + file("not-an-adapter.gguf"), 3},
+           {"--lora " + model(), 3},
+           {"--lora-scaled " + file("ad.gguf") + " x", 2},
+           {"--lora-scaled " + file("ad.gguf") + " nan", 2},
+           {"--lora-scaled " + file("ad.gguf"), 2},
+           {"--lora " + file("ad.gguf") + " -sm tensor --sim-devices 2x1GiB", 2}}) {
+    ToolResult b = run("loom-run -m " + model() + " -p hi -n 1 " + bad);
+    EXPECT_EQ(b.rc, rc) << bad << ": " << b.err;
+    EXPECT_EQ(count_lines(b.err), 1) << bad << ": " << b.err;
+    if (rc == 3) EXPECT_NE(b.err.find(bad.substr(7)), std::string::npos) << b.err;
+  }
+  // a prompt cache holds the state of one model and adapter set
+  r = run("loom-run -m " + model() + " -p 'hello there' -n 2 --temp 0 --prompt-cache " + file("pc.bin"));
+  EXPECT_EQ(r.rc, 0) << r.err;
+  r = run("loom-run -m " + model() + " -p 'hello there' -n 2 --temp 0 --prompt-cache " + file("pc.bin") + " --lora " +
+          file("ad.gguf"));
+  EXPECT_EQ(r.rc, 3) << r.err;
+  EXPECT_NE(r.err.find("--lora"), std::string::npos) << r.err;
+  r = run("loom-train -m " + model() + " -f " + file("lora.txt") + " --lora " + file("ad.gguf") + " -o " +
+          file("t.gguf"));
+  EXPECT_EQ(r.rc, 2) << r.err;
+  r = run("loom-gguf new-lora -m " + model() + " -o " + file("x.gguf") + " --targets attn_qkv");
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(file("x.gguf")));
+}
+
 TEST_F(CliHabits, InPrefixBosStartsEachLaterTurn) {
   std::ofstream(file("bos-turns.txt")) << "hi\nagain\n";
   auto turns = [&](const std::string& flags) {

@@ -1,22 +1,24 @@
 // loom-gguf: inspect GGUF files (info), make random-init or header-only models (new), convert
 // a model's weights to another type (quantize), and tokenize text with a file's vocabulary
 // (tokenize). Flags per docs/CLI.md; the work is in lib/model.
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
+#include "loom/tools/main.h"
 
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "info.h"
 #include "loom/core/error.h"
-#include "loom/model/arch.h"
 #include "loom/gguf/gguf.h"
+#include "loom/model/arch.h"
+#include "loom/model/lora.h"
 #include "loom/model/model_file.h"
 #include "loom/model/quantize.h"
 #include "loom/tokenizer/tokenizer.h"
-#include "loom/tools/main.h"
 
 namespace {
 
@@ -40,6 +42,9 @@ struct Options {
   // quantize
   loom::QuantizeOptions q;
   std::string q_output_type, q_embd_type;
+  // new-lora
+  loom::NewLoraOptions lora;
+  std::string lora_type = "f32";
   int64_t n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_expert = 0,
           n_expert_used = 0, n_ff_exp = 0, n_vocab = 0, n_ctx_train = 0;
 };
@@ -129,6 +134,17 @@ int run_new(const Options& o, const CLI::App& cmd) {
   return 0;
 }
 
+int run_new_lora(const Options& o) {
+  loom::NewLoraOptions opts = o.lora;
+  const std::optional<loom::DType> type = loom::dtype_from_name(o.lora_type);
+  LOOM_CHECK(type.has_value(), usage, "--type {}: expected f32, f16 or bf16", o.lora_type);
+  opts.type = *type;
+  const loom::NewLoraResult r = loom::make_random_lora(opts);
+  fmt::print("wrote {}: {} LoRA pairs of rank {} (alpha {}), {}, file {}\n", opts.output, r.n_pairs, opts.rank,
+             opts.alpha, o.lora_type, loom::gguf_tool::format_bytes((double)r.file_size));
+  return 0;
+}
+
 int run_quantize(Options& o) {
   auto type_flag = [](const std::string& name, const char* flag) -> std::optional<loom::DType> {
     if (name.empty()) return std::nullopt;
@@ -182,6 +198,17 @@ int main(int argc, char** argv) {
   nw->add_option("--seed", o.seed, "RNG seed")->capture_default_str();
   nw->add_option("-o,--output", o.output, "output file")->required();
 
+  CLI::App* nl = app.add_subcommand("new-lora", "write a random LoRA adapter for a model (llama.cpp's adapter layout)");
+  nl->add_option("-m,--model", o.lora.base, "the base model")->required();
+  nl->add_option("--targets", o.lora.targets, "roles to adapt, comma separated")->delimiter(',')->capture_default_str();
+  nl->add_option("--rank", o.lora.rank, "rank r")->capture_default_str();
+  nl->add_option("--alpha", o.lora.alpha, "adapter.lora.alpha (the product's factor is scale * alpha / r)")
+      ->capture_default_str();
+  nl->add_option("--type", o.lora_type, "f32 | f16 | bf16")->capture_default_str();
+  nl->add_option("--sigma", o.lora.sigma, "standard deviation of A's and B's values")->capture_default_str();
+  nl->add_option("--seed", o.lora.seed, "RNG seed")->capture_default_str();
+  nl->add_option("-o,--output", o.lora.output, "output file")->required();
+
   CLI::App* qz = app.add_subcommand("quantize", "write a model with its weights in another type, as llama-quantize");
   qz->add_option("IN", o.q.input, "input GGUF file")->required();
   qz->add_option("OUT", o.q.output, "output GGUF file (written via a temporary file + rename)")->required();
@@ -195,6 +222,7 @@ int main(int argc, char** argv) {
 
   return loom::tools::run_main("gguf", argc, argv, app, [&]() -> int {
     if (qz->parsed()) return run_quantize(o);
+    if (nl->parsed()) return run_new_lora(o);
     if (info->parsed()) return run_info(o);
     if (tok->parsed()) return run_tokenize(o);
     return run_new(o, *nw);

@@ -345,8 +345,8 @@ class Reader {
 
 // ---- File ---------------------------------------------------------------------------------
 
-std::unique_ptr<File> File::open(const std::string& path) {
-  const int fd = open_regular_file(path, "model file");  // a FIFO or device never blocks here
+std::unique_ptr<File> File::open(const std::string& path, std::string_view what) {
+  const int fd = open_regular_file(path, what);  // a FIFO or device never blocks here
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int e = errno;

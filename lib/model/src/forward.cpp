@@ -178,6 +178,7 @@ ForwardModel forward_model(const Model& model) {
   fm.tok_embd = model.tok_embd;
   fm.output_norm = model.output_norm;
   fm.output = model.output;
+  fm.output_lora = model.output_lora;
   fm.rope_freqs = model.rope_freqs;
   fm.rope_long = model.rope_long;
   fm.rope_short = model.rope_short;
@@ -260,7 +261,7 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
     }
     attn = join(attn, model.n_head_kv > 0 ? model.first.q : 0, hp.n_embd_q(), il, "attn_gather");
     if (l.wo) {
-      cur = mul_mat(c, l.wo, attn);
+      cur = lora_mm(c, l.lora, l.wo, attn);
       if (l.bo) cur = add(c, cur, l.bo);
     } else {
       cur = zero_rows(c, cur);
@@ -285,7 +286,7 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
     } else {
       Tensor* h = l.ffn_up ? dense_ffn_hidden(c, l, cur, gemma) : zero_rows(c, cur);  // {n_ff here, T}
       h = join(h, l.ffn_up ? model.first.ff : 0, hp.n_ff, il, "ffn_gather");
-      cur = l.ffn_down ? mul_mat(c, l.ffn_down, h) : zero_rows(c, cur);
+      cur = l.ffn_down ? lora_mm(c, l.lora, l.ffn_down, h) : zero_rows(c, cur);
     }
     cur = join(cur, l.ffn_down || l.ffn_down_exps ? model.first.embd : 0, hp.n_embd, il, "ffn_out_gather");
     if (l.ffn_post_norm) cur = norm_mul(c, cur, l.ffn_post_norm, hp.rms_eps);
@@ -298,7 +299,7 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
   x = norm_mul(c, x, model.output_norm, hp.rms_eps);
   x->name = "result_norm";
   if (model.output) {
-    in.logits = logit_softcap(c, mul_mat(c, model.output, x), hp.final_softcap);
+    in.logits = logit_softcap(c, lora_mm(c, model.output_lora, model.output, x), hp.final_softcap);
     in.logits->name = "logits";
     in.logits->flags |= kFlagOutput;
     in.last = in.logits;

@@ -28,7 +28,7 @@ QkvHeads project_qkv(Context& c, const HParams& hp, const LayerWeights& l, Tenso
   Tensor *q, *k, *v;
   std::array<Tensor*, 3> products{};
   if (l.wqkv) {  // phi3: rows q | k | v of one product
-    Tensor* qkv = mul_mat(c, l.wqkv, cur);
+    Tensor* qkv = lora_mm(c, l.lora, l.wqkv, cur);
     const size_t f = sizeof(float), n_q = (size_t)(hd * n_head), n_kv = (size_t)(hd * n_head_kv);
     q = cont(c, view_2d(c, qkv, (int64_t)n_q, T, qkv->nb[1], 0));
     k = cont(c, view_2d(c, qkv, (int64_t)n_kv, T, qkv->nb[1], n_q * f));
@@ -38,6 +38,10 @@ QkvHeads project_qkv(Context& c, const HParams& hp, const LayerWeights& l, Tenso
     k = mul_mat(c, l.wk, cur);
     v = mul_mat(c, l.wv, cur);
     products = {q, k, v};
+    // the adapters' deltas after the three products, which stay one run (one phase on the CPU)
+    q = add_lora(c, l.lora, l.wq, cur, q);
+    k = add_lora(c, l.lora, l.wk, cur, k);
+    v = add_lora(c, l.lora, l.wv, cur, v);
   }
   if (l.bq) q = add(c, q, l.bq);
   if (l.bk) k = add(c, k, l.bk);
@@ -53,7 +57,7 @@ QkvHeads project_qkv(Context& c, const HParams& hp, const LayerWeights& l, Tenso
 
 Tensor* dense_ffn_hidden(Context& c, const LayerWeights& l, Tensor* x, bool gelu_gate) {
   if (!l.ffn_gate) {  // phi3: gate rows, then up rows, in ffn_up
-    Tensor* gu = mul_mat(c, l.ffn_up, x);
+    Tensor* gu = lora_mm(c, l.lora, l.ffn_up, x);
     const int64_t n_ff = gu->ne[0] / 2, T = gu->ne[1];
     Tensor* g = view_2d(c, gu, n_ff, T, gu->nb[1], 0);
     Tensor* u = view_2d(c, gu, n_ff, T, gu->nb[1], (size_t)n_ff * sizeof(float));
@@ -61,11 +65,13 @@ Tensor* dense_ffn_hidden(Context& c, const LayerWeights& l, Tensor* x, bool gelu
   }
   Tensor* g = mul_mat(c, l.ffn_gate, x);
   Tensor* u = mul_mat(c, l.ffn_up, x);
+  g = add_lora(c, l.lora, l.ffn_gate, x, g);
+  u = add_lora(c, l.lora, l.ffn_up, x, u);
   return gelu_gate ? mul(c, gelu(c, g), u) : swiglu(c, g, u);
 }
 
 Tensor* dense_ffn(Context& c, const LayerWeights& l, Tensor* x, bool gelu_gate) {
-  return mul_mat(c, l.ffn_down, dense_ffn_hidden(c, l, x, gelu_gate));
+  return lora_mm(c, l.lora, l.ffn_down, dense_ffn_hidden(c, l, x, gelu_gate));
 }
 
 Tensor* logit_softcap(Context& c, Tensor* x, float cap) {

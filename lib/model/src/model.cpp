@@ -90,6 +90,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
     for (const gguf::TensorInfo& t : f.tensors()) n_used += t.name.rfind(opt.ignore_prefix, 0) == 0;
   LOOM_CHECK(n_used == f.tensors().size(), invalid_input, "{}: {} tensors in the file, {} belong to a {} model", path,
              f.tensors().size(), n_used, arch_name(hp.arch));
+  LOOM_CHECK(opt.adapters.empty() || !opt.trainable, usage,
+             "--lora: adapters apply to inference; loom-train trains the model's own weights");
+  for (const LoraAdapterSpec& a : opt.adapters) m->add_adapter(a, data_present && opt.need_data);
   m->has_data_ = data_present && opt.need_data;
   if (!m->has_data_)
     for (Tensor& t : m->weights_.tensors()) t.data = nullptr;  // planning: never touch the mapping
@@ -106,6 +109,7 @@ void Model::place(const PlacementParams& params, const std::function<void(size_t
   }
   tp_shards_.clear();
   if (p.split_mode == SplitMode::tensor) {
+    LOOM_CHECK(adapter_files_.empty(), usage, "-sm tensor: --lora is not supported (yet); use -sm layer");
     LOOM_CHECK(p.overrides.empty() && !p.cpu_moe && p.n_cpu_moe == 0, usage,
                "-sm tensor: -ot, -cmoe and -ncmoe are not supported (yet)");
     place_tensor_parallel(p);
@@ -114,6 +118,11 @@ void Model::place(const PlacementParams& params, const std::function<void(size_t
   std::vector<std::string> names;
   for (Tensor& t : weights_.tensors()) names.push_back(t.name);
   placement_ = place_weights(hp_, names, p);
+  for (const LayerWeights& l : layers)  // an adapter's pair lives with the matrix it adapts
+    for (const LoraLink& k : l.lora)
+      placement_.tensor_device[k.a->name] = placement_.tensor_device[k.b->name] = device_of(k.base);
+  for (const LoraLink& k : output_lora)
+    placement_.tensor_device[k.a->name] = placement_.tensor_device[k.b->name] = device_of(k.base);
   const size_t n_dev = placement_.devices.size();
   device_bytes_.assign(n_dev, 0);
   std::vector<std::vector<Tensor*>> per_device(n_dev);
@@ -151,7 +160,8 @@ void Model::place(const PlacementParams& params, const std::function<void(size_t
                st.message(), d == cpu ? " (--mmap uses them in place in the file mapping)" : "");
     for (size_t i = 0; i < per_device[d].size(); ++i) {
       Tensor* t = per_device[d][i];
-      const DType file_type = file_->find_tensor(t->name)->type;
+      const gguf::TensorInfo* info = file_->find_tensor(t->name);
+      const DType file_type = info ? info->type : t->type;  // an adapter's tensors are never converted
       if (t->type != file_type) {
         upload_converted(t, file_type, src[i]);
       } else {
@@ -163,7 +173,10 @@ void Model::place(const PlacementParams& params, const std::function<void(size_t
       if (progress) progress(copied, copy_total);
     }
   }
-  if (has_data_) file_->check_size();  // truncated during the copy: do not run on what was read
+  if (has_data_) {  // truncated during the copy: do not run on what was read
+    file_->check_size();
+    for (const auto& f : adapter_files_) f->check_size();
+  }
 }
 
 void Model::set_placement(const PlacementParams& p) {

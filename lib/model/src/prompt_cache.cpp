@@ -1,5 +1,5 @@
-// --prompt-cache files: "LOOMPC01", the model file's identity (u64), the token count (u64), the
-// tokens (int32), then the session state (its own header says which shape and cache types).
+// --prompt-cache files: "LOOMPC01", the model's identity (u64: the file's, with its adapters), the
+// token count (u64), the tokens (int32), then the session state (its own header says which shape and cache types).
 #include "loom/model/prompt_cache.h"
 
 #include <sys/stat.h>
@@ -30,8 +30,8 @@ PromptCacheLoad load_prompt_cache(Session& session, const std::string& path, std
   uint64_t identity = 0, n_tokens = 0;
   std::memcpy(&identity, bytes.data() + sizeof(kMagic), sizeof(identity));
   std::memcpy(&n_tokens, bytes.data() + sizeof(kMagic) + sizeof(identity), sizeof(n_tokens));
-  LOOM_CHECK(identity == session.model().file().identity(), invalid_input,
-             "--prompt-cache '{}': made with another model file", path);
+  LOOM_CHECK(identity == session.model().identity(), invalid_input,
+             "--prompt-cache '{}': made with another model file (or other --lora adapters)", path);
   LOOM_CHECK(n_tokens <= (uint64_t)session.n_ctx(), invalid_input,
              "--prompt-cache '{}': holds {} tokens, more than the context size {} (-c)", path, n_tokens,
              session.n_ctx());
@@ -55,7 +55,7 @@ PromptCacheLoad load_prompt_cache(Session& session, const std::string& path, std
 }
 
 void save_prompt_cache(const Session& session, const std::string& path, std::span<const int32_t> tokens) {
-  const uint64_t n = (uint64_t)session.n_past(), identity = session.model().file().identity();
+  const uint64_t n = (uint64_t)session.n_past(), identity = session.model().identity();
   LOOM_CHECK(n <= tokens.size(), internal, "the session holds {} tokens, {} given", n, tokens.size());
   const std::vector<uint8_t> state = session.save_state();
   AtomicFile out(path);

@@ -61,7 +61,6 @@ constexpr std::pair<const char*, const char*> kRefused[] = {
     {"--grammar-file", "grammars constrain loom-run's generation"},
     {"--json-schema", "grammars constrain loom-run's generation"},
     {"--json-schema-file", "grammars constrain loom-run's generation"},
-    {"--lora", "adapters are not implemented"},
     {"--yarn-ext-factor", "loom's YaRN takes the model's settings (llama.cpp's defaults); give --rope-scaling yarn"},
     {"--yarn-attn-factor", "loom's YaRN takes the model's settings (llama.cpp's defaults); give --rope-scaling yarn"},
     {"--yarn-beta-slow", "loom's YaRN takes the model's settings (llama.cpp's defaults); give --rope-scaling yarn"},

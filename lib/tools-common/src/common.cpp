@@ -51,6 +51,11 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("--rope-freq-base", o.rope_freq_base, "RoPE base frequency (the file's by default)");
   app.add_option("--rope-freq-scale", o.rope_freq_scale, "RoPE frequency scaling factor: the context grows by 1/N");
   app.add_option("--yarn-orig-ctx", o.yarn_orig_ctx, "YaRN: the model's original training context");
+  app.add_option("--lora", o.lora, "LoRA adapter GGUF applied with scale 1 (repeat, or comma separate, for several)")
+      ->delimiter(',');
+  app.add_option("--lora-scaled", o.lora_scaled, "FNAME SCALE: a LoRA adapter with its scale (repeatable)")
+      ->expected(2)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_flag("--cpu-moe", o.cpu_moe, "keep all MoE expert weights on the CPU (-cmoe)");
   app.add_option("--n-cpu-moe", o.n_cpu_moe, "keep the MoE expert weights of the first N layers on the CPU (-ncmoe)");
   app.add_flag("--mmap,!--no-mmap", o.mmap,
@@ -104,6 +109,7 @@ void validate_common(const CommonOptions& o) {
   cache_type(o.cache_type_v, "-ctv");
   LOOM_CHECK(o.n_cpu_moe >= 0, usage, "-ncmoe {}: must be 0 or more", o.n_cpu_moe);
   kv_overrides(o);
+  lora_adapters(o);
   if (o.n_gpu_layers != "auto" && o.n_gpu_layers != "all") {
     try {
       size_t pos = 0;
@@ -202,11 +208,35 @@ std::vector<KvOverride> kv_overrides(const CommonOptions& o) {
   return out;
 }
 
+std::vector<LoraAdapterSpec> lora_adapters(const CommonOptions& o) {
+  std::vector<LoraAdapterSpec> out;
+  for (const std::string& path : o.lora) {
+    LOOM_CHECK(!path.empty(), usage, "--lora: an empty file name");
+    out.push_back({path, 1.0f});
+  }
+  LOOM_CHECK(o.lora_scaled.size() % 2 == 0, usage, "--lora-scaled: expected FNAME SCALE");
+  for (size_t i = 0; i < o.lora_scaled.size(); i += 2) {
+    const std::string& v = o.lora_scaled[i + 1];
+    float scale = 0;
+    size_t pos = 0;
+    try {
+      scale = std::stof(v, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    LOOM_CHECK(pos == v.size() && pos > 0 && std::isfinite(scale), usage,
+               "--lora-scaled {} '{}': the scale must be a finite number", o.lora_scaled[i], v);
+    out.push_back({o.lora_scaled[i], scale});
+  }
+  return out;
+}
+
 std::unique_ptr<Model> load_model(const CommonOptions& o, const RunDevices& devices, bool need_data) {
   LOOM_CHECK(!o.model.empty(), usage, "no model given (-m FILE)");
   ModelLoadOptions lo;
   lo.need_data = need_data;
   lo.kv_overrides = kv_overrides(o);
+  lo.adapters = lora_adapters(o);
   lo.placement = placement_params(o, devices);
   // A progress line while big weights are copied (a terminal only: logs and pipes stay clean).
   int shown = -1;

@@ -17,6 +17,7 @@ struct FitRequest {
   PlacementParams placement;  // the user's; devices = the run's devices, CPU last
   SessionParams session;      // the user's; n_ctx 0 = the model's training context
   std::vector<KvOverride> kv_overrides;  // --override-kv
+  std::vector<LoraAdapterSpec> adapters;  // --lora, --lora-scaled
   bool fixed_ctx = false;     // flags the user gave: never changed
   bool fixed_ngl = false;
   bool fixed_split = false;

@@ -21,9 +21,9 @@ class ModelProbe {
  public:
   // placement: the user's (-sm, -mg, -ot, -cmoe); -ngl/-ts come from each Config.
   // session: the user's (-ub, -b, -ctk, -ctv, -fa, pipeline copies); n_ctx from each Config.
-  // kv_overrides: --override-kv, applied at every load.
+  // kv_overrides: --override-kv, adapters: --lora, applied at every load.
   ModelProbe(std::string model_path, const PlacementParams& placement, const SessionParams& session,
-             std::vector<KvOverride> kv_overrides = {});
+             std::vector<KvOverride> kv_overrides = {}, std::vector<LoraAdapterSpec> adapters = {});
   ModelProbe(const ModelProbe&) = delete;
   ModelProbe& operator=(const ModelProbe&) = delete;
 
@@ -36,6 +36,7 @@ class ModelProbe {
   PlacementParams placement_;
   SessionParams session_;
   std::vector<KvOverride> kv_overrides_;
+  std::vector<LoraAdapterSpec> adapters_;
   std::unique_ptr<Model> model_;  // placed as placed_ says (n_ctx unused)
   Config placed_;
 };

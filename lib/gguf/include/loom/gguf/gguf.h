@@ -95,7 +95,8 @@ size_t tensor_nbytes(DType type, const int64_t ne[4], std::string_view what);
 // Tensor data is mapped, not read: planning tools never touch the data pages.
 class File {
  public:
-  static std::unique_ptr<File> open(const std::string& path);
+  // what: how an error that the file cannot be opened names it ("model file 'PATH': ...").
+  static std::unique_ptr<File> open(const std::string& path, std::string_view what = "model file");
   // Parses a copy of bytes held in memory (fuzzing, tests); name stands for the path in errors.
   static std::unique_ptr<File> open_memory(const void* data, size_t size, const std::string& name);
   ~File();

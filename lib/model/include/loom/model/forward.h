@@ -52,6 +52,7 @@ struct ForwardModel {
   Tensor* tok_embd = nullptr;
   Tensor* output_norm = nullptr;
   Tensor* output = nullptr;  // null: no logits here (a member without vocabulary rows)
+  std::span<const LoraLink> output_lora;  // --lora pairs of output
   Tensor* rope_freqs = nullptr;  // RoPE divisors on this member's device (Llama 3), or null
   Tensor* rope_long = nullptr;   // phi3
   Tensor* rope_short = nullptr;

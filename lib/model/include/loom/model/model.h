@@ -9,12 +9,13 @@
 #include <unordered_set>
 #include <vector>
 
+#include "loom/gguf/gguf.h"
 #include "loom/graph/context.h"
 #include "loom/model/arch.h"
-#include "loom/gguf/gguf.h"
+#include "loom/model/lora.h"
 #include "loom/model/placement.h"
-#include "loom/tokenizer/tokenizer.h"
 #include "loom/model/tp_shard.h"
+#include "loom/tokenizer/tokenizer.h"
 
 namespace loom {
 
@@ -46,6 +47,7 @@ struct LayerWeights {
   Tensor* ffn_gate_exps_b = nullptr;
   Tensor* ffn_up_exps_b = nullptr;
   Tensor* ffn_down_exps_b = nullptr;
+  std::vector<LoraLink> lora;  // --lora: the adapters' pairs for this layer's matrices
 };
 
 // Where a per-layer role's tensor lives in l (nullptr for the global roles).
@@ -150,6 +152,9 @@ struct ModelLoadOptions {
   // Metadata values used instead of the file's (keys the file lacks are added), before anything
   // is read from it: hyper-parameters, tokenizer, chat template.
   std::vector<KvOverride> kv_overrides;
+  // LoRA adapters applied to the products (lora.h), each placed with the matrix it adapts.
+  // Not with training or -sm tensor.
+  std::vector<LoraAdapterSpec> adapters;
 };
 
 class Model {
@@ -160,6 +165,9 @@ class Model {
   const HParams& hparams() const { return hp_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const gguf::File& file() const { return *file_; }
+  // The file's identity, mixed with each adapter's identity and scale when there are adapters
+  // (a --prompt-cache file holds the state of one such combination).
+  uint64_t identity() const;
   Context& weights() { return weights_; }
   std::vector<Tensor*> weight_tensors() const;
 
@@ -170,6 +178,7 @@ class Model {
   Tensor* rope_long = nullptr;   // phi3: divisors past n_ctx_orig, and within it
   Tensor* rope_short = nullptr;
   std::vector<LayerWeights> layers;
+  std::vector<LoraLink> output_lora;  // --lora pairs of `output`
 
   size_t n_params() const { return n_params_; }
   size_t n_bytes() const { return n_bytes_; }
@@ -200,8 +209,11 @@ class Model {
   Model() = default;
   void place(const PlacementParams& p, const std::function<void(size_t, size_t)>& progress = {});
   void place_tensor_parallel(const PlacementParams& p);  // tp_shard.cpp
+  void add_adapter(const LoraAdapterSpec& spec, bool bind_data);  // lora.cpp
   HParams hp_;
   std::unique_ptr<gguf::File> file_;
+  std::vector<std::unique_ptr<gguf::File>> adapter_files_;  // their tensors' bytes are mapped
+  std::vector<float> adapter_scales_;
   std::unique_ptr<Tokenizer> tokenizer_;
   Context weights_;
   size_t n_params_ = 0;

@@ -37,6 +37,8 @@ struct CommonOptions {
   std::string rope_scaling;  // --rope-scaling none|linear|yarn
   double rope_scale = 0, rope_freq_base = 0, rope_freq_scale = 0;
   int64_t yarn_orig_ctx = 0;
+  std::vector<std::string> lora;         // --lora FNAME (repeated, or FNAME,FNAME)
+  std::vector<std::string> lora_scaled;  // --lora-scaled FNAME SCALE: pairs
   bool cpu_moe = false;
   int64_t n_cpu_moe = 0;  // -ncmoe N
   bool mmap = false;
@@ -61,6 +63,8 @@ SessionParams session_params(const CommonOptions& o);
 // Every --override-kv entry, parsed (usage errors name the entry), then the RoPE flags' keys
 // (`{arch}.rope...`: the loader puts the file's architecture in place of {arch}).
 std::vector<KvOverride> kv_overrides(const CommonOptions& o);
+// --lora and --lora-scaled as adapters (--lora's first, each flag's in the order given); throws usage.
+std::vector<LoraAdapterSpec> lora_adapters(const CommonOptions& o);
 // Prints `NAME  KIND  TOTAL MiB  FREE MiB` per device.
 void print_devices(const CommonOptions& o);
 
