@@ -333,6 +333,13 @@ TEST_F(CliHabits, LoraAdaptersFromEveryTool) {
   EXPECT_FALSE(std::filesystem::exists(file("x.gguf")));
 }
 
+TEST_F(CliHabits, CacheLayoutFlagsOfLlamaCppAreAcceptedAndChangeNothing) {
+  const std::string base = "loom-run -m " + model() + " -p hi -n 4 --temp 0 --no-echo";
+  ToolResult plain = run(base), flags = run(base + " --swa-full -kvu --kv-unified");
+  EXPECT_EQ(flags.rc, 0) << flags.err;
+  EXPECT_EQ(flags.out, plain.out);
+}
+
 TEST_F(CliHabits, InPrefixBosStartsEachLaterTurn) {
   std::ofstream(file("bos-turns.txt")) << "hi\nagain\n";
   auto turns = [&](const std::string& flags) {

@@ -47,6 +47,7 @@ constexpr std::pair<const char*, const char*> kAliases[] = {
     {"-np", "--parallel"},
     {"-nkvo", "--no-kv-offload"},
     {"-ctxcp", "--ctx-checkpoints"},
+    {"-kvu", "--kv-unified"},
 };
 
 // llama.cpp flags loom does not take, with the reason (docs/CLI.md lists them all).

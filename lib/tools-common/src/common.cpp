@@ -56,6 +56,10 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("--lora-scaled", o.lora_scaled, "FNAME SCALE: a LoRA adapter with its scale (repeatable)")
       ->expected(2)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  // llama.cpp's cache layouts that are loom's only one: accepted, nothing to change
+  app.add_flag("--swa-full", o.swa_full, "sliding-window layers keep the whole context's cache (loom's layout always)");
+  app.add_flag("--kv-unified", o.kv_unified,
+               "one KV buffer for every sequence (-kvu; a loom session has one sequence)");
   app.add_flag("--cpu-moe", o.cpu_moe, "keep all MoE expert weights on the CPU (-cmoe)");
   app.add_option("--n-cpu-moe", o.n_cpu_moe, "keep the MoE expert weights of the first N layers on the CPU (-ncmoe)");
   app.add_flag("--mmap,!--no-mmap", o.mmap,

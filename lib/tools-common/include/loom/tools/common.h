@@ -40,6 +40,7 @@ struct CommonOptions {
   std::vector<std::string> lora;         // --lora FNAME (repeated, or FNAME,FNAME)
   std::vector<std::string> lora_scaled;  // --lora-scaled FNAME SCALE: pairs
   bool cpu_moe = false;
+  bool swa_full = false, kv_unified = false;  // accepted: loom's only cache layout (no effect)
   int64_t n_cpu_moe = 0;  // -ncmoe N
   bool mmap = false;
   bool mlock = false;  // mlockall after loading (--mlock)  // CPU weights used in place in the file mapping (--mmap)
