@@ -333,6 +333,39 @@ TEST_F(CliHabits, LoraAdaptersFromEveryTool) {
   EXPECT_FALSE(std::filesystem::exists(file("x.gguf")));
 }
 
+TEST_F(CliHabits, HellaswagAsLlamaPerplexityPrintsIt) {
+  std::ofstream hs(file("hs.txt"));
+  for (int i = 0; i < 5; ++i) {
+    hs << "A cook takes the pan off the stove and" << (i ? " then" : "") << "\n" << (i % 4) << "\n";
+    for (int j = 0; j < 4; ++j)
+      hs << (j == i % 4 ? "serves the eggs on a plate." : "paints the wall blue " + std::to_string(j)) << "\n";
+  }
+  hs.close();
+  const std::string base = "loom-run -m " + model() + " --hellaswag -f " + file("hs.txt") + " -c 128";
+  ToolResult r = run(base + " --hellaswag-tasks 3");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("\ntask\tacc_norm\n1\t", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("\n3\t"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\n4\t"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Final estimate: acc_norm = "), std::string::npos) << r.out;
+  r = run(base + " --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tasks"], 5);
+  EXPECT_DOUBLE_EQ(j["acc_norm"].get<double>(), 100.0 * j["correct"].get<double>() / 5.0);
+  std::ofstream(file("bad-hs.txt")) << "only\nfive\nlines\nof\ntext\n";
+  for (const auto& [flags, rc] :
+       std::vector<std::pair<std::string, int>>{{"--hellaswag -f " + file("bad-hs.txt"), 3},
+                                                {"--hellaswag", 2},
+                                                {"--hellaswag -f " + file("hs.txt") + " --hellaswag-tasks 0", 2},
+                                                {"--hellaswag --perplexity -f " + file("hs.txt"), 2},
+                                                {"--hellaswag -f " + file("hs.txt") + " -c 8", 3}}) {
+    ToolResult b = run("loom-run -m " + model() + " " + flags);
+    EXPECT_EQ(b.rc, rc) << flags << ": " << b.err;
+    EXPECT_EQ(count_lines(b.err), 1) << flags << ": " << b.err;
+  }
+}
+
 TEST_F(CliHabits, CacheLayoutFlagsOfLlamaCppAreAcceptedAndChangeNothing) {
   const std::string base = "loom-run -m " + model() + " -p hi -n 4 --temp 0 --no-echo";
   ToolResult plain = run(base), flags = run(base + " --swa-full -kvu --kv-unified");

@@ -1,18 +1,20 @@
 // loom-run: generate text from a GGUF model, hold a conversation, or measure perplexity over a
 // text file. Flags: lib/tools-common (run_flags.cpp); the work is in lib/model.
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
+#include "loom/tools/main.h"
 
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "loom/core/error.h"
 #include "loom/core/log.h"
 #include "loom/model/generate.h"
+#include "loom/model/hellaswag.h"
 #include "loom/model/report.h"
 #include "loom/tools/common.h"
-#include "loom/tools/main.h"
 #include "loom/tools/run.h"
 
 using namespace loom;
@@ -49,6 +51,15 @@ int main(int argc, char** argv) {
       params.n_ctx = h.n_ctx;
       ro.perplexity = true;
     }
+    LOOM_CHECK(!ro.hellaswag || (!ro.perplexity && !ro.kl_divergence), usage,
+               "--hellaswag: give it alone, not with --perplexity or --kl-divergence");
+    LOOM_CHECK(!ro.hellaswag || common.comm != tools::CommKind::mpi, usage, "--hellaswag: not with --comm mpi");
+    LOOM_CHECK(ro.hellaswag_tasks >= 1, usage, "--hellaswag-tasks {}: must be 1 or more", ro.hellaswag_tasks);
+    std::vector<HellaswagTask> tasks;  // read before the model loads: a bad file costs nothing
+    if (ro.hellaswag) {
+      LOOM_CHECK(!ro.prompt_file.empty(), usage, "--hellaswag needs -f TASKS");
+      tasks = select_hellaswag(parse_hellaswag(tools::prompt_text(ro), ro.prompt_file), (size_t)ro.hellaswag_tasks);
+    }
     if (!tools::is_output_rank(common)) std::freopen("/dev/null", "w", stdout);  // MPI: rank 0 prints
     if (common.comm == tools::CommKind::mpi) {  // every rank must run the same job (checked before any collective)
       const SamplerParams& s = ro.sampling;
@@ -72,14 +83,14 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     tools::RunDevices devices = tools::make_run_devices(common);
     std::unique_ptr<Model> model = tools::load_model(common, devices);
-    const bool chat = !ro.perplexity && tools::wants_conversation(ro, *model);
-    LOOM_CHECK(ro.prompt_cache.empty() || (!chat && !ro.perplexity), usage,
-               "--prompt-cache: for generation from -p or -f (not a conversation or --perplexity)");
+    const bool chat = !ro.perplexity && !ro.hellaswag && tools::wants_conversation(ro, *model);
+    LOOM_CHECK(ro.prompt_cache.empty() || (!chat && !ro.perplexity && !ro.hellaswag), usage,
+               "--prompt-cache: for generation from -p or -f (not a conversation, --perplexity or --hellaswag)");
     LOOM_CHECK((!ro.prompt_cache_all && !ro.prompt_cache_ro) || !ro.prompt_cache.empty(), usage,
                "--prompt-cache-all and --prompt-cache-ro need --prompt-cache FILE");
     LOOM_CHECK(ro.prompt_cache.empty() || common.comm != tools::CommKind::mpi, usage,
                "--prompt-cache: not with --comm mpi");
-    LOOM_CHECK(chat || ro.perplexity || !(ro.prompt.empty() && ro.prompt_file.empty()), usage,
+    LOOM_CHECK(chat || ro.perplexity || ro.hellaswag || !(ro.prompt.empty() && ro.prompt_file.empty()), usage,
                "no prompt given (-p TEXT or -f FILE; -cnv for a conversation)");
     const SamplerParams sp = tools::sampler_params(ro, model->tokenizer());
     Session session(*model, params);
@@ -99,6 +110,24 @@ int main(int argc, char** argv) {
         fmt::print("{}\n", kl_divergence_json(r, secs).dump(2));
       else
         fmt::print("\n{}", kl_divergence_summary(r));
+      return 0;
+    }
+    if (ro.hellaswag) {
+      const auto tp = std::chrono::steady_clock::now();
+      if (!common.json) fmt::print("\ntask\tacc_norm\n");
+      const HellaswagResult r = hellaswag(session, tasks, [&](size_t i, double acc) {
+        if (common.json) return;
+        fmt::print("{}\t{:.8f}\n", i + 1, acc);
+        std::fflush(stdout);
+      });
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
+      if (common.json)
+        fmt::print("{}\n",
+                   nlohmann::ordered_json{
+                       {"tasks", r.n_tasks}, {"correct", r.n_correct}, {"acc_norm", r.acc_norm}, {"seconds", secs}}
+                       .dump(2));
+      else
+        fmt::print("\nFinal estimate: acc_norm = {:.8f} over {} tasks\n", r.acc_norm, r.n_tasks);
       return 0;
     }
     if (ro.perplexity) {

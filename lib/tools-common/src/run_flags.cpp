@@ -25,6 +25,9 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
   app.add_option("--kl-divergence-base,--save-all-logits", o.kl_base,
                  "--perplexity: also write every scored distribution to FILE (llama-perplexity's format); "
                  "--kl-divergence: read it");
+  app.add_flag("--hellaswag", o.hellaswag,
+               "HellaSwag acc_norm over -f TASKS (llama-perplexity's file layout and order)");
+  app.add_option("--hellaswag-tasks", o.hellaswag_tasks, "--hellaswag: tasks to score (default 400)");
   app.add_flag("--kl-divergence", o.kl_divergence,
                "KL divergence and token statistics against the --kl-divergence-base file (its text and -c)");
 
@@ -226,7 +229,8 @@ std::shared_ptr<const Grammar> run_grammar(const RunOptions& o) {
   const int given = !o.grammar.empty() + !o.grammar_file.empty() + !o.json_schema.empty() + !o.json_schema_file.empty();
   LOOM_CHECK(given <= 1, usage, "give one of --grammar, --grammar-file, --json-schema and --json-schema-file");
   if (given == 0) return nullptr;
-  LOOM_CHECK(!o.perplexity, usage, "--grammar, --json-schema: for generation and conversation, not --perplexity");
+  LOOM_CHECK(!o.perplexity && !o.hellaswag, usage,
+             "--grammar, --json-schema: for generation and conversation, not --perplexity or --hellaswag");
   const bool schema = !o.json_schema.empty() || !o.json_schema_file.empty();
   const std::string& path = schema ? o.json_schema_file : o.grammar_file;
   const char* flag = schema ? "--json-schema-file" : "--grammar-file";

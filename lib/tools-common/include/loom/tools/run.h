@@ -25,6 +25,8 @@ struct RunOptions {
   int64_t n_chunks = -1;
   std::string kl_base;         // --kl-divergence-base FILE: written by --perplexity, read by --kl-divergence
   bool kl_divergence = false;  // --kl-divergence: the model's distributions against kl_base's
+  bool hellaswag = false;      // --hellaswag: acc_norm over -f's tasks (llama-perplexity's)
+  int64_t hellaswag_tasks = 400;
   // sampling
   SamplerParams sampling;
   int64_t seed = -1;  // -1: random (printed)
