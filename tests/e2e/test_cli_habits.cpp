@@ -366,6 +366,35 @@ TEST_F(CliHabits, HellaswagAsLlamaPerplexityPrintsIt) {
   }
 }
 
+TEST_F(CliHabits, WinograndeAsLlamaPerplexityPrintsIt) {
+  std::ofstream wg(file("wg.csv"));
+  for (int i = 0; i < 6; ++i)
+    wg << i << ",The cup did not fit on the shelf because the _ was too small " << i << ".,cup,shelf," << 1 + i % 2
+       << "\n";
+  wg << "6,The file's last line is never _ (as in llama-perplexity).,read,seen,1\n";
+  wg.close();
+  const std::string base = "loom-run -m " + model() + " --winogrande -f " + file("wg.csv") + " -c 128";
+  ToolResult r = run(base);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("1\t", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("\n6\t"), std::string::npos) << r.out;  // rows 0-5 as tasks 1-6, the last row left out
+  EXPECT_EQ(r.out.find("\n7\t"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Final Winogrande score(6 tasks): "), std::string::npos) << r.out;
+  r = run(base + " --winogrande-tasks 3 --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["tasks"], 3);
+  std::ofstream(file("bad-wg.csv")) << "no,underscore,in,this,1\nnor,here,a,b,2\n";
+  for (const auto& [flags, rc] :
+       std::vector<std::pair<std::string, int>>{{"--winogrande -f " + file("bad-wg.csv"), 3},
+                                                {"--winogrande", 2},
+                                                {"--winogrande --hellaswag -f " + file("wg.csv"), 2},
+                                                {"--winogrande -f " + file("wg.csv") + " --winogrande-tasks -1", 2}}) {
+    ToolResult b = run("loom-run -m " + model() + " " + flags);
+    EXPECT_EQ(b.rc, rc) << flags << ": " << b.err;
+    EXPECT_EQ(count_lines(b.err), 1) << flags << ": " << b.err;
+  }
+}
+
 TEST_F(CliHabits, CacheLayoutFlagsOfLlamaCppAreAcceptedAndChangeNothing) {
   const std::string base = "loom-run -m " + model() + " -p hi -n 4 --temp 0 --no-echo";
   ToolResult plain = run(base), flags = run(base + " --swa-full -kvu --kv-unified");

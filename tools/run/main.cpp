@@ -14,6 +14,7 @@
 #include "loom/model/generate.h"
 #include "loom/model/hellaswag.h"
 #include "loom/model/report.h"
+#include "loom/model/winogrande.h"
 #include "loom/tools/common.h"
 #include "loom/tools/run.h"
 
@@ -51,14 +52,28 @@ int main(int argc, char** argv) {
       params.n_ctx = h.n_ctx;
       ro.perplexity = true;
     }
-    LOOM_CHECK(!ro.hellaswag || (!ro.perplexity && !ro.kl_divergence), usage,
-               "--hellaswag: give it alone, not with --perplexity or --kl-divergence");
-    LOOM_CHECK(!ro.hellaswag || common.comm != tools::CommKind::mpi, usage, "--hellaswag: not with --comm mpi");
+    const int n_modes = (int)ro.hellaswag + (int)ro.winogrande + (int)(ro.perplexity || ro.kl_divergence);
+    LOOM_CHECK(n_modes <= 1, usage, "--hellaswag, --winogrande, --perplexity and --kl-divergence: give one of them");
+    LOOM_CHECK(!(ro.hellaswag || ro.winogrande) || common.comm != tools::CommKind::mpi, usage,
+               "--hellaswag, --winogrande: not with --comm mpi");
     LOOM_CHECK(ro.hellaswag_tasks >= 1, usage, "--hellaswag-tasks {}: must be 1 or more", ro.hellaswag_tasks);
-    std::vector<HellaswagTask> tasks;  // read before the model loads: a bad file costs nothing
-    if (ro.hellaswag) {
-      LOOM_CHECK(!ro.prompt_file.empty(), usage, "--hellaswag needs -f TASKS");
+    LOOM_CHECK(ro.winogrande_tasks >= 0, usage, "--winogrande-tasks {}: must be 0 (all) or more", ro.winogrande_tasks);
+    // the task files are read before the model loads: a bad file costs nothing
+    std::vector<HellaswagTask> tasks;
+    std::vector<WinograndeTask> wg_tasks;
+    if (ro.hellaswag || ro.winogrande)
+      LOOM_CHECK(!ro.prompt_file.empty(), usage, "--hellaswag, --winogrande need -f TASKS");
+    if (ro.hellaswag)
       tasks = select_hellaswag(parse_hellaswag(tools::prompt_text(ro), ro.prompt_file), (size_t)ro.hellaswag_tasks);
+    if (ro.winogrande) {
+      WinograndeFile f = parse_winogrande(tools::prompt_text(ro));
+      LOOM_CHECK(!f.tasks.empty(), invalid_input,
+                 "{}: no Winogrande tasks (rows of index,sentence with _,choice1,choice2,answer 1 or 2)",
+                 ro.prompt_file);
+      if (f.skipped > 0)
+        logger().warn("--winogrande: {} rows of '{}' skipped (not index,sentence with _,choice1,choice2,1 or 2)",
+                      f.skipped, ro.prompt_file);
+      wg_tasks = select_winogrande(std::move(f.tasks), (size_t)ro.winogrande_tasks);
     }
     if (!tools::is_output_rank(common)) std::freopen("/dev/null", "w", stdout);  // MPI: rank 0 prints
     if (common.comm == tools::CommKind::mpi) {  // every rank must run the same job (checked before any collective)
@@ -83,14 +98,14 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     tools::RunDevices devices = tools::make_run_devices(common);
     std::unique_ptr<Model> model = tools::load_model(common, devices);
-    const bool chat = !ro.perplexity && !ro.hellaswag && tools::wants_conversation(ro, *model);
-    LOOM_CHECK(ro.prompt_cache.empty() || (!chat && !ro.perplexity && !ro.hellaswag), usage,
-               "--prompt-cache: for generation from -p or -f (not a conversation, --perplexity or --hellaswag)");
+    const bool chat = !ro.perplexity && !ro.hellaswag && !ro.winogrande && tools::wants_conversation(ro, *model);
+    LOOM_CHECK(ro.prompt_cache.empty() || (!chat && n_modes == 0), usage,
+               "--prompt-cache: for generation from -p or -f (not a conversation, --perplexity or a task score)");
     LOOM_CHECK((!ro.prompt_cache_all && !ro.prompt_cache_ro) || !ro.prompt_cache.empty(), usage,
                "--prompt-cache-all and --prompt-cache-ro need --prompt-cache FILE");
     LOOM_CHECK(ro.prompt_cache.empty() || common.comm != tools::CommKind::mpi, usage,
                "--prompt-cache: not with --comm mpi");
-    LOOM_CHECK(chat || ro.perplexity || ro.hellaswag || !(ro.prompt.empty() && ro.prompt_file.empty()), usage,
+    LOOM_CHECK(chat || n_modes > 0 || !(ro.prompt.empty() && ro.prompt_file.empty()), usage,
                "no prompt given (-p TEXT or -f FILE; -cnv for a conversation)");
     const SamplerParams sp = tools::sampler_params(ro, model->tokenizer());
     Session session(*model, params);
@@ -128,6 +143,26 @@ int main(int argc, char** argv) {
                        .dump(2));
       else
         fmt::print("\nFinal estimate: acc_norm = {:.8f} over {} tasks\n", r.acc_norm, r.n_tasks);
+      return 0;
+    }
+    if (ro.winogrande) {
+      const auto tp = std::chrono::steady_clock::now();
+      const WinograndeResult r =
+          winogrande(session, wg_tasks, [&](size_t i, double acc, float s1, float s2, int pick, int answer) {
+            if (common.json) return;
+            fmt::print("{}\t{:.4f}\t{:10.6f}  {:10.6f}  {}  {}\n", i + 1, acc, s1, s2, pick, answer);
+            std::fflush(stdout);
+          });
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
+      if (common.json)
+        fmt::print("{}\n", nlohmann::ordered_json{{"tasks", r.n_tasks},
+                                                  {"correct", r.n_correct},
+                                                  {"score", r.score},
+                                                  {"score_stderr", r.stderr_},
+                                                  {"seconds", secs}}
+                               .dump(2));
+      else
+        fmt::print("\nFinal Winogrande score({} tasks): {:.4f} +/- {:.4f}\n", r.n_tasks, r.score, r.stderr_);
       return 0;
     }
     if (ro.perplexity) {

@@ -1,6 +1,7 @@
 // Generation and perplexity loops over a Session.
 #include "loom/model/generate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -55,6 +56,13 @@ GenerateResult generate(Session& session, std::string_view prompt, int64_t n_pre
   r.eval_ms = ms_since(t0);
   if (cache && cache->all && !cache->read_only) save_prompt_cache(session, cache->path, r.tokens);
   return r;
+}
+
+float token_logprob_f32(std::span<const float> logits, int32_t token) {
+  const float max = *std::max_element(logits.begin(), logits.end());
+  float sum = 0.0f;
+  for (float v : logits) sum += std::exp(v - max);
+  return logits[(size_t)token] - max - std::log(sum);
 }
 
 void score_chunk(Session& session, std::span<const int32_t> tokens, int64_t c,

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "loom/core/error.h"
+#include "loom/model/generate.h"
 
 namespace loom {
 
@@ -50,15 +51,6 @@ std::vector<HellaswagTask> select_hellaswag(std::vector<HellaswagTask> tasks, si
 }
 
 namespace {
-
-// log p(token) under logits, in llama-perplexity's arithmetic: float max, float exponentials
-// summed in float, the log taken of the float sum.
-float token_logprob(std::span<const float> logits, int32_t token) {
-  const float max = *std::max_element(logits.begin(), logits.end());
-  float sum = 0.0f;
-  for (float v : logits) sum += std::exp(v - max);
-  return logits[(size_t)token] - max - std::log(sum);
-}
 
 // log p(token) of the first ending token: a float softmax with its sum kept in double.
 float first_logprob(std::span<const float> logits, int32_t token) {
@@ -104,7 +96,7 @@ HellaswagResult hellaswag(Session& session, const std::vector<HellaswagTask>& ta
         session.keep_first((int64_t)prefix);
         session.decode(std::span<const int32_t>(seq[s].data() + prefix, seq[s].size() - 1 - prefix), true);
         for (size_t j = prefix; j + 1 < seq[s].size(); ++j, ++count)
-          sum += token_logprob(session.logits((int64_t)(j - prefix)), seq[s][j + 1]);
+          sum += token_logprob_f32(session.logits((int64_t)(j - prefix)), seq[s][j + 1]);
       }
       score[s] = sum / (double)count;
     }

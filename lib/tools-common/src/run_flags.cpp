@@ -28,6 +28,9 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
   app.add_flag("--hellaswag", o.hellaswag,
                "HellaSwag acc_norm over -f TASKS (llama-perplexity's file layout and order)");
   app.add_option("--hellaswag-tasks", o.hellaswag_tasks, "--hellaswag: tasks to score (default 400)");
+  app.add_flag("--winogrande", o.winogrande,
+               "Winogrande score over -f TASKS.csv (llama-perplexity's reading and order)");
+  app.add_option("--winogrande-tasks", o.winogrande_tasks, "--winogrande: tasks to score (default 0: all)");
   app.add_flag("--kl-divergence", o.kl_divergence,
                "KL divergence and token statistics against the --kl-divergence-base file (its text and -c)");
 
@@ -229,8 +232,9 @@ std::shared_ptr<const Grammar> run_grammar(const RunOptions& o) {
   const int given = !o.grammar.empty() + !o.grammar_file.empty() + !o.json_schema.empty() + !o.json_schema_file.empty();
   LOOM_CHECK(given <= 1, usage, "give one of --grammar, --grammar-file, --json-schema and --json-schema-file");
   if (given == 0) return nullptr;
-  LOOM_CHECK(!o.perplexity && !o.hellaswag, usage,
-             "--grammar, --json-schema: for generation and conversation, not --perplexity or --hellaswag");
+  LOOM_CHECK(
+      !o.perplexity && !o.hellaswag && !o.winogrande, usage,
+      "--grammar, --json-schema: for generation and conversation, not --perplexity, --hellaswag or --winogrande");
   const bool schema = !o.json_schema.empty() || !o.json_schema_file.empty();
   const std::string& path = schema ? o.json_schema_file : o.grammar_file;
   const char* flag = schema ? "--json-schema-file" : "--grammar-file";
@@ -248,7 +252,7 @@ bool wants_conversation(const RunOptions& o, const Model& model) {
   if (o.no_conversation) return false;
   if (o.conversation || o.interactive) return true;
   const bool has_template = !model.file().find_string("tokenizer.chat_template").value_or("").empty();
-  return o.prompt.empty() && o.prompt_file.empty() && has_template && !o.perplexity;
+  return o.prompt.empty() && o.prompt_file.empty() && has_template && !o.perplexity && !o.hellaswag && !o.winogrande;
 }
 
 }  // namespace loom::tools

@@ -40,6 +40,10 @@ struct PerplexityResult {
   int64_t n_scored = 0;
 };
 
+// log p(token) under logits in llama-perplexity's task-score arithmetic (HellaSwag, Winogrande):
+// float maximum, float exponentials summed in float, the log of that float sum.
+float token_logprob_f32(std::span<const float> logits, int32_t token);
+
 // llama-perplexity's protocol for chunk c of tokens (n_ctx = session.n_ctx() tokens from c * n_ctx,
 // BOS first when the vocab adds one): the KV cache cleared, the chunk evaluated in batches, and
 // score(j, logits, next) called for each position j of its second half but the last, with the

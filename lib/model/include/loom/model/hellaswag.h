@@ -32,7 +32,7 @@ std::vector<HellaswagTask> select_hellaswag(std::vector<HellaswagTask> tasks, si
 struct HellaswagResult {
   size_t n_tasks = 0;
   size_t n_correct = 0;
-  double acc_norm = 0;                  // percent
+  double acc_norm = 0;                        // percent
   std::vector<std::array<double, 4>> scores;  // per task, each ending's mean log-probability
 };
 

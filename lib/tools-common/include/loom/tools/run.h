@@ -27,6 +27,8 @@ struct RunOptions {
   bool kl_divergence = false;  // --kl-divergence: the model's distributions against kl_base's
   bool hellaswag = false;      // --hellaswag: acc_norm over -f's tasks (llama-perplexity's)
   int64_t hellaswag_tasks = 400;
+  bool winogrande = false;       // --winogrande: the Winogrande score over -f's CSV (llama-perplexity's)
+  int64_t winogrande_tasks = 0;  // 0: all
   // sampling
   SamplerParams sampling;
   int64_t seed = -1;  // -1: random (printed)
