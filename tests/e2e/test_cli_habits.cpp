@@ -333,6 +333,50 @@ TEST_F(CliHabits, LoraAdaptersFromEveryTool) {
   EXPECT_FALSE(std::filesystem::exists(file("x.gguf")));
 }
 
+TEST_F(CliHabits, ControlVectorsFromEveryTool) {
+  ToolResult r = run("loom-gguf new-control-vector -m " + model() + " -o " + file("cv.gguf") + " --sigma 0.5");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::ofstream(file("cv.txt")) << "A control vector moves every layer's output, so perplexity tells it apart.\n";
+  auto ppl = [&](const std::string& flags) {
+    ToolResult p =
+        run("loom-run -m " + model() + " --perplexity -f " + file("cv.txt") + " -c 16 --chunks 1 --json " + flags);
+    EXPECT_EQ(p.rc, 0) << flags << ": " << p.err;
+    return p.rc == 0 ? nlohmann::json::parse(p.out)["ppl"].get<double>() : -1.0;
+  };
+  const double plain = ppl(""), with = ppl("--control-vector " + file("cv.gguf"));
+  EXPECT_NE(with, plain);
+  EXPECT_EQ(plain, ppl("--control-vector-scaled " + file("cv.gguf") + " 0"));
+  EXPECT_EQ(plain, ppl("--control-vector " + file("cv.gguf") + " --control-vector-layer-range 5 9"));
+  for (const char* tool : {"loom-split-inspect", "loom-fit-params"}) {
+    r = run(std::string(tool) + " -m " + model() + " --control-vector " + file("cv.gguf") + " -c 64");
+    EXPECT_EQ(r.rc, 0) << tool << ": " << r.err;
+  }
+  ToolResult other = run("loom-gguf new --arch llama --preset tiny --n-embd 128 --n-head 4 -o " + file("narrow.gguf"));
+  ASSERT_EQ(other.rc, 0) << other.err;
+  r = run("loom-gguf new-control-vector -m " + file("narrow.gguf") + " -o " + file("cv128.gguf"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  for (const auto& [bad, rc] : std::vector<std::pair<std::string, int>>{
+           {"--control-vector " + file("missing.gguf"), 3},
+           {"--control-vector " + file("cv128.gguf"), 3},
+           {"--control-vector " + model(), 3},
+           {"--control-vector-scaled " + file("cv.gguf") + " x", 2},
+           {"--control-vector " + file("cv.gguf") + " --control-vector-layer-range 1", 2},
+           {"--control-vector-layer-range 1 2", 2},
+           {"--control-vector " + file("cv.gguf") + " -sm tensor --sim-devices 2x1GiB", 2}}) {
+    ToolResult b = run("loom-run -m " + model() + " -p hi -n 1 " + bad);
+    EXPECT_EQ(b.rc, rc) << bad << ": " << b.err;
+    EXPECT_EQ(count_lines(b.err), 1) << bad << ": " << b.err;
+  }
+  r = run("loom-run -m " + model() + " -p 'hello there' -n 2 --temp 0 --prompt-cache " + file("cvpc.bin"));
+  EXPECT_EQ(r.rc, 0) << r.err;
+  r = run("loom-run -m " + model() + " -p 'hello there' -n 2 --temp 0 --prompt-cache " + file("cvpc.bin") +
+          " --control-vector " + file("cv.gguf"));
+  EXPECT_EQ(r.rc, 3) << r.err;
+  r = run("loom-train -m " + model() + " -f " + file("cv.txt") + " --control-vector " + file("cv.gguf") + " -o " +
+          file("t.gguf"));
+  EXPECT_EQ(r.rc, 2) << r.err;
+}
+
 TEST_F(CliHabits, HellaswagAsLlamaPerplexityPrintsIt) {
   std::ofstream hs(file("hs.txt"));
   for (int i = 0; i < 5; ++i) {

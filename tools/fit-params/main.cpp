@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
     req.session = tools::session_params(common);
     req.kv_overrides = tools::kv_overrides(common);
     req.adapters = tools::lora_adapters(common);
+    req.control_vectors = tools::control_vectors(common);
     // As in llama.cpp, the defaults given explicitly (-c 0, -ngl -1 or auto) leave the fit free.
     req.fixed_ctx = app.count("--ctx-size") > 0 && common.n_ctx != 0;
     req.fixed_ngl =

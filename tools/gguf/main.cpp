@@ -15,6 +15,7 @@
 #include "loom/core/error.h"
 #include "loom/gguf/gguf.h"
 #include "loom/model/arch.h"
+#include "loom/model/control_vector.h"
 #include "loom/model/lora.h"
 #include "loom/model/model_file.h"
 #include "loom/model/quantize.h"
@@ -45,6 +46,9 @@ struct Options {
   // new-lora
   loom::NewLoraOptions lora;
   std::string lora_type = "f32";
+  // new-control-vector
+  std::string cvec_base, cvec_output;
+  float cvec_sigma = 0.05f;
   int64_t n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_expert = 0,
           n_expert_used = 0, n_ff_exp = 0, n_vocab = 0, n_ctx_train = 0;
 };
@@ -209,6 +213,13 @@ int main(int argc, char** argv) {
   nl->add_option("--seed", o.lora.seed, "RNG seed")->capture_default_str();
   nl->add_option("-o,--output", o.lora.output, "output file")->required();
 
+  CLI::App* ncv =
+      app.add_subcommand("new-control-vector", "write random control vectors for a model (llama.cpp's layout)");
+  ncv->add_option("-m,--model", o.cvec_base, "the base model")->required();
+  ncv->add_option("--sigma", o.cvec_sigma, "standard deviation of the directions' values")->capture_default_str();
+  ncv->add_option("--seed", o.seed, "RNG seed")->capture_default_str();
+  ncv->add_option("-o,--output", o.cvec_output, "output file")->required();
+
   CLI::App* qz = app.add_subcommand("quantize", "write a model with its weights in another type, as llama-quantize");
   qz->add_option("IN", o.q.input, "input GGUF file")->required();
   qz->add_option("OUT", o.q.output, "output GGUF file (written via a temporary file + rename)")->required();
@@ -223,6 +234,11 @@ int main(int argc, char** argv) {
   return loom::tools::run_main("gguf", argc, argv, app, [&]() -> int {
     if (qz->parsed()) return run_quantize(o);
     if (nl->parsed()) return run_new_lora(o);
+    if (ncv->parsed()) {
+      loom::make_random_control_vector(o.cvec_base, o.cvec_output, o.cvec_sigma, o.seed);
+      fmt::print("wrote {}: control vectors for layers 1 and up\n", o.cvec_output);
+      return 0;
+    }
     if (info->parsed()) return run_info(o);
     if (tok->parsed()) return run_tokenize(o);
     return run_new(o, *nw);

@@ -56,8 +56,9 @@ int main(int argc, char** argv) {
                usage, "--rope-* and --yarn-orig-ctx: loom-train trains with the file's RoPE settings");
     LOOM_CHECK(common.kv_overrides.empty(), usage,
                "--override-kv: loom-train trains the file's model as it is (set the key in the file instead)");
-    LOOM_CHECK(common.lora.empty() && common.lora_scaled.empty(), usage,
-               "--lora: loom-train trains the model's own weights (adapters apply to inference)");
+    LOOM_CHECK(common.lora.empty() && common.lora_scaled.empty() && common.cvec.empty() && common.cvec_scaled.empty(),
+               usage,
+               "--lora, --control-vector: loom-train trains the model's own weights (adapters apply to inference)");
     o.base_model = common.model;
     o.n_ctx = common.n_ctx > 0 ? common.n_ctx : 256;
     o.n_batch = app.count("--batch-size") ? common.n_batch : 8;

@@ -92,7 +92,7 @@ FitReport fit_params(const FitRequest& req) {
   if (user.tensor_split.empty() && pp.split_mode != SplitMode::none && !tensor)  // what placement would take from free memory
     for (size_t d = 0; d < n_gpu; ++d) user.tensor_split.push_back((float)std::max<size_t>(1, budgets[d].free >> 20));
 
-  ModelProbe probe(req.model_path, user, req.session, req.kv_overrides, req.adapters);
+  ModelProbe probe(req.model_path, user, req.session, req.kv_overrides, req.adapters, req.control_vectors);
   const HParams& hp = probe.hparams();
   Problem pb;
   pb.n_layer = hp.n_layer;

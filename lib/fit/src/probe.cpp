@@ -69,17 +69,20 @@ void place_model(std::unique_ptr<M>& model, const std::string& path, const Model
 }  // namespace
 
 ModelProbe::ModelProbe(std::string model_path, const PlacementParams& placement, const SessionParams& session,
-                       std::vector<KvOverride> kv_overrides, std::vector<LoraAdapterSpec> adapters)
+                       std::vector<KvOverride> kv_overrides, std::vector<LoraAdapterSpec> adapters,
+                       ControlVectorOptions control_vectors)
     : path_(std::move(model_path)),
       placement_(placement),
       session_(session),
       kv_overrides_(std::move(kv_overrides)),
-      adapters_(std::move(adapters)) {
+      adapters_(std::move(adapters)),
+      control_vectors_(std::move(control_vectors)) {
   session_.plan_only = true;
   ModelLoadOptions lo;
   lo.need_data = false;
   lo.kv_overrides = kv_overrides_;
   lo.adapters = adapters_;
+  lo.control_vectors = control_vectors_;
   lo.placement = placement_;
   place_model(model_, path_, lo);
   placed_ = Config{0, placement_.n_gpu_layers, placement_.tensor_split, {}};
@@ -95,7 +98,7 @@ ProbeResult ModelProbe::operator()(const Config& c) {
     lo.need_data = false;
     lo.kv_overrides = kv_overrides_;
     lo.adapters = adapters_;
-    lo.adapters = adapters_;
+    lo.control_vectors = control_vectors_;
     lo.placement = placement_;
     lo.placement.n_gpu_layers = c.n_gpu_layers;
     lo.placement.tensor_split = c.tensor_split;

@@ -292,6 +292,7 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
     if (l.ffn_post_norm) cur = norm_mul(c, cur, l.ffn_post_norm, hp.rms_eps);
     ffn_in->name = fmt::format("blk.{}.ffn_inp", il);
     x = add(c, cur, ffn_in);
+    if (l.cvec) x = add(c, x, l.cvec);  // --control-vector
     x->name = fmt::format("blk.{}.out", il);
     name_unnamed(c, first_tensor, fmt::format("blk.{}", il));
   }

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "loom/core/error.h"
+#include "loom/core/hash.h"
 #include "loom/model/model.h"
 
 namespace loom {
@@ -109,6 +110,10 @@ uint64_t Model::identity() const {
   for (size_t i = 0; i < adapter_files_.size(); ++i) {
     mix(adapter_files_[i]->identity());
     mix(std::bit_cast<uint32_t>(adapter_scales_[i]));
+  }
+  if (!cvec_data_.empty()) {
+    mix(hash_bytes(cvec_data_.data(), cvec_data_.size() * sizeof(float)));
+    mix((uint64_t)cvec_range_.first * 1000003u + (uint64_t)cvec_range_.second);
   }
   return h;
 }

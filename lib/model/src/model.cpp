@@ -93,6 +93,9 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
   LOOM_CHECK(opt.adapters.empty() || !opt.trainable, usage,
              "--lora: adapters apply to inference; loom-train trains the model's own weights");
   for (const LoraAdapterSpec& a : opt.adapters) m->add_adapter(a, data_present && opt.need_data);
+  LOOM_CHECK(opt.control_vectors.files.empty() || !opt.trainable, usage,
+             "--control-vector: control vectors apply to inference; loom-train trains the model's own weights");
+  if (!opt.control_vectors.files.empty()) m->add_control_vectors(opt.control_vectors, data_present && opt.need_data);
   m->has_data_ = data_present && opt.need_data;
   if (!m->has_data_)
     for (Tensor& t : m->weights_.tensors()) t.data = nullptr;  // planning: never touch the mapping
@@ -110,6 +113,7 @@ void Model::place(const PlacementParams& params, const std::function<void(size_t
   tp_shards_.clear();
   if (p.split_mode == SplitMode::tensor) {
     LOOM_CHECK(adapter_files_.empty(), usage, "-sm tensor: --lora is not supported (yet); use -sm layer");
+    LOOM_CHECK(cvec_data_.empty(), usage, "-sm tensor: --control-vector is not supported (yet); use -sm layer");
     LOOM_CHECK(p.overrides.empty() && !p.cpu_moe && p.n_cpu_moe == 0, usage,
                "-sm tensor: -ot, -cmoe and -ncmoe are not supported (yet)");
     place_tensor_parallel(p);
@@ -121,6 +125,8 @@ void Model::place(const PlacementParams& params, const std::function<void(size_t
   for (const LayerWeights& l : layers)  // an adapter's pair lives with the matrix it adapts
     for (const LoraLink& k : l.lora)
       placement_.tensor_device[k.a->name] = placement_.tensor_device[k.b->name] = device_of(k.base);
+  for (const LayerWeights& l : layers)
+    if (l.cvec) placement_.tensor_device[l.cvec->name] = device_of(l.attn_norm);
   for (const LoraLink& k : output_lora)
     placement_.tensor_device[k.a->name] = placement_.tensor_device[k.b->name] = device_of(k.base);
   const size_t n_dev = placement_.devices.size();

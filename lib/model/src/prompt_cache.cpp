@@ -31,7 +31,7 @@ PromptCacheLoad load_prompt_cache(Session& session, const std::string& path, std
   std::memcpy(&identity, bytes.data() + sizeof(kMagic), sizeof(identity));
   std::memcpy(&n_tokens, bytes.data() + sizeof(kMagic) + sizeof(identity), sizeof(n_tokens));
   LOOM_CHECK(identity == session.model().identity(), invalid_input,
-             "--prompt-cache '{}': made with another model file (or other --lora adapters)", path);
+             "--prompt-cache '{}': made with another model file (or other --lora / --control-vector)", path);
   LOOM_CHECK(n_tokens <= (uint64_t)session.n_ctx(), invalid_input,
              "--prompt-cache '{}': holds {} tokens, more than the context size {} (-c)", path, n_tokens,
              session.n_ctx());

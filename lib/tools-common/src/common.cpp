@@ -60,6 +60,12 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_flag("--swa-full", o.swa_full, "sliding-window layers keep the whole context's cache (loom's layout always)");
   app.add_flag("--kv-unified", o.kv_unified,
                "one KV buffer for every sequence (-kvu; a loom session has one sequence)");
+  app.add_option("--control-vector", o.cvec, "control vector GGUF added to the layers' outputs (repeatable)");
+  app.add_option("--control-vector-scaled", o.cvec_scaled, "FNAME SCALE: a control vector with its scale (repeatable)")
+      ->expected(2)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--control-vector-layer-range", o.cvec_range, "START END: the layers that take the control vectors")
+      ->expected(2);
   app.add_flag("--cpu-moe", o.cpu_moe, "keep all MoE expert weights on the CPU (-cmoe)");
   app.add_option("--n-cpu-moe", o.n_cpu_moe, "keep the MoE expert weights of the first N layers on the CPU (-ncmoe)");
   app.add_flag("--mmap,!--no-mmap", o.mmap,
@@ -114,6 +120,7 @@ void validate_common(const CommonOptions& o) {
   LOOM_CHECK(o.n_cpu_moe >= 0, usage, "-ncmoe {}: must be 0 or more", o.n_cpu_moe);
   kv_overrides(o);
   lora_adapters(o);
+  control_vectors(o);
   if (o.n_gpu_layers != "auto" && o.n_gpu_layers != "all") {
     try {
       size_t pos = 0;
@@ -212,6 +219,22 @@ std::vector<KvOverride> kv_overrides(const CommonOptions& o) {
   return out;
 }
 
+namespace {
+// A SCALE argument of --lora-scaled / --control-vector-scaled.
+float parse_scale(const char* flag, const std::string& file, const std::string& v) {
+  float scale = 0;
+  size_t pos = 0;
+  try {
+    scale = std::stof(v, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  LOOM_CHECK(pos == v.size() && pos > 0 && std::isfinite(scale), usage, "{} {} '{}': the scale must be a finite number",
+             flag, file, v);
+  return scale;
+}
+}  // namespace
+
 std::vector<LoraAdapterSpec> lora_adapters(const CommonOptions& o) {
   std::vector<LoraAdapterSpec> out;
   for (const std::string& path : o.lora) {
@@ -219,18 +242,24 @@ std::vector<LoraAdapterSpec> lora_adapters(const CommonOptions& o) {
     out.push_back({path, 1.0f});
   }
   LOOM_CHECK(o.lora_scaled.size() % 2 == 0, usage, "--lora-scaled: expected FNAME SCALE");
-  for (size_t i = 0; i < o.lora_scaled.size(); i += 2) {
-    const std::string& v = o.lora_scaled[i + 1];
-    float scale = 0;
-    size_t pos = 0;
-    try {
-      scale = std::stof(v, &pos);
-    } catch (const std::exception&) {
-      pos = 0;
-    }
-    LOOM_CHECK(pos == v.size() && pos > 0 && std::isfinite(scale), usage,
-               "--lora-scaled {} '{}': the scale must be a finite number", o.lora_scaled[i], v);
-    out.push_back({o.lora_scaled[i], scale});
+  for (size_t i = 0; i < o.lora_scaled.size(); i += 2)
+    out.push_back({o.lora_scaled[i], parse_scale("--lora-scaled", o.lora_scaled[i], o.lora_scaled[i + 1])});
+  return out;
+}
+
+ControlVectorOptions control_vectors(const CommonOptions& o) {
+  ControlVectorOptions out;
+  for (const std::string& path : o.cvec) out.files.push_back({path, 1.0f});
+  LOOM_CHECK(o.cvec_scaled.size() % 2 == 0, usage, "--control-vector-scaled: expected FNAME SCALE");
+  for (size_t i = 0; i < o.cvec_scaled.size(); i += 2)
+    out.files.push_back(
+        {o.cvec_scaled[i], parse_scale("--control-vector-scaled", o.cvec_scaled[i], o.cvec_scaled[i + 1])});
+  if (!o.cvec_range.empty()) {
+    LOOM_CHECK(o.cvec_range.size() == 2 && o.cvec_range[0] >= 0 && o.cvec_range[1] >= 0, usage,
+               "--control-vector-layer-range: expected START END, layers 0 or more");
+    LOOM_CHECK(!out.files.empty(), usage, "--control-vector-layer-range: give --control-vector FILE too");
+    out.layer_start = o.cvec_range[0];
+    out.layer_end = o.cvec_range[1];
   }
   return out;
 }
@@ -241,6 +270,7 @@ std::unique_ptr<Model> load_model(const CommonOptions& o, const RunDevices& devi
   lo.need_data = need_data;
   lo.kv_overrides = kv_overrides(o);
   lo.adapters = lora_adapters(o);
+  lo.control_vectors = control_vectors(o);
   lo.placement = placement_params(o, devices);
   // A progress line while big weights are copied (a terminal only: logs and pipes stay clean).
   int shown = -1;

@@ -18,6 +18,7 @@ struct FitRequest {
   SessionParams session;      // the user's; n_ctx 0 = the model's training context
   std::vector<KvOverride> kv_overrides;  // --override-kv
   std::vector<LoraAdapterSpec> adapters;  // --lora, --lora-scaled
+  ControlVectorOptions control_vectors;   // --control-vector*
   bool fixed_ctx = false;     // flags the user gave: never changed
   bool fixed_ngl = false;
   bool fixed_split = false;

@@ -21,9 +21,11 @@ class ModelProbe {
  public:
   // placement: the user's (-sm, -mg, -ot, -cmoe); -ngl/-ts come from each Config.
   // session: the user's (-ub, -b, -ctk, -ctv, -fa, pipeline copies); n_ctx from each Config.
-  // kv_overrides: --override-kv, adapters: --lora, applied at every load.
+  // kv_overrides: --override-kv, adapters: --lora, control_vectors: --control-vector*, applied at
+  // every load.
   ModelProbe(std::string model_path, const PlacementParams& placement, const SessionParams& session,
-             std::vector<KvOverride> kv_overrides = {}, std::vector<LoraAdapterSpec> adapters = {});
+             std::vector<KvOverride> kv_overrides = {}, std::vector<LoraAdapterSpec> adapters = {},
+             ControlVectorOptions control_vectors = {});
   ModelProbe(const ModelProbe&) = delete;
   ModelProbe& operator=(const ModelProbe&) = delete;
 
@@ -37,6 +39,7 @@ class ModelProbe {
   SessionParams session_;
   std::vector<KvOverride> kv_overrides_;
   std::vector<LoraAdapterSpec> adapters_;
+  ControlVectorOptions control_vectors_;
   std::unique_ptr<Model> model_;  // placed as placed_ says (n_ctx unused)
   Config placed_;
 };

@@ -12,6 +12,7 @@
 #include "loom/gguf/gguf.h"
 #include "loom/graph/context.h"
 #include "loom/model/arch.h"
+#include "loom/model/control_vector.h"
 #include "loom/model/lora.h"
 #include "loom/model/placement.h"
 #include "loom/model/tp_shard.h"
@@ -48,6 +49,7 @@ struct LayerWeights {
   Tensor* ffn_up_exps_b = nullptr;
   Tensor* ffn_down_exps_b = nullptr;
   std::vector<LoraLink> lora;  // --lora: the adapters' pairs for this layer's matrices
+  Tensor* cvec = nullptr;      // --control-vector: added to the layer's output (F32 {n_embd})
 };
 
 // Where a per-layer role's tensor lives in l (nullptr for the global roles).
@@ -155,6 +157,7 @@ struct ModelLoadOptions {
   // LoRA adapters applied to the products (lora.h), each placed with the matrix it adapts.
   // Not with training or -sm tensor.
   std::vector<LoraAdapterSpec> adapters;
+  ControlVectorOptions control_vectors;  // likewise, placed with their layers
 };
 
 class Model {
@@ -165,8 +168,9 @@ class Model {
   const HParams& hparams() const { return hp_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const gguf::File& file() const { return *file_; }
-  // The file's identity, mixed with each adapter's identity and scale when there are adapters
-  // (a --prompt-cache file holds the state of one such combination).
+  // The file's identity, mixed with each adapter's identity and scale and the control vectors'
+  // values and layers when there are some (a --prompt-cache file holds the state of one such
+  // combination).
   uint64_t identity() const;
   Context& weights() { return weights_; }
   std::vector<Tensor*> weight_tensors() const;
@@ -210,10 +214,13 @@ class Model {
   void place(const PlacementParams& p, const std::function<void(size_t, size_t)>& progress = {});
   void place_tensor_parallel(const PlacementParams& p);  // tp_shard.cpp
   void add_adapter(const LoraAdapterSpec& spec, bool bind_data);  // lora.cpp
+  void add_control_vectors(const ControlVectorOptions& o, bool bind_data);  // control_vector.cpp
   HParams hp_;
   std::unique_ptr<gguf::File> file_;
   std::vector<std::unique_ptr<gguf::File>> adapter_files_;  // their tensors' bytes are mapped
   std::vector<float> adapter_scales_;
+  std::vector<float> cvec_data_;                  // the summed directions the layers' cvec tensors hold
+  std::pair<int64_t, int64_t> cvec_range_{0, 0};  // the layers that take them
   std::unique_ptr<Tokenizer> tokenizer_;
   Context weights_;
   size_t n_params_ = 0;

@@ -39,6 +39,9 @@ struct CommonOptions {
   int64_t yarn_orig_ctx = 0;
   std::vector<std::string> lora;         // --lora FNAME (repeated, or FNAME,FNAME)
   std::vector<std::string> lora_scaled;  // --lora-scaled FNAME SCALE: pairs
+  std::vector<std::string> cvec;         // --control-vector FNAME
+  std::vector<std::string> cvec_scaled;  // --control-vector-scaled FNAME SCALE: pairs
+  std::vector<int64_t> cvec_range;       // --control-vector-layer-range START END
   bool cpu_moe = false;
   bool swa_full = false, kv_unified = false;  // accepted: loom's only cache layout (no effect)
   int64_t n_cpu_moe = 0;  // -ncmoe N
@@ -66,6 +69,8 @@ SessionParams session_params(const CommonOptions& o);
 std::vector<KvOverride> kv_overrides(const CommonOptions& o);
 // --lora and --lora-scaled as adapters (--lora's first, each flag's in the order given); throws usage.
 std::vector<LoraAdapterSpec> lora_adapters(const CommonOptions& o);
+// --control-vector, --control-vector-scaled and --control-vector-layer-range; throws usage.
+ControlVectorOptions control_vectors(const CommonOptions& o);
 // Prints `NAME  KIND  TOTAL MiB  FREE MiB` per device.
 void print_devices(const CommonOptions& o);
 
