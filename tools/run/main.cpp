@@ -58,23 +58,8 @@ int main(int argc, char** argv) {
                "--hellaswag, --winogrande: not with --comm mpi");
     LOOM_CHECK(ro.hellaswag_tasks >= 1, usage, "--hellaswag-tasks {}: must be 1 or more", ro.hellaswag_tasks);
     LOOM_CHECK(ro.winogrande_tasks >= 0, usage, "--winogrande-tasks {}: must be 0 (all) or more", ro.winogrande_tasks);
-    // the task files are read before the model loads: a bad file costs nothing
-    std::vector<HellaswagTask> tasks;
-    std::vector<WinograndeTask> wg_tasks;
-    if (ro.hellaswag || ro.winogrande)
-      LOOM_CHECK(!ro.prompt_file.empty(), usage, "--hellaswag, --winogrande need -f TASKS");
-    if (ro.hellaswag)
-      tasks = select_hellaswag(parse_hellaswag(tools::prompt_text(ro), ro.prompt_file), (size_t)ro.hellaswag_tasks);
-    if (ro.winogrande) {
-      WinograndeFile f = parse_winogrande(tools::prompt_text(ro));
-      LOOM_CHECK(!f.tasks.empty(), invalid_input,
-                 "{}: no Winogrande tasks (rows of index,sentence with _,choice1,choice2,answer 1 or 2)",
-                 ro.prompt_file);
-      if (f.skipped > 0)
-        logger().warn("--winogrande: {} rows of '{}' skipped (not index,sentence with _,choice1,choice2,1 or 2)",
-                      f.skipped, ro.prompt_file);
-      wg_tasks = select_winogrande(std::move(f.tasks), (size_t)ro.winogrande_tasks);
-    }
+    // the task file is read before the model loads: a bad file costs nothing
+    const tools::TaskScore scores = tools::read_task_score(ro);
     if (!tools::is_output_rank(common)) std::freopen("/dev/null", "w", stdout);  // MPI: rank 0 prints
     if (common.comm == tools::CommKind::mpi) {  // every rank must run the same job (checked before any collective)
       const SamplerParams& s = ro.sampling;
@@ -127,44 +112,7 @@ int main(int argc, char** argv) {
         fmt::print("\n{}", kl_divergence_summary(r));
       return 0;
     }
-    if (ro.hellaswag) {
-      const auto tp = std::chrono::steady_clock::now();
-      if (!common.json) fmt::print("\ntask\tacc_norm\n");
-      const HellaswagResult r = hellaswag(session, tasks, [&](size_t i, double acc) {
-        if (common.json) return;
-        fmt::print("{}\t{:.8f}\n", i + 1, acc);
-        std::fflush(stdout);
-      });
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
-      if (common.json)
-        fmt::print("{}\n",
-                   nlohmann::ordered_json{
-                       {"tasks", r.n_tasks}, {"correct", r.n_correct}, {"acc_norm", r.acc_norm}, {"seconds", secs}}
-                       .dump(2));
-      else
-        fmt::print("\nFinal estimate: acc_norm = {:.8f} over {} tasks\n", r.acc_norm, r.n_tasks);
-      return 0;
-    }
-    if (ro.winogrande) {
-      const auto tp = std::chrono::steady_clock::now();
-      const WinograndeResult r =
-          winogrande(session, wg_tasks, [&](size_t i, double acc, float s1, float s2, int pick, int answer) {
-            if (common.json) return;
-            fmt::print("{}\t{:.4f}\t{:10.6f}  {:10.6f}  {}  {}\n", i + 1, acc, s1, s2, pick, answer);
-            std::fflush(stdout);
-          });
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
-      if (common.json)
-        fmt::print("{}\n", nlohmann::ordered_json{{"tasks", r.n_tasks},
-                                                  {"correct", r.n_correct},
-                                                  {"score", r.score},
-                                                  {"score_stderr", r.stderr_},
-                                                  {"seconds", secs}}
-                               .dump(2));
-      else
-        fmt::print("\nFinal Winogrande score({} tasks): {:.4f} +/- {:.4f}\n", r.n_tasks, r.score, r.stderr_);
-      return 0;
-    }
+    if (ro.hellaswag || ro.winogrande) return tools::run_task_score(session, scores, common.json);
     if (ro.perplexity) {
       LOOM_CHECK(!ro.prompt_file.empty(), usage, "--perplexity needs -f TEXT");
       const std::string text = tools::prompt_text(ro);

@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "loom/model/grammar.h"
+#include "loom/model/hellaswag.h"
 #include "loom/model/sampler.h"
 #include "loom/model/session.h"
+#include "loom/model/winogrande.h"
 
 namespace CLI {
 class App;
@@ -70,6 +72,15 @@ SamplerParams sampler_params(RunOptions& o, const Tokenizer& tok);
 // The --grammar, --grammar-file or JSON Schema (-j, -jf) grammar, parsed; null without one.
 // Throws Error(usage).
 std::shared_ptr<const Grammar> run_grammar(const RunOptions& o);
+
+// --hellaswag / --winogrande: the tasks of -f, read and drawn (throws: a usage error without -f,
+// invalid_input for a bad file), and their scores printed (--json: one object). Exit code.
+struct TaskScore {
+  std::vector<HellaswagTask> hellaswag;
+  std::vector<WinograndeTask> winogrande;
+};
+TaskScore read_task_score(const RunOptions& ro);
+int run_task_score(Session& session, const TaskScore& tasks, bool json);
 
 // Whether this run is a conversation (-cnv, -i, or no -p/-f with a model chat template).
 bool wants_conversation(const RunOptions& o, const Model& model);

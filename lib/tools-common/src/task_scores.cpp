@@ -1,0 +1,75 @@
+// loom-run --hellaswag and --winogrande: the task file read before the model loads, then the
+// scores printed as llama-perplexity prints them (or one JSON object).
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "loom/core/error.h"
+#include "loom/core/log.h"
+#include "loom/tools/run.h"
+
+namespace loom::tools {
+
+TaskScore read_task_score(const RunOptions& ro) {
+  TaskScore t;
+  if (ro.hellaswag || ro.winogrande)
+    LOOM_CHECK(!ro.prompt_file.empty(), usage, "--hellaswag, --winogrande need -f TASKS");
+  if (ro.hellaswag)
+    t.hellaswag = select_hellaswag(parse_hellaswag(prompt_text(ro), ro.prompt_file), (size_t)ro.hellaswag_tasks);
+  if (ro.winogrande) {
+    WinograndeFile f = parse_winogrande(prompt_text(ro));
+    LOOM_CHECK(!f.tasks.empty(), invalid_input,
+               "{}: no Winogrande tasks (rows of index,sentence with _,choice1,choice2,answer 1 or 2)", ro.prompt_file);
+    if (f.skipped > 0)
+      logger().warn("--winogrande: {} rows of '{}' skipped (not index,sentence with _,choice1,choice2,1 or 2)",
+                    f.skipped, ro.prompt_file);
+    t.winogrande = select_winogrande(std::move(f.tasks), (size_t)ro.winogrande_tasks);
+  }
+  return t;
+}
+
+int run_task_score(Session& session, const TaskScore& t, bool json) {
+  if (!t.hellaswag.empty()) {
+    const auto tp = std::chrono::steady_clock::now();
+    if (!json) fmt::print("\ntask\tacc_norm\n");
+    const HellaswagResult r = hellaswag(session, t.hellaswag, [&](size_t i, double acc) {
+      if (json) return;
+      fmt::print("{}\t{:.8f}\n", i + 1, acc);
+      std::fflush(stdout);
+    });
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
+    if (json)
+      fmt::print("{}\n",
+                 nlohmann::ordered_json{
+                     {"tasks", r.n_tasks}, {"correct", r.n_correct}, {"acc_norm", r.acc_norm}, {"seconds", secs}}
+                     .dump(2));
+    else
+      fmt::print("\nFinal estimate: acc_norm = {:.8f} over {} tasks\n", r.acc_norm, r.n_tasks);
+    return 0;
+  }
+  if (!t.winogrande.empty()) {
+    const auto tp = std::chrono::steady_clock::now();
+    const WinograndeResult r =
+        winogrande(session, t.winogrande, [&](size_t i, double acc, float s1, float s2, int pick, int answer) {
+          if (json) return;
+          fmt::print("{}\t{:.4f}\t{:10.6f}  {:10.6f}  {}  {}\n", i + 1, acc, s1, s2, pick, answer);
+          std::fflush(stdout);
+        });
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
+    if (json)
+      fmt::print("{}\n", nlohmann::ordered_json{{"tasks", r.n_tasks},
+                                                {"correct", r.n_correct},
+                                                {"score", r.score},
+                                                {"score_stderr", r.stderr_},
+                                                {"seconds", secs}}
+                             .dump(2));
+    else
+      fmt::print("\nFinal Winogrande score({} tasks): {:.4f} +/- {:.4f}\n", r.n_tasks, r.score, r.stderr_);
+    return 0;
+  }
+  return 0;
+}
+
+}  // namespace loom::tools
