@@ -377,6 +377,20 @@ TEST_F(CliHabits, ControlVectorsFromEveryTool) {
   EXPECT_EQ(r.rc, 2) << r.err;
 }
 
+TEST_F(CliHabits, PerplexityTextsKeepTheirBackslashesAsInLlamaPerplexity) {
+  std::ofstream(file("esc.txt")) << R"(\n\t\x41 "\n", escapes written out first, as code has them.)"
+                                 << "\n";
+  auto ppl = [&](const std::string& flags) {
+    ToolResult p =
+        run("loom-run -m " + model() + " --perplexity -f " + file("esc.txt") + " -c 16 --chunks 1 --json " + flags);
+    EXPECT_EQ(p.rc, 0) << flags << ": " << p.err;
+    return p.rc == 0 ? nlohmann::json::parse(p.out)["ppl"].get<double>() : -1.0;
+  };
+  const double plain = ppl("");
+  EXPECT_EQ(plain, ppl("--no-escape"));
+  EXPECT_NE(plain, ppl("-e"));
+}
+
 TEST_F(CliHabits, HellaswagAsLlamaPerplexityPrintsIt) {
   std::ofstream hs(file("hs.txt"));
   for (int i = 0; i < 5; ++i) {

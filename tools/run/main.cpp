@@ -54,6 +54,8 @@ int main(int argc, char** argv) {
     }
     const int n_modes = (int)ro.hellaswag + (int)ro.winogrande + (int)(ro.perplexity || ro.kl_divergence);
     LOOM_CHECK(n_modes <= 1, usage, "--hellaswag, --winogrande, --perplexity and --kl-divergence: give one of them");
+    // llama-perplexity reads its texts as they are: escapes only with an explicit -e
+    if (n_modes > 0 && app.count("--escape") == 0) ro.escape = false;
     LOOM_CHECK(!(ro.hellaswag || ro.winogrande) || common.comm != tools::CommKind::mpi, usage,
                "--hellaswag, --winogrande: not with --comm mpi");
     LOOM_CHECK(ro.hellaswag_tasks >= 1, usage, "--hellaswag-tasks {}: must be 1 or more", ro.hellaswag_tasks);
