@@ -3,7 +3,7 @@
 # SECONDS (default 60) on a seed corpus of small models made by loom-gguf new at runtime
 # (checkpoint_fuzz: a checkpoint made by build/bin/loom-train).
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET=gguf_reader_fuzz]. Crashes land in build-fuzz/crashes/.
-# grammar_fuzz: hand-written GBNF seeds (loom-run --grammar).
+# grammar_fuzz: hand-written GBNF seeds (loom-run --grammar). task_files_fuzz: one seed per task file kind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
@@ -67,6 +67,13 @@ if [ "$target" = grammar_fuzz ]; then
     'number ::= "-"? [0-9]+' 'ws ::= [ \t\n]*' >"$corpus/seed-json"
   printf '\0{"a": [1, {"b": "c"}], "d": true}' >>"$corpus/seed-json"
   printf '{"type": "object", "properties": {"n": {"type": "integer"}, "t": {"type": "array", "items": {"enum": ["a", 1]}, "maxItems": 2}, "s": {"type": "string", "maxLength": 4}}, "required": ["n"]}\0{"n": 12, "t": ["a"]}' >"$corpus/seed-schema"
+fi
+
+if [ "$target" = task_files_fuzz ]; then
+  # Seeds: the first byte picks the reader (0 HellaSwag, 1 Winogrande, 2 multiple choice).
+  printf '\x00ctx: a man walks\n2\nin.\nout.\nup.\ndown.\n' >"$corpus/seed-hellaswag"
+  printf '\x05index,sentence\n0,"Sarah, not Maria, so _ won.",Sarah,Maria,1\n1,The _ sat.,cat,dog,2\n' >"$corpus/seed-winogrande"
+  printf '\x02\x01\x00\x00\x00\x08\x00\x00\x00\x01\x00\x00\x00Q\x02\x00\x00\x00\x01\x00\x00\x00a\x01\x00\x00\x00b\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00' >"$corpus/seed-mc"
 fi
 
 max_len=65536

@@ -13,3 +13,5 @@ cd "$(dirname "$0")/.."
 ./scripts/fuzz.sh "${LOOM_FUZZ_CHECKPOINT_SECONDS:-20}" checkpoint_fuzz
 # GBNF grammars (20 s: the parser and the matcher behind loom-run --grammar).
 ./scripts/fuzz.sh "${LOOM_FUZZ_GRAMMAR_SECONDS:-20}" grammar_fuzz
+# The task files of --hellaswag, --winogrande and --multiple-choice (10 s).
+./scripts/fuzz.sh "${LOOM_FUZZ_TASKS_SECONDS:-10}" task_files_fuzz

@@ -192,8 +192,9 @@ TEST_F(CliHabits, TrainJsonPerStepAndSummary) {
   std::string text;
   for (int i = 0; i < 200; ++i) text += "the cat sat on a mat and saw a dog. ";
   std::ofstream(file("train.txt")) << text;
-  ToolResult r = run("loom-train -f " + file("train.txt") + " --init llama:tiny --n-layer 1 --n-embd 64 --n-head 4 " +
-                     "--n-head-kv 2 --n-ff 96 --vocab-size 300 -c 32 -b 2 --steps 3 --seed 3 -t 2 --json -o " + file("out.gguf"));
+  ToolResult r =
+      run("loom-train -f " + file("train.txt") + " --init llama:tiny --n-layer 1 --n-embd 64 --n-head 4 " +
+          "--n-head-kv 2 --n-ff 96 --vocab-size 300 -c 32 -b 2 --steps 3 --seed 3 -t 2 --json -o " + file("out.gguf"));
   ASSERT_EQ(r.rc, 0) << r.err;
   std::istringstream lines(r.out);
   std::string line;
@@ -447,6 +448,54 @@ TEST_F(CliHabits, WinograndeAsLlamaPerplexityPrintsIt) {
                                                 {"--winogrande", 2},
                                                 {"--winogrande --hellaswag -f " + file("wg.csv"), 2},
                                                 {"--winogrande -f " + file("wg.csv") + " --winogrande-tasks -1", 2}}) {
+    ToolResult b = run("loom-run -m " + model() + " " + flags);
+    EXPECT_EQ(b.rc, rc) << flags << ": " << b.err;
+    EXPECT_EQ(count_lines(b.err), 1) << flags << ": " << b.err;
+  }
+}
+
+TEST_F(CliHabits, MultipleChoiceAsLlamaPerplexityPrintsIt) {
+  std::string bin;  // llama.cpp's task file: count, offsets, then question, mc1, mc2 per task
+  auto u32 = [](std::string& b, uint32_t v) { b.append(reinterpret_cast<const char*>(&v), 4); };
+  std::vector<std::string> bodies;
+  for (int i = 0; i < 4; ++i) {
+    std::string t;
+    const std::vector<std::string> parts = {"Which way is up " + std::to_string(i) + "?", "the sky", "the ground"};
+    u32(t, (uint32_t)parts[0].size());
+    t += parts[0];
+    u32(t, 2);
+    for (int k = 1; k < 3; ++k) {
+      u32(t, (uint32_t)parts[(size_t)k].size());
+      t += parts[(size_t)k];
+    }
+    u32(t, 1);
+    u32(t, 0);
+    u32(t, 0);
+    bodies.push_back(t);
+  }
+  u32(bin, 4);
+  uint32_t pos = 4 + 16;
+  for (const std::string& t : bodies) {
+    u32(bin, pos);
+    pos += (uint32_t)t.size();
+  }
+  for (const std::string& t : bodies) bin += t;
+  std::ofstream(file("mc.bin"), std::ios::binary) << bin;
+  const std::string base = "loom-run -m " + model() + " --multiple-choice -f " + file("mc.bin") + " -c 128";
+  ToolResult r = run(base);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("\ntask\tacc_norm\n1\t", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("\n4\t"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Random chance: 50.0000"), std::string::npos) << r.out;
+  r = run(base + " --multiple-choice-tasks 2 --json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["tasks"], 2);
+  std::ofstream(file("short.bin"), std::ios::binary) << bin.substr(0, bin.size() - 5);
+  for (const auto& [flags, rc] : std::vector<std::pair<std::string, int>>{
+           {"--multiple-choice -f " + file("short.bin"), 3},
+           {"--multiple-choice", 2},
+           {"--multiple-choice --winogrande -f " + file("mc.bin"), 2},
+           {"--multiple-choice -f " + file("mc.bin") + " --multiple-choice-tasks -2", 2}}) {
     ToolResult b = run("loom-run -m " + model() + " " + flags);
     EXPECT_EQ(b.rc, rc) << flags << ": " << b.err;
     EXPECT_EQ(count_lines(b.err), 1) << flags << ": " << b.err;

@@ -52,14 +52,18 @@ int main(int argc, char** argv) {
       params.n_ctx = h.n_ctx;
       ro.perplexity = true;
     }
-    const int n_modes = (int)ro.hellaswag + (int)ro.winogrande + (int)(ro.perplexity || ro.kl_divergence);
-    LOOM_CHECK(n_modes <= 1, usage, "--hellaswag, --winogrande, --perplexity and --kl-divergence: give one of them");
+    const int n_modes =
+        (int)ro.hellaswag + (int)ro.winogrande + (int)ro.multiple_choice + (int)(ro.perplexity || ro.kl_divergence);
+    LOOM_CHECK(n_modes <= 1, usage,
+               "--hellaswag, --winogrande, --multiple-choice, --perplexity and --kl-divergence: give one");
     // llama-perplexity reads its texts as they are: escapes only with an explicit -e
     if (n_modes > 0 && app.count("--escape") == 0) ro.escape = false;
-    LOOM_CHECK(!(ro.hellaswag || ro.winogrande) || common.comm != tools::CommKind::mpi, usage,
-               "--hellaswag, --winogrande: not with --comm mpi");
+    LOOM_CHECK(!(ro.hellaswag || ro.winogrande || ro.multiple_choice) || common.comm != tools::CommKind::mpi, usage,
+               "--hellaswag, --winogrande, --multiple-choice: not with --comm mpi");
     LOOM_CHECK(ro.hellaswag_tasks >= 1, usage, "--hellaswag-tasks {}: must be 1 or more", ro.hellaswag_tasks);
     LOOM_CHECK(ro.winogrande_tasks >= 0, usage, "--winogrande-tasks {}: must be 0 (all) or more", ro.winogrande_tasks);
+    LOOM_CHECK(ro.multiple_choice_tasks >= 0, usage, "--multiple-choice-tasks {}: must be 0 (all) or more",
+               ro.multiple_choice_tasks);
     // the task file is read before the model loads: a bad file costs nothing
     const tools::TaskScore scores = tools::read_task_score(ro);
     if (!tools::is_output_rank(common)) std::freopen("/dev/null", "w", stdout);  // MPI: rank 0 prints
@@ -85,7 +89,7 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     tools::RunDevices devices = tools::make_run_devices(common);
     std::unique_ptr<Model> model = tools::load_model(common, devices);
-    const bool chat = !ro.perplexity && !ro.hellaswag && !ro.winogrande && tools::wants_conversation(ro, *model);
+    const bool chat = n_modes == 0 && tools::wants_conversation(ro, *model);
     LOOM_CHECK(ro.prompt_cache.empty() || (!chat && n_modes == 0), usage,
                "--prompt-cache: for generation from -p or -f (not a conversation, --perplexity or a task score)");
     LOOM_CHECK((!ro.prompt_cache_all && !ro.prompt_cache_ro) || !ro.prompt_cache.empty(), usage,
@@ -114,7 +118,7 @@ int main(int argc, char** argv) {
         fmt::print("\n{}", kl_divergence_summary(r));
       return 0;
     }
-    if (ro.hellaswag || ro.winogrande) return tools::run_task_score(session, scores, common.json);
+    if (ro.hellaswag || ro.winogrande || ro.multiple_choice) return tools::run_task_score(session, scores, common.json);
     if (ro.perplexity) {
       LOOM_CHECK(!ro.prompt_file.empty(), usage, "--perplexity needs -f TEXT");
       const std::string text = tools::prompt_text(ro);

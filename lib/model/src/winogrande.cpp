@@ -12,65 +12,6 @@
 
 namespace loom {
 
-WinograndeFile parse_winogrande(std::string_view text) {
-  WinograndeFile out;
-  // Lines as llama-perplexity's reader sees them: the text after the last '\n' (with -f, whose
-  // own last newline is dropped, the file's last line) is not read.
-  size_t pos = 0;
-  for (size_t end; (end = text.find('\n', pos)) != std::string_view::npos; pos = end + 1) {
-    const std::string_view line = text.substr(pos, end - pos);
-    std::array<size_t, 4> comma{};
-    int n = 0;
-    bool quoted = false;
-    for (size_t i = 0; i < line.size() && n < 4; ++i) {
-      if (line[i] == '"')
-        quoted = !quoted;
-      else if (line[i] == ',' && !quoted)
-        comma[(size_t)n++] = i;
-    }
-    if (n != 4) {
-      ++out.skipped;
-      continue;
-    }
-    const bool q = line[comma[0] + 1] == '"';
-    const std::string_view sentence =
-        q ? line.substr(comma[0] + 2, comma[1] - comma[0] - 3) : line.substr(comma[0] + 1, comma[1] - comma[0] - 1);
-    const size_t where = sentence.find('_');
-    std::istringstream answer(std::string(line.substr(comma[3] + 1)));
-    int a = 0;
-    answer >> a;
-    if (where == std::string_view::npos || answer.fail() || a < 1 || a > 2) {
-      ++out.skipped;
-      continue;
-    }
-    WinograndeTask t;
-    t.first = sentence.substr(0, where);
-    t.second = sentence.substr(where + 1);
-    t.choices = {std::string(line.substr(comma[1] + 1, comma[2] - comma[1] - 1)),
-                 std::string(line.substr(comma[2] + 1, comma[3] - comma[2] - 1))};
-    t.answer = a;
-    out.tasks.push_back(std::move(t));
-  }
-  return out;
-}
-
-std::vector<WinograndeTask> select_winogrande(std::vector<WinograndeTask> tasks, size_t n) {
-  if (n == 0 || n >= tasks.size()) return tasks;
-  std::mt19937 rng(1);
-  std::vector<size_t> left(tasks.size());
-  for (size_t i = 0; i < left.size(); ++i) left[i] = i;
-  const float scale = 1.0f / (1.0f + (float)std::mt19937::max());  // its float arithmetic, step by step
-  std::vector<WinograndeTask> out;
-  for (size_t i = 0; i < n; ++i) {
-    const float u = scale * (float)rng();
-    const size_t j = (size_t)(int)(u * (float)left.size());
-    out.push_back(std::move(tasks[left[j]]));
-    left[j] = left.back();
-    left.pop_back();
-  }
-  return out;
-}
-
 WinograndeResult winogrande(Session& session, const std::vector<WinograndeTask>& tasks,
                             const std::function<void(size_t, double, float, float, int, int)>& on_task) {
   constexpr size_t kMinTrailing = 3;  // more differing tokens than this: the choice words themselves are not scored

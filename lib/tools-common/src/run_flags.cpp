@@ -31,6 +31,10 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
   app.add_flag("--winogrande", o.winogrande,
                "Winogrande score over -f TASKS.csv (llama-perplexity's reading and order)");
   app.add_option("--winogrande-tasks", o.winogrande_tasks, "--winogrande: tasks to score (default 0: all)");
+  app.add_flag("--multiple-choice", o.multiple_choice,
+               "multiple-choice score over -f TASKS.bin (llama.cpp's ARC, MMLU, TruthfulQA files)");
+  app.add_option("--multiple-choice-tasks", o.multiple_choice_tasks,
+                 "--multiple-choice: tasks to score (default 0: all)");
   app.add_flag("--kl-divergence", o.kl_divergence,
                "KL divergence and token statistics against the --kl-divergence-base file (its text and -c)");
 
@@ -232,9 +236,8 @@ std::shared_ptr<const Grammar> run_grammar(const RunOptions& o) {
   const int given = !o.grammar.empty() + !o.grammar_file.empty() + !o.json_schema.empty() + !o.json_schema_file.empty();
   LOOM_CHECK(given <= 1, usage, "give one of --grammar, --grammar-file, --json-schema and --json-schema-file");
   if (given == 0) return nullptr;
-  LOOM_CHECK(
-      !o.perplexity && !o.hellaswag && !o.winogrande, usage,
-      "--grammar, --json-schema: for generation and conversation, not --perplexity, --hellaswag or --winogrande");
+  LOOM_CHECK(!o.perplexity && !o.hellaswag && !o.winogrande, usage,
+             "--grammar, --json-schema: for generation and conversation, not --perplexity or a task score");
   const bool schema = !o.json_schema.empty() || !o.json_schema_file.empty();
   const std::string& path = schema ? o.json_schema_file : o.grammar_file;
   const char* flag = schema ? "--json-schema-file" : "--grammar-file";
@@ -252,7 +255,8 @@ bool wants_conversation(const RunOptions& o, const Model& model) {
   if (o.no_conversation) return false;
   if (o.conversation || o.interactive) return true;
   const bool has_template = !model.file().find_string("tokenizer.chat_template").value_or("").empty();
-  return o.prompt.empty() && o.prompt_file.empty() && has_template && !o.perplexity && !o.hellaswag && !o.winogrande;
+  return o.prompt.empty() && o.prompt_file.empty() && has_template && !o.perplexity && !o.hellaswag && !o.winogrande &&
+         !o.multiple_choice;
 }
 
 }  // namespace loom::tools

@@ -1,4 +1,4 @@
-// loom-run --hellaswag and --winogrande: the task file read before the model loads, then the
+// loom-run --hellaswag, --winogrande and --multiple-choice: the task file read before the model loads, then the
 // scores printed as llama-perplexity prints them (or one JSON object).
 #include <fmt/format.h>
 
@@ -14,8 +14,10 @@ namespace loom::tools {
 
 TaskScore read_task_score(const RunOptions& ro) {
   TaskScore t;
-  if (ro.hellaswag || ro.winogrande)
-    LOOM_CHECK(!ro.prompt_file.empty(), usage, "--hellaswag, --winogrande need -f TASKS");
+  if (ro.hellaswag || ro.winogrande || ro.multiple_choice)
+    LOOM_CHECK(!ro.prompt_file.empty(), usage, "--hellaswag, --winogrande, --multiple-choice need -f TASKS");
+  if (ro.multiple_choice)
+    t.multiple_choice = read_multiple_choice(prompt_text(ro), (size_t)ro.multiple_choice_tasks, ro.prompt_file);
   if (ro.hellaswag)
     t.hellaswag = select_hellaswag(parse_hellaswag(prompt_text(ro), ro.prompt_file), (size_t)ro.hellaswag_tasks);
   if (ro.winogrande) {
@@ -31,6 +33,28 @@ TaskScore read_task_score(const RunOptions& ro) {
 }
 
 int run_task_score(Session& session, const TaskScore& t, bool json) {
+  if (!t.multiple_choice.empty()) {
+    const auto tp = std::chrono::steady_clock::now();
+    if (!json) fmt::print("\ntask\tacc_norm\n");
+    const MultipleChoiceResult r = multiple_choice(session, t.multiple_choice, [&](size_t i, double acc) {
+      if (json) return;
+      fmt::print("{}\t{:.8f}\n", i + 1, acc);
+      std::fflush(stdout);
+    });
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
+    if (json)
+      fmt::print("{}\n", nlohmann::ordered_json{{"tasks", r.n_tasks},
+                                                {"correct", r.n_correct},
+                                                {"score", r.score},
+                                                {"score_stderr", r.score_stderr},
+                                                {"random_chance", r.chance},
+                                                {"seconds", secs}}
+                             .dump(2));
+    else
+      fmt::print("\nFinal result: {:.4f} +/- {:.4f}\nRandom chance: {:.4f} +/- {:.4f}\n", r.score, r.score_stderr,
+                 r.chance, r.chance_stderr);
+    return 0;
+  }
   if (!t.hellaswag.empty()) {
     const auto tp = std::chrono::steady_clock::now();
     if (!json) fmt::print("\ntask\tacc_norm\n");

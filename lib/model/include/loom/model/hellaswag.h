@@ -7,27 +7,15 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "loom/model/session.h"
+#include "loom/model/task_files.h"
 
 namespace loom {
-
-struct HellaswagTask {
-  std::string context;
-  int gold = 0;  // 0..3
-  std::array<std::string, 4> endings;
-};
-
-// The tasks of llama.cpp's hellaswag_val_full.txt layout; throws invalid_input naming the line
-// (a line count not a multiple of 6, a gold index other than 0..3). `what` names the text.
-std::vector<HellaswagTask> parse_hellaswag(std::string_view text, std::string_view what);
-
-// The first n tasks in llama-perplexity's order: drawn one by one from those left with
-// std::mt19937(1) (all of them, reordered, when n >= the count).
-std::vector<HellaswagTask> select_hellaswag(std::vector<HellaswagTask> tasks, size_t n);
 
 struct HellaswagResult {
   size_t n_tasks = 0;
@@ -35,6 +23,14 @@ struct HellaswagResult {
   double acc_norm = 0;                        // percent
   std::vector<std::array<double, 4>> scores;  // per task, each ending's mean log-probability
 };
+
+// The mean log-probability of each answer's tokens after context + " " as llama-perplexity's
+// HellaSwag and multiple-choice scores take it: the shared prefix evaluated once, the first
+// answer token's from a softmax, the rest in float; summed in double (HellaSwag) or in float
+// (sum_in_float: multiple choice). Throws invalid_input naming `what` when an answer does not fit
+// the context or the answers share no first token.
+std::vector<double> score_continuations(Session& session, const std::string& context,
+                                        std::span<const std::string> answers, bool sum_in_float, std::string_view what);
 
 // Scores the tasks in order; on_task(i, running acc_norm in percent) after each. Throws
 // invalid_input when a task's longest ending does not fit the session's context.

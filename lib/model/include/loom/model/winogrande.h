@@ -14,24 +14,9 @@
 #include <vector>
 
 #include "loom/model/session.h"
+#include "loom/model/task_files.h"
 
 namespace loom {
-
-struct WinograndeTask {
-  std::string first, second;  // the sentence before and after the '_'
-  std::array<std::string, 2> choices;
-  int answer = 1;  // 1 or 2
-};
-
-struct WinograndeFile {
-  std::vector<WinograndeTask> tasks;
-  size_t skipped = 0;  // rows without 4 separating commas, a '_' or an answer of 1 or 2
-};
-WinograndeFile parse_winogrande(std::string_view text);
-
-// n tasks drawn as llama-perplexity draws them (std::mt19937(1)); all of them, in order, when n
-// is 0 or at least their number.
-std::vector<WinograndeTask> select_winogrande(std::vector<WinograndeTask> tasks, size_t n);
 
 struct WinograndeResult {
   size_t n_tasks = 0;

@@ -9,6 +9,7 @@
 
 #include "loom/model/grammar.h"
 #include "loom/model/hellaswag.h"
+#include "loom/model/multiple_choice.h"
 #include "loom/model/sampler.h"
 #include "loom/model/session.h"
 #include "loom/model/winogrande.h"
@@ -31,6 +32,8 @@ struct RunOptions {
   int64_t hellaswag_tasks = 400;
   bool winogrande = false;       // --winogrande: the Winogrande score over -f's CSV (llama-perplexity's)
   int64_t winogrande_tasks = 0;  // 0: all
+  bool multiple_choice = false;  // --multiple-choice: llama.cpp's binary task files (ARC, MMLU, ...)
+  int64_t multiple_choice_tasks = 0;  // 0: all
   // sampling
   SamplerParams sampling;
   int64_t seed = -1;  // -1: random (printed)
@@ -73,11 +76,12 @@ SamplerParams sampler_params(RunOptions& o, const Tokenizer& tok);
 // Throws Error(usage).
 std::shared_ptr<const Grammar> run_grammar(const RunOptions& o);
 
-// --hellaswag / --winogrande: the tasks of -f, read and drawn (throws: a usage error without -f,
+// --hellaswag / --winogrande / --multiple-choice: the tasks of -f, read and drawn (throws: a usage error without -f,
 // invalid_input for a bad file), and their scores printed (--json: one object). Exit code.
 struct TaskScore {
   std::vector<HellaswagTask> hellaswag;
   std::vector<WinograndeTask> winogrande;
+  std::vector<MultipleChoiceTask> multiple_choice;
 };
 TaskScore read_task_score(const RunOptions& ro);
 int run_task_score(Session& session, const TaskScore& tasks, bool json);
