@@ -5,11 +5,11 @@
 #include <cmath>
 #include <set>
 
-#include "gguf_test_util.h"
 #include "loom/core/error.h"
 #include "loom/model/hellaswag.h"
 #include "loom/model/model.h"
 #include "loom/model/model_file.h"
+#include "task_test_util.h"
 
 namespace loom {
 namespace {
@@ -81,11 +81,7 @@ std::array<double, 4> scores_alone(Session& s, const HellaswagTask& h) {
     s.decode(seq[j], true);
     double sum = 0;
     for (size_t k = prefix; k < seq[j].size(); ++k) {
-      const std::span<const float> l = s.logits((int64_t)k - 1);
-      double m = l[0], z = 0;
-      for (float v : l) m = std::max(m, (double)v);
-      for (float v : l) z += std::exp(v - m);
-      sum += l[(size_t)seq[j][k]] - m - std::log(z);
+      sum += test::logprob(s.logits((int64_t)k - 1), seq[j][k]);
     }
     out[j] = sum / (double)(seq[j].size() - prefix);
   }
@@ -94,11 +90,7 @@ std::array<double, 4> scores_alone(Session& s, const HellaswagTask& h) {
 
 TEST(Hellaswag, SharedPrefixScoresEqualEachEndingEvaluatedAlone) {
   test::ScratchDir dir("hellaswag");
-  NewModelOptions n;
-  n.hparams = preset_hparams(Arch::llama, "tiny");
-  n.output = dir.file("m.gguf");
-  make_random_model(n);
-  std::unique_ptr<Model> m = Model::load(n.output);
+  std::unique_ptr<Model> m = test::tiny_llama(dir);
   SessionParams sp;
   sp.n_ctx = 256;
   Session s(*m, sp);

@@ -5,11 +5,11 @@
 #include <cmath>
 #include <cstring>
 
-#include "gguf_test_util.h"
 #include "loom/core/error.h"
 #include "loom/model/model.h"
 #include "loom/model/model_file.h"
 #include "loom/model/multiple_choice.h"
+#include "task_test_util.h"
 
 namespace loom {
 namespace {
@@ -98,11 +98,7 @@ TEST(MultipleChoice, RefusesMalformedFiles) {
 
 TEST(MultipleChoice, PicksTheAnswerWhoseTokensScoreBest) {
   test::ScratchDir dir("mc");
-  NewModelOptions n;
-  n.hparams = preset_hparams(Arch::llama, "tiny");
-  n.output = dir.file("m.gguf");
-  make_random_model(n);
-  std::unique_ptr<Model> m = Model::load(n.output);
+  std::unique_ptr<Model> m = test::tiny_llama(dir);
   SessionParams sp;
   sp.n_ctx = 256;
   Session s(*m, sp);
@@ -120,11 +116,7 @@ TEST(MultipleChoice, PicksTheAnswerWhoseTokensScoreBest) {
       s.decode(q, true);
       double sum = 0;
       for (size_t k = prefix; k < q.size(); ++k) {
-        const std::span<const float> l = s.logits((int64_t)k - 1);
-        double mx = l[0], z = 0;
-        for (float v : l) mx = std::max(mx, (double)v);
-        for (float v : l) z += std::exp(v - mx);
-        sum += l[(size_t)q[k]] - mx - std::log(z);
+        sum += test::logprob(s.logits((int64_t)k - 1), q[k]);
       }
       score.push_back(sum / (double)(q.size() - prefix));
     }

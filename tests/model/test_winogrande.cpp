@@ -6,11 +6,11 @@
 #include <cmath>
 #include <set>
 
-#include "gguf_test_util.h"
 #include "loom/core/error.h"
 #include "loom/model/model.h"
 #include "loom/model/model_file.h"
 #include "loom/model/winogrande.h"
+#include "task_test_util.h"
 
 namespace loom {
 namespace {
@@ -61,21 +61,9 @@ TEST(Winogrande, SelectsAllInOrderOrDistinctOnes) {
   EXPECT_EQ(select_winogrande(all, 5)[3].first, some[3].first);
 }
 
-// log p of token under a logits row, in double
-double logprob(std::span<const float> l, int32_t token) {
-  double m = l[0], z = 0;
-  for (float v : l) m = std::max(m, (double)v);
-  for (float v : l) z += std::exp(v - m);
-  return l[(size_t)token] - m - std::log(z);
-}
-
 TEST(Winogrande, ScoresEqualEachSentenceEvaluatedAlone) {
   test::ScratchDir dir("winogrande");
-  NewModelOptions n;
-  n.hparams = preset_hparams(Arch::llama, "tiny");
-  n.output = dir.file("m.gguf");
-  make_random_model(n);
-  std::unique_ptr<Model> m = Model::load(n.output);
+  std::unique_ptr<Model> m = test::tiny_llama(dir);
   SessionParams sp;
   sp.n_ctx = 256;
   Session s(*m, sp);
@@ -113,7 +101,7 @@ TEST(Winogrande, ScoresEqualEachSentenceEvaluatedAlone) {
         const bool quirk = k == 1 && j + 1 == prefix;
         const std::span<const float> row = quirk ? std::span<const float>(rows[0]).subspan((seq[0].size() - 1) * nv, nv)
                                                  : std::span<const float>(rows[k]).subspan(j * nv, nv);
-        sum += logprob(row, seq[k][j + 1]);
+        sum += test::logprob(row, seq[k][j + 1]);
       }
       EXPECT_NEAR(got[t][k], sum / (double)(seq[k].size() - from - last), 1e-4) << t << " " << k;
     }
