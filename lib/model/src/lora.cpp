@@ -3,12 +3,10 @@
 
 #include <fmt/format.h>
 
-#include <bit>
 #include <cmath>
 #include <map>
 
 #include "loom/core/error.h"
-#include "loom/core/hash.h"
 #include "loom/model/model.h"
 
 namespace loom {
@@ -102,20 +100,6 @@ void Model::add_adapter(const LoraAdapterSpec& spec, bool bind_data) {
   }
   adapter_files_.push_back(std::move(f));
   adapter_scales_.push_back(spec.scale);
-}
-
-uint64_t Model::identity() const {
-  uint64_t h = file_->identity();
-  auto mix = [&h](uint64_t x) { h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
-  for (size_t i = 0; i < adapter_files_.size(); ++i) {
-    mix(adapter_files_[i]->identity());
-    mix(std::bit_cast<uint32_t>(adapter_scales_[i]));
-  }
-  if (!cvec_data_.empty()) {
-    mix(hash_bytes(cvec_data_.data(), cvec_data_.size() * sizeof(float)));
-    mix((uint64_t)cvec_range_.first * 1000003u + (uint64_t)cvec_range_.second);
-  }
-  return h;
 }
 
 }  // namespace loom

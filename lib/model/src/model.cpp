@@ -5,9 +5,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 
 #include "loom/alloc/alloc.h"
 #include "loom/core/error.h"
+#include "loom/core/hash.h"
 #include "loom/backend/registry.h"
 
 namespace loom {
@@ -193,6 +195,20 @@ void Model::set_placement(const PlacementParams& p) {
 int Model::device_of(const Tensor* weight) const {
   auto it = placement_.tensor_device.find(weight->name);
   return it == placement_.tensor_device.end() ? (int)placement_.devices.size() - 1 : it->second;
+}
+
+uint64_t Model::identity() const {
+  uint64_t h = file_->identity();
+  auto mix = [&h](uint64_t x) { h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+  for (size_t i = 0; i < adapter_files_.size(); ++i) {
+    mix(adapter_files_[i]->identity());
+    mix(std::bit_cast<uint32_t>(adapter_scales_[i]));
+  }
+  if (!cvec_data_.empty()) {
+    mix(hash_bytes(cvec_data_.data(), cvec_data_.size() * sizeof(float)));
+    mix((uint64_t)cvec_range_.first * 1000003u + (uint64_t)cvec_range_.second);
+  }
+  return h;
 }
 
 std::vector<Tensor*> Model::weight_tensors() const {
