@@ -47,6 +47,13 @@ TEST_F(RunTool, GreedyIsDeterministicAcrossThreadCounts) {
     ASSERT_EQ(a.rc, 0) << arch << ": " << a.err;
     ASSERT_EQ(b.rc, 0) << arch << ": " << b.err;
     EXPECT_EQ(a.out, b.out) << arch;
+    // -tb: the prompt on 2 threads, each generated token on 1 (and -t -1, llama.cpp's "all cores")
+    Result c = run("loom-run -m " + model(arch) + " -p hello -n 24 --temp 0 -t 1 -tb 2");
+    ASSERT_EQ(c.rc, 0) << arch << ": " << c.err;
+    EXPECT_EQ(a.out, c.out) << arch << " with -tb";
+    Result d = run("loom-run -m " + model(arch) + " -p hello -n 24 --temp 0 -t -1 -tb -1");
+    ASSERT_EQ(d.rc, 0) << arch << ": " << d.err;
+    EXPECT_EQ(a.out, d.out) << arch << " with -t -1";
     EXPECT_EQ(a.out.rfind("hello", 0), 0u) << "the prompt is echoed first: " << a.out;
     EXPECT_GT(a.out.size(), std::string("hello\n").size()) << "something was generated";
     EXPECT_TRUE(std::regex_search(a.err, std::regex("loom_perf: prompt eval time = [0-9.]+ ms / [0-9]+ tokens")));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "loom/core/error.h"
+#include "loom/cpu/cpu.h"
 #include "loom/model/model_file.h"
 #include "loom/model/session.h"
 #include "reference_math.h"
@@ -200,6 +201,41 @@ TEST(ForwardDecode, IncrementalEqualsFullRecompute) {
     }
     std::filesystem::remove(path);
   }
+}
+
+// -tb (n_threads_batch): a batch of tokens runs on that many CPU threads and one token on
+// n_threads, llama.cpp's rule; the logits are the same as with one count for both.
+TEST(ForwardDecode, BatchThreadsRunBatchesOnly) {
+  const std::string path = make_model(Arch::llama, DType::Q8_0, "tb");
+  auto model = Model::load(path);
+  auto* cpu = dynamic_cast<cpu::CpuDevice*>(model->devices().back());
+  ASSERT_NE(cpu, nullptr);
+  SessionParams sp;
+  sp.n_ctx = 64;
+  sp.n_threads = 1;
+  std::vector<float> want_batch, want_one;
+  {
+    Session ref(*model, sp);
+    ref.decode(kTokens, true);
+    for (size_t i = 0; i < kTokens.size(); ++i)
+      want_batch.insert(want_batch.end(), ref.logits((int64_t)i).begin(), ref.logits((int64_t)i).end());
+    ref.decode(std::span<const int32_t>(&kTokens[0], 1));
+    want_one.assign(ref.logits(0).begin(), ref.logits(0).end());
+    EXPECT_EQ(cpu->n_threads(), 1);
+  }
+  sp.n_threads_batch = 2;
+  Session s(*model, sp);
+  s.decode(kTokens, true);
+  EXPECT_EQ(cpu->n_threads(), 2) << "a batch runs on -tb threads";
+  std::vector<float> got_batch;
+  for (size_t i = 0; i < kTokens.size(); ++i)
+    got_batch.insert(got_batch.end(), s.logits((int64_t)i).begin(), s.logits((int64_t)i).end());
+  s.decode(std::span<const int32_t>(&kTokens[0], 1));
+  EXPECT_EQ(cpu->n_threads(), 1) << "one token runs on -t threads";
+  ASSERT_EQ(got_batch.size(), want_batch.size());
+  for (size_t j = 0; j < got_batch.size(); ++j) ASSERT_NEAR(got_batch[j], want_batch[j], 1e-5f) << j;
+  for (size_t j = 0; j < want_one.size(); ++j) ASSERT_NEAR(s.logits(0)[j], want_one[j], 1e-5f) << j;
+  std::filesystem::remove(path);
 }
 
 TEST(ForwardDecode, ContextOverflowIsRefused) {

@@ -116,12 +116,53 @@ TEST(Args, UnknownMultiLetterShortFlagIsAnError) {
 TEST(Args, RefusedLlamaFlagsSayWhy) {
   Parsed r;
   try {
-    r.parse({"-tb", "2"});
-    ADD_FAILURE() << "-tb was accepted";
+    r.parse({"-np", "2"});
+    ADD_FAILURE() << "-np was accepted";
   } catch (const loom::Error& e) {
     EXPECT_EQ(e.kind(), loom::ErrorKind::usage);
-    EXPECT_NE(std::string(e.what()).find("-tb: not supported: loom uses one thread count"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("-np: not supported: a session runs one sequence"), std::string::npos)
+        << e.what();
   }
+}
+
+// loom-run takes -tb as llama-cli does; a tool with the shared flags only (loom-bench, loom-train)
+// refuses it with the reason rather than "unknown flag".
+TEST(Args, ThreadsBatchIsLoomRunsOwn) {
+  Parsed r;
+  r.parse({"-t", "2", "-tb", "4"});
+  EXPECT_EQ(r.common.n_threads, 2);
+  ASSERT_TRUE(r.run.n_threads_batch.has_value());
+  EXPECT_EQ(*r.run.n_threads_batch, 4);
+  r.parse({"--threads-batch", "-1"});
+  EXPECT_EQ(*r.run.n_threads_batch, -1) << "-1 is llama.cpp's 'all cores'";
+  Parsed none;
+  none.parse({"-t", "2"});
+  EXPECT_FALSE(none.run.n_threads_batch.has_value()) << "without -tb, batches use -t";
+
+  CLI::App app{"test"};
+  loom::tools::CommonOptions common;
+  loom::tools::add_common_flags(app, common);
+  std::vector<std::string> args = {"loom-bench", "-tb", "4"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  try {
+    (void)loom::tools::normalize_args(app, (int)argv.size(), argv.data());
+    ADD_FAILURE() << "-tb was accepted by a tool without it";
+  } catch (const loom::Error& e) {
+    EXPECT_EQ(e.kind(), loom::ErrorKind::usage);
+    EXPECT_NE(std::string(e.what()).find("-tb: not supported: only loom-run"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Args, ThreadsMinusOneIsAllCores) {
+  Parsed r;
+  r.parse({"-t", "-1"});
+  EXPECT_EQ(r.common.n_threads, -1);
+  EXPECT_NO_THROW(loom::tools::validate_common(r.common));
+  r.parse({"-t", "-2"});
+  EXPECT_THROW(loom::tools::validate_common(r.common), loom::Error);
+  r.parse({"-t", "1025"});
+  EXPECT_THROW(loom::tools::validate_common(r.common), loom::Error);
 }
 
 TEST(Args, LongNameWithSingleDash) {

@@ -11,6 +11,7 @@
 
 #include "loom/core/error.h"
 #include "loom/core/log.h"
+#include "loom/core/thread_pool.h"
 #include "loom/model/generate.h"
 #include "loom/model/hellaswag.h"
 #include "loom/model/report.h"
@@ -39,6 +40,11 @@ int main(int argc, char** argv) {
                "--jinja: Jinja templates are not supported; loom renders the built-in families (--chat-template NAME)");
     const std::shared_ptr<const Grammar> grammar = tools::run_grammar(ro);  // a bad grammar stops before the load
     SessionParams params = tools::session_params(common);
+    if (ro.n_threads_batch) {
+      LOOM_CHECK(*ro.n_threads_batch <= 1024, usage, "-tb {}: must be at most 1024 (0 or less: all cores)",
+                 *ro.n_threads_batch);
+      params.n_threads_batch = *ro.n_threads_batch > 0 ? *ro.n_threads_batch : ThreadPool::default_threads();
+    }
     LOOM_CHECK(!ro.kl_divergence || !ro.kl_base.empty(), usage, "--kl-divergence needs --kl-divergence-base FILE");
     LOOM_CHECK(ro.kl_base.empty() || ro.kl_divergence || ro.perplexity, usage,
                "--kl-divergence-base: with --perplexity -f TEXT (writes it) or --kl-divergence (reads it)");

@@ -11,6 +11,7 @@
 
 #include "loom/backend/registry.h"
 #include "loom/core/error.h"
+#include "loom/core/thread_pool.h"
 #include "session_impl.h"
 
 namespace loom {
@@ -260,6 +261,10 @@ void Session::decode(std::span<const int32_t> tokens, bool all_logits) {
       m->set_inputs(tokens.subspan((size_t)start, (size_t)T), n_past_, all_logits);
     }
     if (reused) ++im.graphs_reused;
+    if (params_.n_threads_batch > 0)  // llama.cpp's choice: -tb for a batch, -t for one token
+      im.devices.back()->set_n_threads(T > 1                   ? params_.n_threads_batch
+                                       : params_.n_threads > 0 ? params_.n_threads
+                                                               : ThreadPool::default_threads());
     run_members(im);
     n_past_ += T;
     if (all_logits || last) {

@@ -52,8 +52,8 @@ constexpr std::pair<const char*, const char*> kAliases[] = {
 
 // llama.cpp flags loom does not take, with the reason (docs/CLI.md lists them all).
 constexpr std::pair<const char*, const char*> kRefused[] = {
-    {"-tb", "loom uses one thread count (-t) for prompt processing and generation"},
-    {"--threads-batch", "loom uses one thread count (-t) for prompt processing and generation"},
+    {"-tb", "only loom-run takes a separate count for batches; this tool uses -t for every step"},
+    {"--threads-batch", "only loom-run takes a separate count for batches; this tool uses -t for every step"},
     {"-np", "a session runs one sequence"},
     {"--parallel", "a session runs one sequence"},
     {"-nkvo", "the KV cache always lives with its layer"},
@@ -78,6 +78,13 @@ const CLI::Option* find_option(const CLI::App* app, const std::string& name) {
   for (; app != nullptr; app = app->get_parent())
     if (const CLI::Option* o = app->get_option_no_throw(name)) return o;
   return nullptr;
+}
+
+// The long flag a multi-letter single-dash spelling stands for: its alias, else -NAME as --NAME.
+std::string long_alias(const std::string& name) {
+  for (const auto& [from, to] : kAliases)
+    if (name == from) return to;
+  return name.size() > 1 && name[1] == '-' ? name : "-" + name;
 }
 
 bool is_single_dash_word(const std::string& a) {
@@ -122,15 +129,14 @@ std::vector<std::string> normalize_args(const CLI::App& app, int argc, char** ar
       LOOM_CHECK(name != d, usage, "{}: downloading models is not supported: download the GGUF file and pass -m FILE",
                  name);
     for (const auto& [flag, why] : kRefused)
-      LOOM_CHECK(name != flag || find_option(scope, name) != nullptr, usage, "{}: not supported: {}", name, why);
+      LOOM_CHECK(name != flag || find_option(scope, name) || find_option(scope, long_alias(name)), usage,
+                 "{}: not supported: {}", name, why);
     if (name.size() > 2 && name[1] != '-') {  // -ngl, -cnv, -epochs: one flag, never -c nv
       if (!is_single_dash_word(name)) {
         out.push_back(std::move(a));  // a negative number
         continue;
       }
-      std::string long_name = "-" + name;
-      for (const auto& [from, to] : kAliases)
-        if (name == from) long_name = to;
+      std::string long_name = long_alias(name);
       LOOM_CHECK(find_option(scope, long_name) != nullptr, usage,
                  "unknown flag '{}'{}", name,
                  find_option(scope, name.substr(0, 2)) ? fmt::format(" (for {} give the value as its own argument)",

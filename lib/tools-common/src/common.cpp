@@ -34,7 +34,7 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("-c,--ctx-size", o.n_ctx, "context size (0 = the model's training context)");
   app.add_option("-b,--batch-size", o.n_batch, "logical batch size");
   app.add_option("--ubatch-size", o.n_ubatch, "physical batch size (-ub)");
-  app.add_option("-t,--threads", o.n_threads, "CPU threads (default: all cores)");
+  app.add_option("-t,--threads", o.n_threads, "CPU threads (default, -1 or 0: all cores)");
   app.add_option("--n-gpu-layers", o.n_gpu_layers, "layers on non-CPU devices: N, auto or all (-ngl)");
   app.add_option("--split-mode", o.split_mode, "none, layer or tensor (-sm)")
       ->transform(CLI::CheckedTransformer(
@@ -108,7 +108,8 @@ void validate_common(const CommonOptions& o) {
   LOOM_CHECK(o.n_ctx >= 0 && o.n_ctx <= (1 << 24), usage, "-c {}: must be between 0 and 16777216", o.n_ctx);
   LOOM_CHECK(o.n_batch >= 1 && o.n_batch <= (1 << 20), usage, "-b {}: must be between 1 and 1048576", o.n_batch);
   LOOM_CHECK(o.n_ubatch >= 1 && o.n_ubatch <= (1 << 20), usage, "-ub {}: must be between 1 and 1048576", o.n_ubatch);
-  LOOM_CHECK(o.n_threads >= 0 && o.n_threads <= 1024, usage, "-t {}: must be between 1 and 1024", o.n_threads);
+  LOOM_CHECK(o.n_threads >= -1 && o.n_threads <= 1024, usage, "-t {}: must be between 1 and 1024 (-1 or 0: all cores)",
+             o.n_threads);
   LOOM_CHECK(flash_attn_on(o.flash_attn).has_value(), usage, "-fa '{}': expected on, off, auto, 1 or 0",
              o.flash_attn);
   LOOM_CHECK(o.comm == CommKind::auto_select || o.comm == CommKind::inproc || o.split_mode == SplitMode::tensor,

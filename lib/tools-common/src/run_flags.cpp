@@ -19,6 +19,8 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
   app.add_option("-f,--file", o.prompt_file, "read the prompt (or the perplexity text) from a file");
   app.add_option("-n,--n-predict,--predict", o.n_predict,
                  "tokens to generate (per reply; -1 or -2 = until the context is full)");
+  app.add_option("--threads-batch", o.n_threads_batch,
+                 "CPU threads for prompts and perplexity batches (-tb; default: as -t; 0 or less: all cores)");
   app.add_flag("--no-echo", o.no_echo, "print only the generated text");
   app.add_flag("--perplexity", o.perplexity, "measure perplexity over -f TEXT");
   app.add_option("--chunks", o.n_chunks, "perplexity: at most N chunks");

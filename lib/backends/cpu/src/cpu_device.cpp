@@ -115,10 +115,12 @@ std::unique_ptr<Stream> CpuDevice::create_stream() { return std::make_unique<Cpu
 
 void CpuDevice::set_n_threads(int n) {
   n = std::max(1, n);
-  if (n != n_threads_) {
-    n_threads_ = n;
-    pool_.reset();
-  }
+  if (n == n_threads_) return;
+  n_threads_ = n;
+  // A session switching between its prompt's count (-tb) and its generation's (-t) keeps both
+  // pools: their idle workers sleep, and no switch starts threads again.
+  std::swap(pool_, spare_pool_);
+  if (pool_ && pool_->size() != n) pool_.reset();
 }
 
 ThreadPool& CpuDevice::pool() {

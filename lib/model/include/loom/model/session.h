@@ -21,6 +21,8 @@ struct SessionParams {
   int64_t n_batch = 2048;
   int64_t n_ubatch = 512;
   int n_threads = 0;      // 0 = all cores
+  // CPU threads for ubatches of more than one token, as llama.cpp's -tb (0: n_threads for all)
+  int n_threads_batch = 0;
   DType type_k = DType::F16;
   DType type_v = DType::F16;
   bool flash_attn = true;

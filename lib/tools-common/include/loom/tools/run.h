@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@ namespace loom::tools {
 struct RunOptions {
   std::string prompt, prompt_file;
   int64_t n_predict = 128;
+  std::optional<int> n_threads_batch;  // -tb N: threads for prompts and scored texts (N <= 0: all cores)
   bool no_echo = false;
   bool perplexity = false;
   int64_t n_chunks = -1;

@@ -48,6 +48,7 @@ class CpuDevice final : public Device {
   std::string name_ = "CPU";
   int n_threads_;
   std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<ThreadPool> spare_pool_;  // the pool of the count before (-t and -tb take turns)
   HostBufferType buffer_type_;
 };
 
