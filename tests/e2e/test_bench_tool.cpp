@@ -137,12 +137,25 @@ TEST_F(BenchTool, VaryingSettingsGetColumnsAndSqlInserts) {
   EXPECT_EQ(inserts, 2u) << r.out;
 }
 
+// llama-bench's -nkvo 0|1 list: one row per value, an nkvo column, and the field in every row.
+TEST_F(BenchTool, NoKvOffloadIsASweptSetting) {
+  ToolResult r = run("--sim-devices 1GiB -ngl all -p 8 -n 2 -nkvo 0,1 -r 1");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("| nkvo | test |"), std::string::npos) << r.out;
+  EXPECT_EQ(md_rows(r.out).size(), 4u) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("\\| 1 \\| tg2 \\|"))) << r.out;
+  r = run("--sim-devices 1GiB -ngl all -p 8 -n 0 -nkvo 1 -r 1 -o jsonl");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out.substr(0, r.out.find('\n')))["no_kv_offload"], true) << r.out;
+}
+
 TEST_F(BenchTool, ListDevicesAndBadListsAreUsageErrors) {
   ToolResult r = loom::test::run_command(quote(bin_) + " --list-devices --sim-devices 1GiB", dir_);
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("SIM0"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("CPU"), std::string::npos) << r.out;
-  for (const char* args : {"-p 8-4", "-p 8,,16", "-p 4-64*1", "-t 1,x", "-pg 8", "-o yaml", "-ctk f16,q9_0"}) {
+  for (const char* args :
+       {"-p 8-4", "-p 8,,16", "-p 4-64*1", "-t 1,x", "-pg 8", "-o yaml", "-ctk f16,q9_0", "-nkvo 2", "-nkvo 0,x"}) {
     SCOPED_TRACE(args);
     r = run(std::string(args) + " -n 1 -r 1");
     EXPECT_EQ(r.rc, 2) << r.err;

@@ -162,6 +162,27 @@ TEST_F(FitParamsTool, ContextShrinksToFit) {
   EXPECT_EQ(more.rc, 1) << more.out;
 }
 
+// -nkvo: the KV cache (and the attention reading it) stays on the host, so the prediction puts
+// no context bytes on the devices, the run allocates exactly that, and as many layers fit or more.
+TEST_F(FitParamsTool, NoKvOffloadKeepsTheCacheOnTheHost) {
+  const std::string m = model("layers");
+  check_contract({m, "6MiB,5MiB", "--fit-target 1", "-ub 32 -c 2048 -nkvo", "-ngl"});
+  auto fit = [&](const std::string& extra) {
+    const Result r =
+        run("loom-fit-params -m " + m + " --sim-devices 6MiB,5MiB --fit-target 1 -ub 32 -c 2048 --json " + extra);
+    EXPECT_EQ(r.rc, 0) << r.err;
+    return json::parse(r.out);
+  };
+  const json off = fit("-nkvo"), on = fit("");
+  for (const json& d : off["devices"])
+    if (d["name"] == "CPU")
+      EXPECT_GT(d["context_bytes"].get<int64_t>(), 0);
+    else
+      EXPECT_EQ(d["context_bytes"].get<int64_t>(), 0) << d["name"];
+  EXPECT_GT(off["n_gpu_layers"].get<int64_t>(), on["n_gpu_layers"].get<int64_t>())
+      << "the cache's bytes on the devices go to layers";
+}
+
 TEST_F(FitParamsTool, MoeExpertsMoveToTheCpu) {
   const std::string m = model("moe");
   check_contract({m, "36MiB", "--fit-target 0", "-ub 64", "-ot"});

@@ -37,14 +37,18 @@ std::string make_model(Arch arch, const std::string& tag, DType type = DType::F3
 const std::vector<int32_t> kPrompt = {3, 14, 15, 92, 65, 35, 89, 79};
 
 // Logits of the prompt then 6 greedy steps; also returns the greedy tokens.
-std::vector<std::vector<float>> run(Model& m, int n_copies, std::vector<int32_t>& tokens) {
+// kv_offload false (-nkvo): the KV cache on the host; checks that no device but the CPU holds it.
+std::vector<std::vector<float>> run(Model& m, int n_copies, std::vector<int32_t>& tokens, bool kv_offload = true) {
   SessionParams sp;
+  sp.kv_offload = kv_offload;
   sp.n_ctx = 64;
   sp.n_ubatch = 4;
   sp.n_threads = 2;
   sp.type_k = sp.type_v = DType::F32;
   sp.n_copies = n_copies;
   Session s(m, sp);
+  if (!kv_offload)
+    for (const MemoryBreakdown& b : s.memory_breakdown()) EXPECT_EQ(b.context_bytes > 0, b.device == "CPU") << b.device;
   std::vector<std::vector<float>> out;
   s.decode(kPrompt);
   for (int i = 0; i < 6; ++i) {
@@ -64,7 +68,7 @@ TEST_P(MultiDevice, LayerSplitOverThreeSimDevicesEqualsCpu) {
   std::vector<int32_t> cpu_tokens;
   auto cpu_model = Model::load(path);
   auto want = run(*cpu_model, 1, cpu_tokens);
-  for (int n_copies : {1, 2}) {
+  for (int n_copies : {1, 2, 0}) {  // 0: one copy, the KV cache on the host (-nkvo)
     DeviceSet set = make_devices("3x64MiB", 2);
     ModelLoadOptions lo;
     lo.placement.devices = set.all;
@@ -74,7 +78,7 @@ TEST_P(MultiDevice, LayerSplitOverThreeSimDevicesEqualsCpu) {
     for (int d : model->placement().layer_device) EXPECT_LT(d, 3);
     EXPECT_EQ(model->placement().output_device, 2);
     std::vector<int32_t> tokens;
-    auto got = run(*model, n_copies, tokens);
+    auto got = run(*model, std::max(n_copies, 1), tokens, n_copies > 0);
     EXPECT_EQ(tokens, cpu_tokens) << "pipeline copies " << n_copies;
     for (size_t i = 0; i < want.size(); ++i) {
       double err = 0, den = 0;

@@ -47,7 +47,8 @@ class VulkanTools : public ::testing::Test {
 TEST_F(VulkanTools, TokensEqualTheCpusOnVulkanAndSplitWithTheCpu) {
   const ToolResult cpu = run("-p 'hello world' -n 8 --temp 0");
   ASSERT_EQ(cpu.rc, 0) << cpu.err;
-  for (const char* spec : {"-ngl 99 -dev Vulkan0", "-ngl 1 -dev Vulkan0,CPU"}) {
+  // -nkvo: the KV cache in host memory and the attention on the CPU, between Vulkan's products
+  for (const char* spec : {"-ngl 99 -dev Vulkan0", "-ngl 1 -dev Vulkan0,CPU", "-ngl 99 -dev Vulkan0 -nkvo"}) {
     const ToolResult v = run(std::string("-p 'hello world' -n 8 --temp 0 ") + spec);
     ASSERT_EQ(v.rc, 0) << spec << ": " << v.err;
     EXPECT_EQ(v.out, cpu.out) << spec;

@@ -110,6 +110,7 @@ nlohmann::ordered_json row_json(const BenchRow& r) {
           {"n_batch", r.n_batch},
           {"n_ubatch", r.n_ubatch},
           {"n_gpu_layers", r.n_gpu_layers},
+          {"no_kv_offload", r.no_kv_offload},
           {"flash_attn", r.flash_attn},
           {"type_k", r.type_k},
           {"type_v", r.type_v},
@@ -153,6 +154,7 @@ class MarkdownPrinter : public BenchPrinter {
     add(c_.n_batch, "n_batch", "---:");
     add(c_.n_ubatch, "n_ubatch", "---:");
     add(c_.n_gpu_layers, "ngl", "---:");
+    add(c_.no_kv_offload, "nkvo", "---:");
     add(c_.flash_attn, "fa", "---:");
     add(c_.type_k, "type_k", "---");
     add(c_.type_v, "type_v", "---");
@@ -173,6 +175,7 @@ class MarkdownPrinter : public BenchPrinter {
     add(c_.n_batch, r.n_batch);
     add(c_.n_ubatch, r.n_ubatch);
     add(c_.n_gpu_layers, r.n_gpu_layers);
+    add(c_.no_kv_offload, (int)r.no_kv_offload);
     add(c_.flash_attn, r.flash_attn);
     add(c_.type_k, r.type_k);
     add(c_.type_v, r.type_v);

@@ -18,14 +18,24 @@ namespace loom {
 
 namespace {
 
-// The whole model as one member: each layer's KV cache on the layer's device.
-MemberSetup whole_model(const Model& model, bool plan_only) {
+// The index of the host device (the CPU, last in a model's devices) in `devices`.
+int host_index(const std::vector<Device*>& devices) {
+  for (size_t i = 0; i < devices.size(); ++i)
+    if (devices[i]->buffer_type().is_host()) return (int)i;
+  fail(ErrorKind::usage, "--no-kv-offload: no host device (CPU) to hold the KV cache");
+}
+
+// The whole model as one member: each layer's KV cache on the layer's device, or (no KV offload)
+// on the host, where the attention that reads it then runs (the planner puts a node with its
+// largest fixed source).
+MemberSetup whole_model(const Model& model, bool plan_only, bool kv_offload) {
   const HParams& hp = model.hparams();
   MemberSetup s;
   s.fm = forward_model(model);
   s.devices = model.devices();
   for (size_t d = 0; d < s.devices.size(); ++d) s.model_device.push_back((int)d);
   s.kv_device = model.placement().layer_device;
+  if (!kv_offload) s.kv_device.assign(s.kv_device.size(), host_index(s.devices));
   s.kv_width = hp.n_embd_kv();
   s.vocab = {0, hp.n_vocab};
   if (plan_only)
@@ -50,7 +60,7 @@ MemberSetup shard_member(const Model& model, const TpShard& sh, const SessionPar
                "-sm tensor: member {} holds {} KV heads of {} ({} values a row), not a whole number of {} blocks of "
                "{}; use an f16/f32 cache or another -ts",
                sh.rank, sh.n_head_kv, hp.head_dim, s.kv_width, dtype_name(t), dtype_info(t).block_size);
-  if (s.kv_width > 0) s.kv_device.assign((size_t)hp.n_layer, 0);
+  if (s.kv_width > 0) s.kv_device.assign((size_t)hp.n_layer, params.kv_offload ? 0 : host_index(s.devices));
   s.kv_col = model.tp_layout().head_kv[(size_t)sh.rank].begin * hp.head_dim;
   s.vocab = model.tp_layout().vocab[(size_t)sh.rank];
   s.rank = sh.rank;
@@ -107,7 +117,7 @@ Session::Session(Model& model, const SessionParams& params) : model_(model), par
   if (params_.n_threads > 0) im.devices.back()->set_n_threads(params_.n_threads);
 
   if (!model.tensor_parallel()) {
-    MemberSetup s = whole_model(model, im.plan_only);
+    MemberSetup s = whole_model(model, im.plan_only, params_.kv_offload);
     s.n_copies = params_.n_copies;
     im.members.push_back(std::make_unique<SessionMember>(std::move(s), params_, im.plan_only));
     return;

@@ -56,8 +56,6 @@ constexpr std::pair<const char*, const char*> kRefused[] = {
     {"--threads-batch", "only loom-run takes a separate count for batches; this tool uses -t for every step"},
     {"-np", "a session runs one sequence"},
     {"--parallel", "a session runs one sequence"},
-    {"-nkvo", "the KV cache always lives with its layer"},
-    {"--no-kv-offload", "the KV cache always lives with its layer"},
     {"--grammar", "grammars constrain loom-run's generation"},
     {"--grammar-file", "grammars constrain loom-run's generation"},
     {"--json-schema", "grammars constrain loom-run's generation"},

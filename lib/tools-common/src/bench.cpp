@@ -19,14 +19,16 @@ namespace loom::tools {
 void add_bench_flags(CLI::App& app, CommonOptions& common, BenchOptions& b) {
   add_common_flags(app, common);
   // the swept flags take lists here: their single-value forms make way
-  for (const char* name : {"--threads", "--batch-size", "--ubatch-size", "--n-gpu-layers", "--flash-attn",
-                           "--cache-type-k", "--cache-type-v", "--device"})
+  for (const char* name : {"--threads", "--batch-size", "--ubatch-size", "--n-gpu-layers", "--no-kv-offload",
+                           "--flash-attn", "--cache-type-k", "--cache-type-v", "--device"})
     if (CLI::Option* o = app.get_option_no_throw(name)) app.remove_option(o);
   const char* list = " (a list: 1,2,4; ranges first-last[+step|*mult])";
   app.add_option("-t,--threads", b.threads, std::string("CPU threads") + list);
   app.add_option("-b,--batch-size", b.n_batch, std::string("logical batch size") + list);
   app.add_option("--ubatch-size", b.n_ubatch, std::string("physical batch size (-ub)") + list);
   app.add_option("--n-gpu-layers", b.n_gpu_layers, "layers on non-CPU devices (-ngl), comma separated");
+  app.add_option("--no-kv-offload", b.no_kv_offload,
+                 "1: the KV cache in host memory, attention on the CPU (-nkvo): 0 or 1, comma separated");
   app.add_option("--flash-attn", b.flash_attn, "fused attention (-fa): on/off/auto or 1/0, comma separated");
   app.add_option("--cache-type-k", b.type_k, "K cache types (-ctk), comma separated");
   app.add_option("--cache-type-v", b.type_v, "V cache types (-ctv), comma separated");
@@ -56,7 +58,7 @@ std::string fa_word(const std::string& v) { return v == "1" ? "on" : v == "0" ? 
 // model/-ngl/-dev) and the tests each runs.
 struct Sweep {
   std::vector<std::string> models, ngl, devices, fa, type_k, type_v;
-  std::vector<int64_t> n_batch, n_ubatch, threads, depth;
+  std::vector<int64_t> n_batch, n_ubatch, threads, depth, nkvo;
   std::vector<std::pair<int64_t, int64_t>> tests;  // (n_prompt, n_gen)
   int64_t max_tokens = 0;                          // depth + test, the context every session needs
 };
@@ -68,6 +70,8 @@ Sweep make_sweep(const CommonOptions& c, const BenchOptions& b) {
   s.devices = words_or(b.devices, c.devices, "-dev");
   for (std::string& d : s.devices) std::replace(d.begin(), d.end(), '/', ',');  // llama-bench: CUDA0/CUDA1
   s.fa = words_or(b.flash_attn, c.flash_attn, "-fa");
+  s.nkvo = ints_or(b.no_kv_offload, 0, "-nkvo");
+  for (int64_t v : s.nkvo) LOOM_CHECK(v == 0 || v == 1, usage, "-nkvo {}: expected 0 or 1", v);
   s.type_k = words_or(b.type_k, c.cache_type_k, "-ctk");
   s.type_v = words_or(b.type_v, c.cache_type_v, "-ctv");
   s.n_batch = ints_or(b.n_batch, c.n_batch, "-b");
@@ -95,23 +99,25 @@ void for_each_setting(const CommonOptions& c, const Sweep& s, F&& f) {
       for (const std::string& dev : s.devices)
         for (int64_t nb : s.n_batch)
           for (int64_t nub : s.n_ubatch)
-            for (const std::string& tk : s.type_k)
-              for (const std::string& tv : s.type_v)
-                for (const std::string& fa : s.fa)
-                  for (int64_t t : s.threads) {
-                    CommonOptions o = c;
-                    o.model = m;
-                    o.n_gpu_layers = ngl;
-                    o.devices = dev;
-                    o.n_batch = nb;
-                    o.n_ubatch = nub;
-                    o.cache_type_k = tk;
-                    o.cache_type_v = tv;
-                    o.flash_attn = fa_word(fa);
-                    LOOM_CHECK(t >= 0 && t <= 1024, usage, "-t {}: must be between 1 and 1024", t);
-                    o.n_threads = (int)t;
-                    f(o);
-                  }
+            for (int64_t nkvo : s.nkvo)
+              for (const std::string& tk : s.type_k)
+                for (const std::string& tv : s.type_v)
+                  for (const std::string& fa : s.fa)
+                    for (int64_t t : s.threads) {
+                      CommonOptions o = c;
+                      o.model = m;
+                      o.n_gpu_layers = ngl;
+                      o.devices = dev;
+                      o.n_batch = nb;
+                      o.n_ubatch = nub;
+                      o.cache_type_k = tk;
+                      o.cache_type_v = tv;
+                      o.flash_attn = fa_word(fa);
+                      o.no_kv_offload = nkvo != 0;
+                      LOOM_CHECK(t >= 0 && t <= 1024, usage, "-t {}: must be between 1 and 1024", t);
+                      o.n_threads = (int)t;
+                      f(o);
+                    }
 }
 
 BenchColumns varying_columns(const Sweep& s) {
@@ -120,6 +126,7 @@ BenchColumns varying_columns(const Sweep& s) {
   c.n_ubatch = s.n_ubatch.size() > 1;
   c.n_gpu_layers = s.ngl.size() > 1;
   c.flash_attn = s.fa.size() > 1;
+  c.no_kv_offload = s.nkvo.size() > 1;
   c.type_k = s.type_k.size() > 1;
   c.type_v = s.type_v.size() > 1;
   c.devices = s.devices.size() > 1;
@@ -152,11 +159,22 @@ int run_bench(const CommonOptions& common, const BenchOptions& b) {
     if (!is_output_rank(common)) std::freopen("/dev/null", "w", stdout);  // rank 0 prints the rows
     CommonOptions first = common;  // the identity checked is the first model's; the list is compared too
     first.model = common.model.substr(0, common.model.find(','));
-    const int disagree = check_ranks_agree(
-        "bench", first,
-        {{"-m", common.model}, {"-p", b.n_prompt}, {"-n", b.n_gen}, {"-pg", b.prompt_gen}, {"-d", b.n_depth},
-         {"-t", b.threads}, {"-b", b.n_batch}, {"-ub", b.n_ubatch}, {"-ngl", b.n_gpu_layers}, {"-fa", b.flash_attn},
-         {"-ctk", b.type_k}, {"-ctv", b.type_v}, {"-dev", b.devices}, {"-r", std::to_string(b.reps)}});
+    const int disagree = check_ranks_agree("bench", first,
+                                           {{"-m", common.model},
+                                            {"-p", b.n_prompt},
+                                            {"-n", b.n_gen},
+                                            {"-pg", b.prompt_gen},
+                                            {"-d", b.n_depth},
+                                            {"-t", b.threads},
+                                            {"-b", b.n_batch},
+                                            {"-ub", b.n_ubatch},
+                                            {"-ngl", b.n_gpu_layers},
+                                            {"-fa", b.flash_attn},
+                                            {"-nkvo", b.no_kv_offload},
+                                            {"-ctk", b.type_k},
+                                            {"-ctv", b.type_v},
+                                            {"-dev", b.devices},
+                                            {"-r", std::to_string(b.reps)}});
     if (disagree) return disagree;
   }
 
@@ -194,6 +212,7 @@ int run_bench(const CommonOptions& common, const BenchOptions& b) {
     row.n_ubatch = o.n_ubatch;
     row.n_gpu_layers = o.n_gpu_layers;
     row.flash_attn = o.flash_attn;
+    row.no_kv_offload = o.no_kv_offload;
     row.type_k = o.cache_type_k;
     row.type_v = o.cache_type_v;
     row.devices = o.devices.empty() ? "all" : o.devices;

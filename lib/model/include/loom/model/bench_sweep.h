@@ -29,14 +29,15 @@ struct BenchRow {
   int n_threads = 0;
   int64_t n_batch = 0, n_ubatch = 0;
   std::string n_gpu_layers, flash_attn, type_k, type_v, devices;
+  bool no_kv_offload = false;  // -nkvo 1: the KV cache in host memory
   BenchTest test;
 };
 
 // Settings shown as markdown columns beyond model/size/params/backend/threads/test/t/s: those
 // given more than one value (csv/json/sql always carry every field).
 struct BenchColumns {
-  bool n_batch = false, n_ubatch = false, n_gpu_layers = false, flash_attn = false, type_k = false, type_v = false,
-       devices = false;
+  bool n_batch = false, n_ubatch = false, n_gpu_layers = false, no_kv_offload = false, flash_attn = false,
+       type_k = false, type_v = false, devices = false;
   bool bandwidth = false;  // --bandwidth: the weights' read rate against the probe's, per tg test
 };
 

@@ -26,6 +26,8 @@ struct SessionParams {
   DType type_k = DType::F16;
   DType type_v = DType::F16;
   bool flash_attn = true;
+  // false (llama.cpp's -nkvo): every layer's KV cache in host memory, its attention on the CPU
+  bool kv_offload = true;
   int n_copies = 1;         // pipeline parallelism: input copies per split (a ring)
   bool plan_only = false;   // size everything, allocate nothing (also implied by a model without data)
   // split mode tensor across processes: this process's member talks to the others through it

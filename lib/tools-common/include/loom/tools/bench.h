@@ -15,7 +15,7 @@ namespace loom::tools {
 
 struct BenchOptions {
   std::string n_prompt = "512", n_gen = "128", prompt_gen, n_depth = "0";
-  std::string threads, n_batch, n_ubatch, n_gpu_layers, flash_attn, type_k, type_v, devices;
+  std::string threads, n_batch, n_ubatch, n_gpu_layers, no_kv_offload, flash_attn, type_k, type_v, devices;
   int reps = 5;
   std::string output = "md";
   bool bandwidth = false;  // tg tests: a read of memory after each token (ReadProbe)

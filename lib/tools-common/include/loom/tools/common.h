@@ -49,6 +49,7 @@ struct CommonOptions {
   bool mlock = false;  // mlockall after loading (--mlock)  // CPU weights used in place in the file mapping (--mmap)
   bool repack = true;  // CPU quantized matrices in the kernels' layout (--no-repack, -nr: as in the file)
   std::string flash_attn = "auto";
+  bool no_kv_offload = false;  // -nkvo: the KV cache in host memory, attention on the CPU
   std::string cache_type_k = "f16";
   std::string cache_type_v = "f16";
   bool list_devices = false;
