@@ -149,6 +149,34 @@ TEST_F(BenchTool, NoKvOffloadIsASweptSetting) {
   EXPECT_EQ(nlohmann::json::parse(r.out.substr(0, r.out.find('\n')))["no_kv_offload"], true) << r.out;
 }
 
+// -mmp 0,1 (one model load each), --progress's lines and -oe's second copy of the rows on
+// stderr, as llama-bench prints them.
+TEST_F(BenchTool, MmapListProgressAndRowsOnStderr) {
+  const ToolResult r = run("-p 8 -n 2 -r 2 -mmp 0,1 --progress -oe jsonl --delay 0");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("| mmap | test |"), std::string::npos) << r.out;
+  ASSERT_EQ(md_rows(r.out).size(), 4u) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("\\| 1 \\| tg2 \\|"))) << r.out;
+  for (const char* line :
+       {"loom-bench: benchmark 1/4: starting\n", "loom-bench: benchmark 1/4: warmup prompt run\n",
+        "loom-bench: benchmark 1/4: prompt run 2/2\n", "loom-bench: benchmark 4/4: warmup generation run\n",
+        "loom-bench: benchmark 4/4: generation run 1/2\n"})
+    EXPECT_NE(r.err.find(line), std::string::npos) << line << r.err;
+  std::vector<nlohmann::json> rows;
+  std::istringstream err(r.err);
+  for (std::string line; std::getline(err, line);)
+    if (!line.empty() && line[0] == '{') rows.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(rows.size(), 4u) << r.err;
+  EXPECT_EQ(rows[0]["use_mmap"], false);
+  EXPECT_EQ(rows[3]["use_mmap"], true);
+  EXPECT_EQ(rows[3]["n_gen"], 2);
+  for (const char* args : {"-oe yaml", "--delay -1", "-mmp 2"}) {
+    const ToolResult bad = run(std::string(args) + " -p 8 -n 1 -r 1");
+    EXPECT_EQ(bad.rc, 2) << args << ": " << bad.err;
+    EXPECT_TRUE(bad.out.empty()) << args << ": " << bad.out;
+  }
+}
+
 TEST_F(BenchTool, ListDevicesAndBadListsAreUsageErrors) {
   ToolResult r = loom::test::run_command(quote(bin_) + " --list-devices --sim-devices 1GiB", dir_);
   ASSERT_EQ(r.rc, 0) << r.err;

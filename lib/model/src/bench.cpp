@@ -40,7 +40,7 @@ double BenchTest::median_bandwidth_ratio() const {
 }
 
 BenchTest bench_run(Session& session, int64_t n_prompt, int64_t n_gen, int reps, int64_t n_depth,
-                    const ReadProbeFn* probe) {
+                    const ReadProbeFn* probe, const std::function<void(const std::string&)>& progress) {
   BenchTest t;
   t.n_prompt = n_prompt;
   t.n_gen = n_gen;
@@ -63,15 +63,24 @@ BenchTest bench_run(Session& session, int64_t n_prompt, int64_t n_gen, int reps,
   auto ns_since = [](Clock::time_point t0) {
     return (double)std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
   };
-  // One repetition: the cache filled to the depth (not timed), then the test; its nanoseconds.
-  // Probed, each token's time alone and the probe's reading after it (one before the first).
-  auto run_once = [&](bool record) {
+  // A phase's progress line in llama-bench's words (rep 0: the warm-up).
+  auto phase = [&](const char* what, int rep) {
+    if (progress)
+      progress(rep == 0 ? fmt::format("warmup {} run", what) : fmt::format("{} run {}/{}", what, rep, reps));
+  };
+  // Repetition rep (0: the warm-up, not recorded): the cache filled to the depth (not timed), then
+  // the test; its nanoseconds. Probed, each token's time alone and the probe's reading after it
+  // (one before the first).
+  auto run_once = [&](int rep) {
+    const bool record = rep > 0;
     session.clear();
     prompt(0, n_depth);
+    if (n_prompt > 0) phase("prompt", rep);
     auto t0 = Clock::now();
     if (n_prompt > 0) prompt(n_depth, n_prompt);
     double ns = probe ? ns_since(t0) : 0;
     if (n_gen > 0) {
+      phase("generation", rep);
       int32_t tok = tokens[0];
       double before = probe ? probe->gbps() : 0;
       for (int64_t i = 0; i < n_gen; ++i) {
@@ -90,9 +99,9 @@ BenchTest bench_run(Session& session, int64_t n_prompt, int64_t n_gen, int reps,
     }
     return probe ? ns : ns_since(t0);
   };
-  run_once(false);  // warm-up: pages, caches, thread pool
+  run_once(0);  // warm-up: pages, caches, thread pool
   for (int r = 0; r < reps; ++r) {
-    const double ns = run_once(true);
+    const double ns = run_once(r + 1);
     t.samples_ns.push_back(ns);
     t.samples_ts.push_back(1e9 * (double)(n_prompt + n_gen) / ns);
   }

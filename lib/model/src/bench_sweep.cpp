@@ -112,6 +112,7 @@ nlohmann::ordered_json row_json(const BenchRow& r) {
           {"n_gpu_layers", r.n_gpu_layers},
           {"no_kv_offload", r.no_kv_offload},
           {"flash_attn", r.flash_attn},
+          {"use_mmap", r.use_mmap},
           {"type_k", r.type_k},
           {"type_v", r.type_v},
           {"n_prompt", t.n_prompt},
@@ -156,6 +157,7 @@ class MarkdownPrinter : public BenchPrinter {
     add(c_.n_gpu_layers, "ngl", "---:");
     add(c_.no_kv_offload, "nkvo", "---:");
     add(c_.flash_attn, "fa", "---:");
+    add(c_.use_mmap, "mmap", "---:");
     add(c_.type_k, "type_k", "---");
     add(c_.type_v, "type_v", "---");
     add(c_.devices, "dev", "---");
@@ -177,6 +179,7 @@ class MarkdownPrinter : public BenchPrinter {
     add(c_.n_gpu_layers, r.n_gpu_layers);
     add(c_.no_kv_offload, (int)r.no_kv_offload);
     add(c_.flash_attn, r.flash_attn);
+    add(c_.use_mmap, (int)r.use_mmap);
     add(c_.type_k, r.type_k);
     add(c_.type_v, r.type_v);
     add(c_.devices, r.devices);

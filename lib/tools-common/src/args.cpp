@@ -48,6 +48,8 @@ constexpr std::pair<const char*, const char*> kAliases[] = {
     {"-nkvo", "--no-kv-offload"},
     {"-ctxcp", "--ctx-checkpoints"},
     {"-kvu", "--kv-unified"},
+    {"-mmp", "--mmap"},
+    {"-oe", "--output-err"},
 };
 
 // llama.cpp flags loom does not take, with the reason (docs/CLI.md lists them all).

@@ -1,12 +1,16 @@
 // loom-bench's sweep: value lists for the swept flags, every combination run in llama-bench's order
-// (model, -ngl, -dev, -b, -ub, -ctk, -ctv, -fa, -t, -d, then the tests -p, -n, -pg), one row each.
+// (model, -ngl, -dev, -mmp, -b, -ub, -nkvo, -ctk, -ctv, -fa, -t, -d, then the tests -p, -n, -pg), one
+// row each.
 #include "loom/tools/bench.h"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <functional>
+#include <thread>
 #include <utility>
 
 #include "loom/core/error.h"
@@ -19,7 +23,7 @@ namespace loom::tools {
 void add_bench_flags(CLI::App& app, CommonOptions& common, BenchOptions& b) {
   add_common_flags(app, common);
   // the swept flags take lists here: their single-value forms make way
-  for (const char* name : {"--threads", "--batch-size", "--ubatch-size", "--n-gpu-layers", "--no-kv-offload",
+  for (const char* name : {"--threads", "--batch-size", "--ubatch-size", "--n-gpu-layers", "--no-kv-offload", "--mmap",
                            "--flash-attn", "--cache-type-k", "--cache-type-v", "--device"})
     if (CLI::Option* o = app.get_option_no_throw(name)) app.remove_option(o);
   const char* list = " (a list: 1,2,4; ranges first-last[+step|*mult])";
@@ -29,6 +33,9 @@ void add_bench_flags(CLI::App& app, CommonOptions& common, BenchOptions& b) {
   app.add_option("--n-gpu-layers", b.n_gpu_layers, "layers on non-CPU devices (-ngl), comma separated");
   app.add_option("--no-kv-offload", b.no_kv_offload,
                  "1: the KV cache in host memory, attention on the CPU (-nkvo): 0 or 1, comma separated");
+  app.add_option("--mmap", b.use_mmap,
+                 "1: the CPU's weights used in place in the file mapping (-mmp; loom's default 0: read into memory), "
+                 "0 or 1, comma separated");
   app.add_option("--flash-attn", b.flash_attn, "fused attention (-fa): on/off/auto or 1/0, comma separated");
   app.add_option("--cache-type-k", b.type_k, "K cache types (-ctk), comma separated");
   app.add_option("--cache-type-v", b.type_v, "V cache types (-ctv), comma separated");
@@ -39,6 +46,10 @@ void add_bench_flags(CLI::App& app, CommonOptions& common, BenchOptions& b) {
   app.add_option("-d,--n-depth", b.n_depth, std::string("tokens in the context before each test, not timed") + list);
   app.add_option("-r,--repetitions", b.reps, "repetitions of each test");
   app.add_option("-o,--output", b.output, "md, csv, json, jsonl or sql");
+  app.add_option("--output-err", b.output_err,
+                 "the rows on stderr too, in this format (-oe): md, csv, json, jsonl or sql");
+  app.add_option("--delay", b.delay, "seconds of rest before each test (a cooled-down machine)");
+  app.add_flag("--progress", b.progress, "print each test's phases on stderr as they start");
   app.add_flag("--bandwidth", b.bandwidth,
                "tg tests: read 512 MiB after each token and show the weight bytes decode reads per second "
                "against that read bandwidth (weights on the CPU)");
@@ -58,7 +69,7 @@ std::string fa_word(const std::string& v) { return v == "1" ? "on" : v == "0" ? 
 // model/-ngl/-dev) and the tests each runs.
 struct Sweep {
   std::vector<std::string> models, ngl, devices, fa, type_k, type_v;
-  std::vector<int64_t> n_batch, n_ubatch, threads, depth, nkvo;
+  std::vector<int64_t> n_batch, n_ubatch, threads, depth, nkvo, mmap;
   std::vector<std::pair<int64_t, int64_t>> tests;  // (n_prompt, n_gen)
   int64_t max_tokens = 0;                          // depth + test, the context every session needs
 };
@@ -72,6 +83,8 @@ Sweep make_sweep(const CommonOptions& c, const BenchOptions& b) {
   s.fa = words_or(b.flash_attn, c.flash_attn, "-fa");
   s.nkvo = ints_or(b.no_kv_offload, 0, "-nkvo");
   for (int64_t v : s.nkvo) LOOM_CHECK(v == 0 || v == 1, usage, "-nkvo {}: expected 0 or 1", v);
+  s.mmap = ints_or(b.use_mmap, c.mmap ? 1 : 0, "-mmp");
+  for (int64_t v : s.mmap) LOOM_CHECK(v == 0 || v == 1, usage, "-mmp {}: expected 0 or 1", v);
   s.type_k = words_or(b.type_k, c.cache_type_k, "-ctk");
   s.type_v = words_or(b.type_v, c.cache_type_v, "-ctv");
   s.n_batch = ints_or(b.n_batch, c.n_batch, "-b");
@@ -97,27 +110,29 @@ void for_each_setting(const CommonOptions& c, const Sweep& s, F&& f) {
   for (const std::string& m : s.models)
     for (const std::string& ngl : s.ngl)
       for (const std::string& dev : s.devices)
-        for (int64_t nb : s.n_batch)
-          for (int64_t nub : s.n_ubatch)
-            for (int64_t nkvo : s.nkvo)
-              for (const std::string& tk : s.type_k)
-                for (const std::string& tv : s.type_v)
-                  for (const std::string& fa : s.fa)
-                    for (int64_t t : s.threads) {
-                      CommonOptions o = c;
-                      o.model = m;
-                      o.n_gpu_layers = ngl;
-                      o.devices = dev;
-                      o.n_batch = nb;
-                      o.n_ubatch = nub;
-                      o.cache_type_k = tk;
-                      o.cache_type_v = tv;
-                      o.flash_attn = fa_word(fa);
-                      o.no_kv_offload = nkvo != 0;
-                      LOOM_CHECK(t >= 0 && t <= 1024, usage, "-t {}: must be between 1 and 1024", t);
-                      o.n_threads = (int)t;
-                      f(o);
-                    }
+        for (int64_t mmp : s.mmap)
+          for (int64_t nb : s.n_batch)
+            for (int64_t nub : s.n_ubatch)
+              for (int64_t nkvo : s.nkvo)
+                for (const std::string& tk : s.type_k)
+                  for (const std::string& tv : s.type_v)
+                    for (const std::string& fa : s.fa)
+                      for (int64_t t : s.threads) {
+                        CommonOptions o = c;
+                        o.model = m;
+                        o.n_gpu_layers = ngl;
+                        o.devices = dev;
+                        o.n_batch = nb;
+                        o.n_ubatch = nub;
+                        o.cache_type_k = tk;
+                        o.cache_type_v = tv;
+                        o.flash_attn = fa_word(fa);
+                        o.no_kv_offload = nkvo != 0;
+                        o.mmap = mmp != 0;
+                        LOOM_CHECK(t >= 0 && t <= 1024, usage, "-t {}: must be between 1 and 1024", t);
+                        o.n_threads = (int)t;
+                        f(o);
+                      }
 }
 
 BenchColumns varying_columns(const Sweep& s) {
@@ -126,7 +141,9 @@ BenchColumns varying_columns(const Sweep& s) {
   c.n_ubatch = s.n_ubatch.size() > 1;
   c.n_gpu_layers = s.ngl.size() > 1;
   c.flash_attn = s.fa.size() > 1;
-  c.no_kv_offload = s.nkvo.size() > 1;
+  // as llama-bench: a column for a setting given several values or one other than the default
+  c.no_kv_offload = s.nkvo.size() > 1 || s.nkvo[0] != 0;
+  c.use_mmap = s.mmap.size() > 1 || s.mmap[0] != 0;
   c.type_k = s.type_k.size() > 1;
   c.type_v = s.type_v.size() > 1;
   c.devices = s.devices.size() > 1;
@@ -151,6 +168,9 @@ int run_bench(const CommonOptions& common, const BenchOptions& b) {
   LOOM_CHECK(!common.model.empty(), usage, "no model given (-m FILE[,FILE])");
   LOOM_CHECK(b.reps >= 1 && b.reps <= 1000, usage, "-r {}: must be between 1 and 1000", b.reps);
   LOOM_CHECK(is_bench_format(b.output), usage, "-o '{}': expected md, csv, json, jsonl or sql", b.output);
+  LOOM_CHECK(b.output_err.empty() || is_bench_format(b.output_err), usage,
+             "-oe '{}': expected md, csv, json, jsonl or sql", b.output_err);
+  LOOM_CHECK(b.delay >= 0 && b.delay <= 86400, usage, "--delay {}: must be between 0 and 86400 seconds", b.delay);
   const Sweep s = make_sweep(common, b);
   LOOM_CHECK(common.n_ctx == 0 || common.n_ctx >= s.max_tokens, usage,
              "-c {} holds fewer than the deepest -d plus the longest test ({} tokens)", common.n_ctx, s.max_tokens);
@@ -171,6 +191,7 @@ int run_bench(const CommonOptions& common, const BenchOptions& b) {
                                             {"-ngl", b.n_gpu_layers},
                                             {"-fa", b.flash_attn},
                                             {"-nkvo", b.no_kv_offload},
+                                            {"-mmp", b.use_mmap},
                                             {"-ctk", b.type_k},
                                             {"-ctv", b.type_v},
                                             {"-dev", b.devices},
@@ -181,6 +202,11 @@ int run_bench(const CommonOptions& common, const BenchOptions& b) {
   BenchColumns columns = varying_columns(s);
   columns.bandwidth = b.bandwidth;
   std::unique_ptr<BenchPrinter> out = make_bench_printer(b.output, columns, stdout);
+  std::unique_ptr<BenchPrinter> err_out =
+      b.output_err.empty() ? nullptr : make_bench_printer(b.output_err, columns, stderr);
+  size_t n_settings = 0, done = 0;
+  for_each_setting(common, s, [&](const CommonOptions&) { ++n_settings; });
+  const size_t n_tests = n_settings * s.depth.size() * s.tests.size();
   bool started = false;  // the header goes out with the first row: an error before it prints nothing
   struct Loaded {
     std::string key;
@@ -190,7 +216,7 @@ int run_bench(const CommonOptions& common, const BenchOptions& b) {
   std::unique_ptr<testing::ReadProbe> probe;  // --bandwidth: made once per thread count
   int probe_threads = 0;
   for_each_setting(common, s, [&](const CommonOptions& o) {
-    const std::string key = o.model + "\n" + o.n_gpu_layers + "\n" + o.devices;
+    const std::string key = o.model + "\n" + o.n_gpu_layers + "\n" + o.devices + "\n" + (o.mmap ? "mmap" : "");
     if (key != loaded.key) {
       loaded.model.reset();
       loaded.devices = make_run_devices(o);
@@ -213,6 +239,7 @@ int run_bench(const CommonOptions& common, const BenchOptions& b) {
     row.n_gpu_layers = o.n_gpu_layers;
     row.flash_attn = o.flash_attn;
     row.no_kv_offload = o.no_kv_offload;
+    row.use_mmap = o.mmap;
     row.type_k = o.cache_type_k;
     row.type_v = o.cache_type_v;
     row.devices = o.devices.empty() ? "all" : o.devices;
@@ -230,14 +257,29 @@ int run_bench(const CommonOptions& common, const BenchOptions& b) {
     }
     for (int64_t d : s.depth)
       for (auto [p, n] : s.tests) {
-        row.test = bench_run(session, p, n, b.reps, d, b.bandwidth && p == 0 ? &probe_fn : nullptr);
-        if (!std::exchange(started, true)) out->header();
+        ++done;
+        auto note = [&](const std::string& what) {
+          fmt::print(stderr, "loom-bench: benchmark {}/{}: {}\n", done, n_tests, what);
+        };
+        if (b.progress) note("starting");
+        if (b.delay > 0) std::this_thread::sleep_for(std::chrono::seconds(b.delay));  // cool off
+        row.test = bench_run(session, p, n, b.reps, d, b.bandwidth && p == 0 ? &probe_fn : nullptr,
+                             b.progress ? std::function<void(const std::string&)>(note) : nullptr);
+        if (!std::exchange(started, true)) {
+          out->header();
+          if (err_out) err_out->header();
+        }
         out->row(row);
         std::fflush(stdout);
+        if (err_out) err_out->row(row);
       }
   });
   if (!started) out->header();
   out->footer();
+  if (err_out) {
+    if (!started) err_out->header();
+    err_out->footer();
+  }
   return 0;
 }
 

@@ -43,7 +43,9 @@ struct ReadProbeFn {
 // Runs one test (a prompt of n_prompt tokens, then n_gen decodes; either may be 0) reps times after
 // a warm-up, each after n_depth tokens of context.
 // With a probe, each generated token is timed alone and followed by one probe reading.
+// progress (may be empty) hears each phase as it starts, in llama-bench's words: "warmup prompt
+// run", "generation run 2/5", ...
 BenchTest bench_run(Session& session, int64_t n_prompt, int64_t n_gen, int reps, int64_t n_depth = 0,
-                    const ReadProbeFn* probe = nullptr);
+                    const ReadProbeFn* probe = nullptr, const std::function<void(const std::string&)>& progress = {});
 
 }  // namespace loom

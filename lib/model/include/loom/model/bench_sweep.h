@@ -30,6 +30,7 @@ struct BenchRow {
   int64_t n_batch = 0, n_ubatch = 0;
   std::string n_gpu_layers, flash_attn, type_k, type_v, devices;
   bool no_kv_offload = false;  // -nkvo 1: the KV cache in host memory
+  bool use_mmap = false;       // -mmp 1: CPU weights used in place in the file mapping
   BenchTest test;
 };
 
@@ -37,7 +38,7 @@ struct BenchRow {
 // given more than one value (csv/json/sql always carry every field).
 struct BenchColumns {
   bool n_batch = false, n_ubatch = false, n_gpu_layers = false, no_kv_offload = false, flash_attn = false,
-       type_k = false, type_v = false, devices = false;
+       use_mmap = false, type_k = false, type_v = false, devices = false;
   bool bandwidth = false;  // --bandwidth: the weights' read rate against the probe's, per tg test
 };
 

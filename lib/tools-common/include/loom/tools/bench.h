@@ -15,9 +15,12 @@ namespace loom::tools {
 
 struct BenchOptions {
   std::string n_prompt = "512", n_gen = "128", prompt_gen, n_depth = "0";
-  std::string threads, n_batch, n_ubatch, n_gpu_layers, no_kv_offload, flash_attn, type_k, type_v, devices;
+  std::string threads, n_batch, n_ubatch, n_gpu_layers, no_kv_offload, use_mmap, flash_attn, type_k, type_v, devices;
   int reps = 5;
   std::string output = "md";
+  std::string output_err;  // -oe FMT: the rows on stderr too, in that format
+  int delay = 0;           // --delay N: seconds of rest before each test
+  bool progress = false;   // --progress: llama-bench's progress lines on stderr
   bool bandwidth = false;  // tg tests: a read of memory after each token (ReadProbe)
 };
 
