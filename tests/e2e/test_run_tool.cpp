@@ -1,26 +1,38 @@
 // loom-run as a user runs it: a tiny model made by loom-gguf, greedy determinism across thread
 // counts, seeded sampling, the loom_perf lines, --json, perplexity, and bad input exit codes.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <unistd.h>
 
-#include "tool_runner.h"
-#include <nlohmann/json.hpp>
-
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
-#include <cstring>
-#include <algorithm>
+
+#include "tool_runner.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
 using Result = loom::test::ToolResult;
+
+// The lowest CPU this process may run on (its children inherit the set), below 64.
+int first_cpu() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < 64; ++c)
+      if (CPU_ISSET(c, &set)) return c;
+  return 0;
+}
 inline Result run(const std::string& args) { return loom::test::run_tool(args); }
 
 class RunTool : public ::testing::Test {
@@ -54,6 +66,12 @@ TEST_F(RunTool, GreedyIsDeterministicAcrossThreadCounts) {
     Result d = run("loom-run -m " + model(arch) + " -p hello -n 24 --temp 0 -t -1 -tb -1");
     ASSERT_EQ(d.rc, 0) << arch << ": " << d.err;
     EXPECT_EQ(a.out, d.out) << arch << " with -t -1";
+    // llama.cpp's CPU placement: both threads on the first CPU this process may use, never polling
+    const int cpu = first_cpu();
+    Result e = run(fmt::format("loom-run -m {} -p hello -n 24 --temp 0 -t 2 -C {:#x} -Cr {}-{} --cpu-strict 1 --poll 0",
+                               model(arch), uint64_t{1} << cpu, cpu, cpu));
+    ASSERT_EQ(e.rc, 0) << arch << ": " << e.err;
+    EXPECT_EQ(a.out, e.out) << arch << " placed on CPU " << cpu;
     EXPECT_EQ(a.out.rfind("hello", 0), 0u) << "the prompt is echoed first: " << a.out;
     EXPECT_GT(a.out.size(), std::string("hello\n").size()) << "something was generated";
     EXPECT_TRUE(std::regex_search(a.err, std::regex("loom_perf: prompt eval time = [0-9.]+ ms / [0-9]+ tokens")));

@@ -1,6 +1,7 @@
 // Flag parsing as llama.cpp users type it: each test is a trap the parser fell into before
 // (multi-letter short flags split as -c nv, repeated flags refused, values starting with '-').
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -152,6 +153,38 @@ TEST(Args, ThreadsBatchIsLoomRunsOwn) {
     EXPECT_EQ(e.kind(), loom::ErrorKind::usage);
     EXPECT_NE(std::string(e.what()).find("-tb: not supported: only loom-run"), std::string::npos) << e.what();
   }
+}
+
+// -C / -Cr / --cpu-strict / --poll as the CPU device's placement, checked before anything runs.
+TEST(Args, CpuPlacementFlags) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  if (!CPU_ISSET(0, &allowed) || !CPU_ISSET(1, &allowed)) GTEST_SKIP() << "this process may not run on CPUs 0 and 1";
+  Parsed r;
+  r.parse({"-C", "0x2", "-Cr", "0-0", "--cpu-strict", "1", "--poll", "0"});
+  const loom::ThreadPlacement p = loom::tools::cpu_placement(r.common);
+  EXPECT_EQ(p.cpus, (std::vector<int>{0, 1})) << "-Cr complements -C";
+  EXPECT_TRUE(p.strict);
+  EXPECT_EQ(p.poll, 0);
+  Parsed none;
+  none.parse({});
+  EXPECT_TRUE(loom::tools::cpu_placement(none.common).cpus.empty()) << "no flag: the OS places the threads";
+  for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{{"-C", "0xg"},
+                                                                            {"-C", "0"},
+                                                                            {"-C", std::string(300, 'f')},
+                                                                            {"-Cr", "2-1"},
+                                                                            {"-Cr", "0-"},
+                                                                            {"-Cr", "0-4096"},
+                                                                            {"--cpu-strict", "2"},
+                                                                            {"--poll", "-1"},
+                                                                            {"--prio", "4"}}) {
+    Parsed b;
+    b.parse(bad);
+    EXPECT_THROW(loom::tools::validate_common(b.common), loom::Error) << bad[0] << " " << bad[1];
+  }
+  Parsed batch;
+  EXPECT_THROW(batch.parse({"-Cb", "0x1"}), loom::Error) << "one placement serves both counts";
 }
 
 TEST(Args, ThreadsMinusOneIsAllCores) {

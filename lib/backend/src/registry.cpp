@@ -77,8 +77,9 @@ std::unique_ptr<CommGroup> BackendRegistry::in_process_group(int n) const {
   return collectives_.in_process(n);
 }
 
-DeviceSet make_devices(const std::string& sim_sizes, int n_threads) {
-  return registry().devices(DeviceOptions{.n_threads = n_threads, .sim_sizes = sim_sizes});
+DeviceSet make_devices(const std::string& sim_sizes, int n_threads, const ThreadPlacement& cpu_placement) {
+  return registry().devices(
+      DeviceOptions{.n_threads = n_threads, .sim_sizes = sim_sizes, .cpu_placement = cpu_placement});
 }
 
 std::vector<Device*> listed_devices(const DeviceSet& set) {

@@ -22,7 +22,7 @@ int host_threads(const DeviceOptions& o) { return o.n_threads > 0 ? o.n_threads 
 
 BackendDevices create_cpu(const DeviceOptions& o) {
   BackendDevices out;
-  out.devices.push_back(std::make_unique<cpu::CpuDevice>(host_threads(o)));
+  out.devices.push_back(std::make_unique<cpu::CpuDevice>(host_threads(o), o.cpu_placement));
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include "loom/core/error.h"
 
 #if defined(__linux__)
+#include <pthread.h>
 #include <sched.h>
 #endif
 
@@ -25,9 +26,9 @@
 namespace loom {
 
 namespace {
-// Spin budget bounds: at most about 80 us of pause instructions (~40 ns each on Zen 4), longer
-// than the usual imbalance between threads at the end of a graph node, far shorter than a
-// scheduler time slice.
+// Spin budget bounds at the default poll level (50): at most about 80 us of pause instructions
+// (~40 ns each on Zen 4), longer than the usual imbalance between threads at the end of a graph
+// node, far shorter than a scheduler time slice. Poll 100 doubles the most, 0 never spins.
 constexpr int kSpinMax = 2000, kSpinMin = 16;
 // Yields before sleeping: few, since each may hand the core to another process for a whole slice.
 constexpr int kYields = 3;
@@ -36,6 +37,9 @@ constexpr int kYields = 3;
 thread_local int t_spin = kSpinMax / 2;
 // Index of the calling thread in the pool it works for (the caller of run() is 0).
 thread_local int t_ith = 0;
+// The pool whose placement the calling thread last took (ThreadPool::id_; 0: none).
+thread_local uint64_t t_placed_for = 0;
+std::atomic<uint64_t> g_next_pool_id{1};
 // Which of the two sets of shares (ThreadPool::claim) the calling thread's phase uses: 0 at the
 // start of run(), flipped by every barrier.
 thread_local int t_parity = 0;
@@ -55,20 +59,22 @@ int current_cpu() {
 #endif
 }
 
-// Waits while value == old: spin (when `spin`), then yield, then sleep in the kernel until notified.
+// Waits while value == old: spin (at most spin_max rounds; 0: not at all), then yield, then
+// sleep in the kernel until notified.
 template <typename T>
-void wait_while_equal(const std::atomic<T>& a, T old, bool spin = true) {
-  if (spin)
-    for (int i = 0; i < t_spin; ++i) {
-      if (a.load(std::memory_order_acquire) != old) {
-        t_spin = std::min(2 * t_spin, kSpinMax);
-        return;
-      }
-      LOOM_PAUSE();
+void wait_while_equal(const std::atomic<T>& a, T old, int spin_max) {
+  const bool spin = spin_max > 0;
+  const int budget = std::min(t_spin, spin_max);
+  for (int i = 0; i < budget; ++i) {
+    if (a.load(std::memory_order_acquire) != old) {
+      t_spin = std::min(2 * t_spin, 2 * kSpinMax);
+      return;
     }
+    LOOM_PAUSE();
+  }
   for (int i = 0; i < kYields; ++i) {
     if (a.load(std::memory_order_acquire) != old) {
-      if (spin) t_spin = std::min(2 * t_spin, kSpinMax);
+      if (spin) t_spin = std::min(2 * t_spin, 2 * kSpinMax);
       return;
     }
     std::this_thread::yield();
@@ -80,8 +86,11 @@ void wait_while_equal(const std::atomic<T>& a, T old, bool spin = true) {
 
 int ThreadPool::default_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
 
-ThreadPool::ThreadPool(int n_threads)
+ThreadPool::ThreadPool(int n_threads, ThreadPlacement placement)
     : n_threads_(std::max(1, n_threads)),
+      placement_(std::move(placement)),
+      spin_max_(kSpinMax * std::clamp(placement_.poll, 0, 100) / 50),
+      id_(g_next_pool_id.fetch_add(1)),
       shares_(std::make_unique<Share[]>(2 * (size_t)n_threads_)),
       cpu_(std::make_unique<SeenCpu[]>((size_t)n_threads_)) {
   try {
@@ -115,11 +124,30 @@ bool ThreadPool::note_cpu_and_check_spin(int ith) {
 
 ThreadPool::~ThreadPool() { stop_workers(); }
 
+void ThreadPool::place(int ith) const {
+#if defined(__linux__)
+  const std::vector<int>& cpus = placement_.cpus;
+  if (cpus.empty()) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (placement_.strict)
+    CPU_SET(cpus[(size_t)ith % cpus.size()], &set);
+  else
+    for (int c : cpus) CPU_SET(c, &set);
+  // The tools check the CPUs against the process's own set first; a CPU taken away since is left
+  // to the OS (the threads still run, wherever they may).
+  (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+#else
+  (void)ith;
+#endif
+}
+
 void ThreadPool::worker(int ith) {
   t_ith = ith;
+  place(ith);
   uint32_t seen = 0;
   for (;;) {
-    wait_while_equal(generation_, seen, note_cpu_and_check_spin(ith));
+    wait_while_equal(generation_, seen, note_cpu_and_check_spin(ith) ? spin_max_ : 0);
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;
     t_parity = 0;
@@ -134,6 +162,10 @@ void ThreadPool::reset_claims() {
 }
 
 void ThreadPool::run(const std::function<void(int, int)>& fn) {
+  if (t_placed_for != id_) {  // the caller works as thread 0
+    place(0);
+    t_placed_for = id_;
+  }
   reset_claims();
   t_parity = 0;
   if (n_threads_ == 1) {
@@ -146,7 +178,7 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
   fn(0, n_threads_);
-  const bool spin = note_cpu_and_check_spin(0);
+  const int spin = note_cpu_and_check_spin(0) ? spin_max_ : 0;
   for (int p; (p = pending_.load(std::memory_order_acquire)) != 0;) wait_while_equal(pending_, p, spin);
   job_ = nullptr;
 }
@@ -160,7 +192,7 @@ void ThreadPool::barrier() {
   // last one did not use, and each thread clears its own share of the set just used for the
   // phase after next (nobody reads it before then). No thread writes another's share at the
   // barrier, so a thread's first claims stay in its own cache.
-  const bool spin = note_cpu_and_check_spin(t_ith);
+  const int spin = note_cpu_and_check_spin(t_ith) ? spin_max_ : 0;
   const uint32_t phase = barrier_phase_.load(std::memory_order_acquire);
   if (barrier_count_.fetch_add(1, std::memory_order_acq_rel) == n_threads_ - 1) {
     barrier_count_.store(0, std::memory_order_relaxed);

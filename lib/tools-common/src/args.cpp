@@ -49,6 +49,7 @@ constexpr std::pair<const char*, const char*> kAliases[] = {
     {"-ctxcp", "--ctx-checkpoints"},
     {"-kvu", "--kv-unified"},
     {"-mmp", "--mmap"},
+    {"-Cr", "--cpu-range"},
     {"-oe", "--output-err"},
 };
 
@@ -62,6 +63,13 @@ constexpr std::pair<const char*, const char*> kRefused[] = {
     {"--grammar-file", "grammars constrain loom-run's generation"},
     {"--json-schema", "grammars constrain loom-run's generation"},
     {"--json-schema-file", "grammars constrain loom-run's generation"},
+    {"-Cb", "one CPU placement serves both thread counts: give -C, -Cr, --cpu-strict, --poll, --prio"},
+    {"--cpu-mask-batch", "one CPU placement serves both thread counts: give -C, -Cr, --cpu-strict, --poll, --prio"},
+    {"-Crb", "one CPU placement serves both thread counts: give -C, -Cr, --cpu-strict, --poll, --prio"},
+    {"--cpu-range-batch", "one CPU placement serves both thread counts: give -C, -Cr, --cpu-strict, --poll, --prio"},
+    {"--cpu-strict-batch", "one CPU placement serves both thread counts: give -C, -Cr, --cpu-strict, --poll, --prio"},
+    {"--prio-batch", "one CPU placement serves both thread counts: give -C, -Cr, --cpu-strict, --poll, --prio"},
+    {"--poll-batch", "one CPU placement serves both thread counts: give -C, -Cr, --cpu-strict, --poll, --prio"},
     {"--yarn-ext-factor", "loom's YaRN takes the model's settings (llama.cpp's defaults); give --rope-scaling yarn"},
     {"--yarn-attn-factor", "loom's YaRN takes the model's settings (llama.cpp's defaults); give --rope-scaling yarn"},
     {"--yarn-beta-slow", "loom's YaRN takes the model's settings (llama.cpp's defaults); give --rope-scaling yarn"},

@@ -35,6 +35,11 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("-b,--batch-size", o.n_batch, "logical batch size");
   app.add_option("--ubatch-size", o.n_ubatch, "physical batch size (-ub)");
   app.add_option("-t,--threads", o.n_threads, "CPU threads (default, -1 or 0: all cores)");
+  app.add_option("-C,--cpu-mask", o.cpu_mask, "CPUs the threads may run on: a hex mask, bit i for CPU i (0xff)");
+  app.add_option("--cpu-range", o.cpu_range, "CPUs the threads may run on: lo-hi, with -C's (-Cr)");
+  app.add_option("--cpu-strict", o.cpu_strict, "1: each thread on one CPU of -C/-Cr's, in turn (default 0)");
+  app.add_option("--poll", o.poll, "how long waiting threads spin before they sleep: 0 (never) to 100 (default 50)");
+  app.add_option("--prio", o.prio, "process priority: -1 low, 0 normal, 1 medium, 2 high, 3 realtime (default 0)");
   app.add_option("--n-gpu-layers", o.n_gpu_layers, "layers on non-CPU devices: N, auto or all (-ngl)");
   app.add_option("--split-mode", o.split_mode, "none, layer or tensor (-sm)")
       ->transform(CLI::CheckedTransformer(
@@ -120,6 +125,9 @@ void validate_common(const CommonOptions& o) {
              "--comm nccl: NCCL groups need CUDA devices, which this build does not drive yet (use inproc or mpi)");
   cache_type(o.cache_type_k, "-ctk");
   cache_type(o.cache_type_v, "-ctv");
+  (void)cpu_placement(o);
+  LOOM_CHECK(o.prio >= -1 && o.prio <= 3, usage,
+             "--prio {}: expected -1 (low), 0 (normal), 1 (medium), 2 (high) or 3 (realtime)", o.prio);
   LOOM_CHECK(o.n_cpu_moe >= 0, usage, "-ncmoe {}: must be 0 or more", o.n_cpu_moe);
   kv_overrides(o);
   lora_adapters(o);
@@ -166,7 +174,8 @@ void print_devices(const CommonOptions& o) {
 RunDevices make_run_devices(const CommonOptions& o) {
   RunDevices d;
   const int threads = o.n_threads > 0 ? o.n_threads : ThreadPool::default_threads();
-  d.set = make_devices(o.sim_devices, threads);
+  d.set = make_devices(o.sim_devices, threads, cpu_placement(o));
+  apply_priority(o.prio);
   d.selected = o.devices.empty() ? d.set.all : select_devices(d.set, o.devices);
   return d;
 }

@@ -94,7 +94,8 @@ Status HostBufferType::alloc(size_t size, std::unique_ptr<Buffer>& out) const {
   return Status::ok();
 }
 
-CpuDevice::CpuDevice(int n_threads) : n_threads_(std::max(1, n_threads)), buffer_type_(*this) {}
+CpuDevice::CpuDevice(int n_threads, ThreadPlacement placement)
+    : n_threads_(std::max(1, n_threads)), placement_(std::move(placement)), buffer_type_(*this) {}
 
 MemoryInfo CpuDevice::memory() const {
   MemoryInfo info;
@@ -124,7 +125,7 @@ void CpuDevice::set_n_threads(int n) {
 }
 
 ThreadPool& CpuDevice::pool() {
-  if (!pool_) pool_ = std::make_unique<ThreadPool>(n_threads_);
+  if (!pool_) pool_ = std::make_unique<ThreadPool>(n_threads_, placement_);
   return *pool_;
 }
 

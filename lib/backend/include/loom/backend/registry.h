@@ -14,6 +14,7 @@
 
 #include "loom/backend/comm.h"
 #include "loom/backend/device.h"
+#include "loom/core/thread_pool.h"
 
 namespace loom {
 
@@ -21,6 +22,7 @@ namespace loom {
 struct DeviceOptions {
   int n_threads = 0;      // threads of host kernels (CPU, SIM); 0: all cores
   std::string sim_sizes;  // SIM capacities ("2x24GiB"); empty: env LOOM_SIM_DEVICES, else none
+  ThreadPlacement cpu_placement;  // the CPU device's threads (-C, -Cr, --cpu-strict, --poll)
 };
 
 // What one backend found for a run: its devices, or a note on why it has none ("no CUDA device").
@@ -92,7 +94,7 @@ class BackendRegistry {
 BackendRegistry& registry();
 
 // registry().devices() with these SIM sizes and threads.
-DeviceSet make_devices(const std::string& sim_sizes, int n_threads);
+DeviceSet make_devices(const std::string& sim_sizes, int n_threads, const ThreadPlacement& cpu_placement = {});
 // The devices named in `names` ("SIM0,SIM1"; "none" = CPU only), in the order given, with the
 // host appended when absent (it is the planner's last resort). Unknown name -> Error(usage)
 // listing the available devices.

@@ -13,15 +13,23 @@
 
 namespace loom {
 
+// Where a pool's threads run and how they wait (llama.cpp's -C / -Cr, --cpu-strict, --poll).
+struct ThreadPlacement {
+  std::vector<int> cpus;  // the CPUs the threads may run on; empty: wherever the OS puts them
+  bool strict = false;    // thread i alone on cpus[i % cpus.size()]
+  int poll = 50;          // 0..100: how long a waiting thread spins before it sleeps (0: never)
+};
+
 class ThreadPool {
  public:
   // Throws out_of_memory when a worker thread cannot be started (the started ones are joined).
-  explicit ThreadPool(int n_threads);
+  explicit ThreadPool(int n_threads, ThreadPlacement placement = {});
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  const ThreadPlacement& placement() const { return placement_; }
   void run(const std::function<void(int ith, int nth)>& fn);
   // All threads of the current run() wait here until every one has arrived.
   void barrier();
@@ -38,11 +46,15 @@ class ThreadPool {
 
  private:
   void worker(int ith);
+  void place(int ith) const;  // the calling thread onto the placement's CPUs (thread ith's share)
   void stop_workers();  // joins the started workers
   // Records the CPU thread ith runs on; false when another thread of the pool was last seen on
   // the same CPU (it cannot make progress while we spin, so waiting should yield at once).
   bool note_cpu_and_check_spin(int ith);
   int n_threads_;
+  ThreadPlacement placement_;
+  int spin_max_;  // pause rounds a wait may spin (placement_.poll; 0: sleeps at once)
+  uint64_t id_;   // which pool the caller's thread was last placed for (run())
   std::vector<std::thread> workers_;
   const std::function<void(int, int)>* job_ = nullptr;
   // 32-bit words: atomic::wait on them is a futex wait (wrap-around is harmless).

@@ -26,6 +26,10 @@ struct CommonOptions {
   int64_t n_batch = 2048;
   int64_t n_ubatch = 512;
   int n_threads = 0;
+  // the CPU's threads as llama.cpp places them: -C mask, -Cr lo-hi, --cpu-strict 0|1, --poll 0..100;
+  // --prio -1..3 the process's priority
+  std::string cpu_mask, cpu_range;
+  int cpu_strict = 0, poll = 50, prio = 0;
   std::string n_gpu_layers = "-1";
   SplitMode split_mode = SplitMode::layer;
   std::string tensor_split;
@@ -72,6 +76,11 @@ std::vector<KvOverride> kv_overrides(const CommonOptions& o);
 std::vector<LoraAdapterSpec> lora_adapters(const CommonOptions& o);
 // --control-vector, --control-vector-scaled and --control-vector-layer-range; throws usage.
 ControlVectorOptions control_vectors(const CommonOptions& o);
+// -C, -Cr, --cpu-strict and --poll as the CPU device's placement (cpu_flags.cpp); throws usage.
+ThreadPlacement cpu_placement(const CommonOptions& o);
+// --prio: the process's niceness as llama.cpp sets it (a level the OS refuses is a warning); throws
+// usage out of -1..3.
+void apply_priority(int prio);
 // Prints `NAME  KIND  TOTAL MiB  FREE MiB` per device.
 void print_devices(const CommonOptions& o);
 

@@ -30,7 +30,7 @@ class HostBufferType final : public BufferType {
 
 class CpuDevice final : public Device {
  public:
-  explicit CpuDevice(int n_threads = ThreadPool::default_threads());
+  explicit CpuDevice(int n_threads = ThreadPool::default_threads(), ThreadPlacement placement = {});
   const std::string& name() const override { return name_; }
   DeviceKind kind() const override { return DeviceKind::cpu; }
   MemoryInfo memory() const override;  // from /proc/meminfo
@@ -47,6 +47,7 @@ class CpuDevice final : public Device {
  private:
   std::string name_ = "CPU";
   int n_threads_;
+  ThreadPlacement placement_;  // every pool's
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<ThreadPool> spare_pool_;  // the pool of the count before (-t and -tb take turns)
   HostBufferType buffer_type_;
