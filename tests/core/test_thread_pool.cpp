@@ -1,5 +1,5 @@
-// ThreadPool placement (llama.cpp's -C / -Cr, --cpu-strict, --poll): the threads run on the CPUs
-// they are given, one each when strict, and a pool that never polls still lines them up.
+// ThreadPool placement (llama.cpp's -C / -Cr, --cpu-strict, --numa, --poll): the threads run on the
+// CPU sets they are given, in turn, and a pool that never polls still lines them up.
 #include <gtest/gtest.h>
 #include <sched.h>
 
@@ -37,10 +37,11 @@ TEST(ThreadPool, ThreadsRunOnTheirPlacementsCpus) {
   const std::set<int> all = affinity();
   ASSERT_FALSE(all.empty());
   const int first = *all.begin(), last = *all.rbegin();
-  // not strict: every thread may run on each of the given CPUs
-  for (const std::set<int>& s : affinities(3, ThreadPlacement{{first}, false, 50})) EXPECT_EQ(s, std::set<int>{first});
-  // strict: thread i alone on the i-th CPU, in turn
-  const std::vector<std::set<int>> strict = affinities(3, ThreadPlacement{{first, last}, true, 50});
+  // one set: every thread may run on each of its CPUs
+  for (const std::set<int>& s : affinities(3, ThreadPlacement{{{first, last}}, 50}))
+    EXPECT_EQ(s, (std::set<int>{first, last}));
+  // a set per thread (--cpu-strict, --numa distribute): thread i on the i-th set, in turn
+  const std::vector<std::set<int>> strict = affinities(3, ThreadPlacement{{{first}, {last}}, 50});
   EXPECT_EQ(strict[0], std::set<int>{first});
   EXPECT_EQ(strict[1], std::set<int>{last});
   EXPECT_EQ(strict[2], std::set<int>{first});
@@ -51,7 +52,7 @@ TEST(ThreadPool, ThreadsRunOnTheirPlacementsCpus) {
 
 TEST(ThreadPool, PollZeroStillMeetsAtEveryBarrier) {
   for (int poll : {0, 1, 100}) {
-    ThreadPool pool(3, ThreadPlacement{{}, false, poll});
+    ThreadPool pool(3, ThreadPlacement{{}, poll});
     std::atomic<int> phase_sum{0};
     std::vector<int> seen(3, -1);
     pool.run([&](int ith, int nth) {

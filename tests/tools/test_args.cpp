@@ -2,9 +2,11 @@
 // (multi-letter short flags split as -c nv, repeated flags refused, values starting with '-').
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -162,14 +164,38 @@ TEST(Args, CpuPlacementFlags) {
   ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
   if (!CPU_ISSET(0, &allowed) || !CPU_ISSET(1, &allowed)) GTEST_SKIP() << "this process may not run on CPUs 0 and 1";
   Parsed r;
-  r.parse({"-C", "0x2", "-Cr", "0-0", "--cpu-strict", "1", "--poll", "0"});
-  const loom::ThreadPlacement p = loom::tools::cpu_placement(r.common);
-  EXPECT_EQ(p.cpus, (std::vector<int>{0, 1})) << "-Cr complements -C";
-  EXPECT_TRUE(p.strict);
+  r.parse({"-C", "0x2", "-Cr", "0-0", "--poll", "0"});
+  loom::ThreadPlacement p = loom::tools::cpu_placement(r.common);
+  EXPECT_EQ(p.cpu_sets, (std::vector<std::vector<int>>{{0, 1}})) << "-Cr complements -C";
   EXPECT_EQ(p.poll, 0);
+  r.parse({"--cpu-strict", "1"});
+  p = loom::tools::cpu_placement(r.common);
+  EXPECT_EQ(p.cpu_sets, (std::vector<std::vector<int>>{{0}, {1}})) << "strict: one CPU per thread";
   Parsed none;
   none.parse({});
-  EXPECT_TRUE(loom::tools::cpu_placement(none.common).cpus.empty()) << "no flag: the OS places the threads";
+  EXPECT_TRUE(loom::tools::cpu_placement(none.common).cpu_sets.empty()) << "no flag: the OS places the threads";
+
+  // --numa over a two-node machine (a sysfs of its own: node0 has CPU 0, node1 CPU 1)
+  const std::filesystem::path root = std::filesystem::temp_directory_path() / ("loom-numa-" + std::to_string(getpid()));
+  for (const char* node : {"node0", "node1"}) std::filesystem::create_directories(root / node);
+  std::ofstream(root / "node0" / "cpulist") << "0\n";
+  std::ofstream(root / "node1" / "cpulist") << "1\n";
+  std::ofstream(root / "possible") << "0-1\n";  // not a node: ignored
+  Parsed numa;
+  numa.parse({"--numa", "distribute"});
+  EXPECT_EQ(loom::tools::numa_node_cpus(root.string()), (std::vector<std::vector<int>>{{0}, {1}}));
+  EXPECT_EQ(loom::tools::cpu_placement(numa.common, root.string()).cpu_sets, (std::vector<std::vector<int>>{{0}, {1}}))
+      << "thread i on node i % 2";
+  numa.parse({"--numa", "isolate"});
+  const auto isolated = loom::tools::cpu_placement(numa.common, root.string()).cpu_sets;
+  ASSERT_EQ(isolated.size(), 1u);
+  EXPECT_EQ(isolated[0].size(), 1u) << "the node the run starts on";
+  numa.parse({"--numa", "numactl"});
+  EXPECT_EQ(loom::tools::cpu_placement(numa.common, root.string()).cpu_sets, (std::vector<std::vector<int>>{{0, 1}}))
+      << "the process's own CPUs";
+  EXPECT_EQ(loom::tools::cpu_placement(numa.common, (root / "none").string()).cpu_sets.size(), 1u)
+      << "no NUMA information: one set of every CPU";
+  std::filesystem::remove_all(root);
   for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{{"-C", "0xg"},
                                                                             {"-C", "0"},
                                                                             {"-C", std::string(300, 'f')},
@@ -178,7 +204,8 @@ TEST(Args, CpuPlacementFlags) {
                                                                             {"-Cr", "0-4096"},
                                                                             {"--cpu-strict", "2"},
                                                                             {"--poll", "-1"},
-                                                                            {"--prio", "4"}}) {
+                                                                            {"--prio", "4"},
+                                                                            {"--numa", "mirror"}}) {
     Parsed b;
     b.parse(bad);
     EXPECT_THROW(loom::tools::validate_common(b.common), loom::Error) << bad[0] << " " << bad[1];

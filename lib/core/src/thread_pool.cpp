@@ -126,14 +126,12 @@ ThreadPool::~ThreadPool() { stop_workers(); }
 
 void ThreadPool::place(int ith) const {
 #if defined(__linux__)
-  const std::vector<int>& cpus = placement_.cpus;
-  if (cpus.empty()) return;
+  const auto& sets = placement_.cpu_sets;
+  if (sets.empty()) return;
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (placement_.strict)
-    CPU_SET(cpus[(size_t)ith % cpus.size()], &set);
-  else
-    for (int c : cpus) CPU_SET(c, &set);
+  for (int c : sets[(size_t)ith % sets.size()])
+    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &set);
   // The tools check the CPUs against the process's own set first; a CPU taken away since is left
   // to the OS (the threads still run, wherever they may).
   (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);

@@ -39,6 +39,9 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("--cpu-range", o.cpu_range, "CPUs the threads may run on: lo-hi, with -C's (-Cr)");
   app.add_option("--cpu-strict", o.cpu_strict, "1: each thread on one CPU of -C/-Cr's, in turn (default 0)");
   app.add_option("--poll", o.poll, "how long waiting threads spin before they sleep: 0 (never) to 100 (default 50)");
+  app.add_option("--numa", o.numa,
+                 "distribute: threads spread over the NUMA nodes in turn; isolate: on the node the run starts on; "
+                 "numactl: on the CPUs numactl gave the process");
   app.add_option("--prio", o.prio, "process priority: -1 low, 0 normal, 1 medium, 2 high, 3 realtime (default 0)");
   app.add_option("--n-gpu-layers", o.n_gpu_layers, "layers on non-CPU devices: N, auto or all (-ngl)");
   app.add_option("--split-mode", o.split_mode, "none, layer or tensor (-sm)")

@@ -1,5 +1,5 @@
-// llama.cpp's CPU placement flags: -C/--cpu-mask, -Cr/--cpu-range, --cpu-strict, --poll (the CPU
-// device's ThreadPlacement) and --prio (the process's scheduling priority).
+// llama.cpp's CPU placement flags: -C/--cpu-mask, -Cr/--cpu-range, --cpu-strict, --numa, --poll
+// (the CPU device's ThreadPlacement) and --prio (the process's scheduling priority).
 #include <fmt/format.h>
 #include <sys/resource.h>
 
@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "loom/core/error.h"
@@ -68,6 +70,30 @@ std::set<int> allowed_cpus() {
   return out;
 }
 
+// sysfs's list format ("0-3,8-11"); empty where it does not parse.
+std::set<int> parse_cpu_list(const std::string& text) {
+  std::set<int> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string part = text.substr(at, end - at);
+    int lo = -1, hi = -1;
+    const size_t dash = part.find('-');
+    const auto [p1, e1] =
+        std::from_chars(part.data(), part.data() + (dash == std::string::npos ? part.size() : dash), lo);
+    if (e1 != std::errc() || lo < 0 || lo >= kMaxCpus) return {};
+    hi = lo;
+    if (dash != std::string::npos) {
+      const auto [p2, e2] = std::from_chars(part.data() + dash + 1, part.data() + part.size(), hi);
+      if (e2 != std::errc() || hi < lo || hi >= kMaxCpus) return {};
+    }
+    for (int c = lo; c <= hi; ++c) out.insert(c);
+    at = end + 1;
+  }
+  return out;
+}
+
 std::string cpu_list(const std::set<int>& cpus) {  // "0-3,8"
   std::string out;
   for (auto it = cpus.begin(); it != cpus.end();) {
@@ -81,7 +107,27 @@ std::string cpu_list(const std::set<int>& cpus) {  // "0-3,8"
 
 }  // namespace
 
-ThreadPlacement cpu_placement(const CommonOptions& o) {
+std::vector<std::vector<int>> numa_node_cpus(const std::string& root) {
+  std::vector<std::pair<int, std::set<int>>> nodes;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    int id = -1;
+    if (!name.starts_with("node") ||
+        std::from_chars(name.data() + 4, name.data() + name.size(), id).ptr != name.data() + name.size())
+      continue;
+    std::ifstream in(e.path() / "cpulist");
+    std::string text;
+    std::getline(in, text);
+    if (std::set<int> cpus = parse_cpu_list(text); !cpus.empty()) nodes.emplace_back(id, std::move(cpus));
+  }
+  std::sort(nodes.begin(), nodes.end());
+  std::vector<std::vector<int>> out;
+  for (auto& [id, cpus] : nodes) out.emplace_back(cpus.begin(), cpus.end());
+  return out;
+}
+
+ThreadPlacement cpu_placement(const CommonOptions& o, const std::string& numa_root) {
   ThreadPlacement p;
   std::set<int> cpus;
   if (!o.cpu_mask.empty()) add_mask(o.cpu_mask, cpus);
@@ -91,11 +137,39 @@ ThreadPlacement cpu_placement(const CommonOptions& o) {
   for (int c : cpus)
     LOOM_CHECK(allowed.empty() || allowed.count(c), usage, "-C/-Cr: CPU {} is not one this process may run on ({})", c,
                cpu_list(allowed));
-  p.cpus.assign(cpus.begin(), cpus.end());
   LOOM_CHECK(o.cpu_strict == 0 || o.cpu_strict == 1, usage, "--cpu-strict {}: expected 0 or 1", o.cpu_strict);
-  p.strict = o.cpu_strict == 1;
   LOOM_CHECK(o.poll >= 0 && o.poll <= 100, usage, "--poll {}: expected 0 (no polling) to 100", o.poll);
+  LOOM_CHECK(o.numa.empty() || o.numa == "distribute" || o.numa == "isolate" || o.numa == "numactl", usage,
+             "--numa '{}': expected distribute, isolate or numactl", o.numa);
   p.poll = o.poll;
+  const bool strict = o.cpu_strict == 1;
+  if (cpus.empty() && !strict && o.numa.empty()) return p;  // the OS places the threads
+  if (cpus.empty()) cpus = allowed;                         // numactl's map is the process's own affinity
+  // The sets the threads take in turn: all the CPUs, or one set per NUMA node (distribute), or the
+  // node the run starts on (isolate). Strict splits them into single CPUs, taken from the sets in
+  // turn so that consecutive threads land on different nodes.
+  std::vector<std::vector<int>> sets;
+  if (o.numa == "distribute" || o.numa == "isolate") {
+    const int here = sched_getcpu();
+    for (const std::vector<int>& node : numa_node_cpus(numa_root)) {
+      if (o.numa == "isolate" && std::find(node.begin(), node.end(), here) == node.end()) continue;
+      std::vector<int> mine;
+      for (int c : node)
+        if (cpus.count(c)) mine.push_back(c);
+      if (!mine.empty()) sets.push_back(std::move(mine));
+    }
+  }
+  if (sets.empty()) sets.emplace_back(cpus.begin(), cpus.end());  // no NUMA information: every CPU
+  if (strict) {
+    std::vector<std::vector<int>> single;
+    for (size_t k = 0, added = 1; added > 0; ++k) {
+      added = 0;
+      for (const std::vector<int>& s : sets)
+        if (k < s.size()) single.push_back({s[k]}), ++added;
+    }
+    sets = std::move(single);
+  }
+  p.cpu_sets = std::move(sets);
   return p;
 }
 

@@ -13,11 +13,11 @@
 
 namespace loom {
 
-// Where a pool's threads run and how they wait (llama.cpp's -C / -Cr, --cpu-strict, --poll).
+// Where a pool's threads run and how they wait (llama.cpp's -C / -Cr, --cpu-strict, --numa, --poll).
 struct ThreadPlacement {
-  std::vector<int> cpus;  // the CPUs the threads may run on; empty: wherever the OS puts them
-  bool strict = false;    // thread i alone on cpus[i % cpus.size()]
-  int poll = 50;          // 0..100: how long a waiting thread spins before it sleeps (0: never)
+  // thread i may run on the CPUs of cpu_sets[i % cpu_sets.size()]; none: wherever the OS puts it
+  std::vector<std::vector<int>> cpu_sets;
+  int poll = 50;  // 0..100: how long a waiting thread spins before it sleeps (0: never)
 };
 
 class ThreadPool {

@@ -30,6 +30,7 @@ struct CommonOptions {
   // --prio -1..3 the process's priority
   std::string cpu_mask, cpu_range;
   int cpu_strict = 0, poll = 50, prio = 0;
+  std::string numa;  // --numa distribute|isolate|numactl
   std::string n_gpu_layers = "-1";
   SplitMode split_mode = SplitMode::layer;
   std::string tensor_split;
@@ -76,8 +77,11 @@ std::vector<KvOverride> kv_overrides(const CommonOptions& o);
 std::vector<LoraAdapterSpec> lora_adapters(const CommonOptions& o);
 // --control-vector, --control-vector-scaled and --control-vector-layer-range; throws usage.
 ControlVectorOptions control_vectors(const CommonOptions& o);
-// -C, -Cr, --cpu-strict and --poll as the CPU device's placement (cpu_flags.cpp); throws usage.
-ThreadPlacement cpu_placement(const CommonOptions& o);
+// -C, -Cr, --cpu-strict, --numa and --poll as the CPU device's placement (cpu_flags.cpp); throws
+// usage. numa_root: where the NUMA nodes' cpulist files are (sysfs; a test's own folder).
+ThreadPlacement cpu_placement(const CommonOptions& o, const std::string& numa_root = "/sys/devices/system/node");
+// The CPUs of each NUMA node (node0 first) from numa_root/nodeN/cpulist; none where it has none.
+std::vector<std::vector<int>> numa_node_cpus(const std::string& numa_root);
 // --prio: the process's niceness as llama.cpp sets it (a level the OS refuses is a warning); throws
 // usage out of -1..3.
 void apply_priority(int prio);
