@@ -143,6 +143,40 @@ TEST_F(RunTool, PerplexityPrintsChunksAndFinalEstimate) {
   EXPECT_LT(ppl, 384.0 * 3);
 }
 
+// --ppl-stride: llama-perplexity's windows (-b 32 -c 32: one sequence, so a window of 32 + 8 tokens
+// padded to 64), one running value per window, starts every 16 tokens with --ppl-output-type 1.
+TEST_F(RunTool, StridedPerplexityPrintsLlamaPerplexitysLines) {
+  const std::string text = (dir_ / "ppl-stride.txt").string();
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 60; ++i) f << "The quick brown fox jumps over the lazy dog. ";
+  }
+  const std::string base =
+      "loom-run -m " + model("llama") + " --perplexity -f " + text + " -c 32 -b 32 --ppl-stride 16";
+  Result r = run(base + " --chunks 3");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(std::regex_match(r.out, std::regex("\\[1\\][0-9]+\\.[0-9]{4},\\[2\\][0-9.]+,\\[3\\][0-9.]+,\n")))
+      << r.out;
+  Result t = run(base + " --chunks 3 --ppl-output-type 1");
+  ASSERT_EQ(t.rc, 0) << t.err;
+  EXPECT_TRUE(std::regex_match(t.out, std::regex("       0  [0-9.]+\n      16  [0-9.]+\n      32  [0-9.]+\n\n")))
+      << t.out;
+  // the same windows' running values in both forms
+  EXPECT_EQ(r.out.substr(r.out.rfind(']') + 1, 6), t.out.substr(t.out.rfind("32  ") + 4, 6));
+  Result j = run(base + " --json");
+  ASSERT_EQ(j.rc, 0) << j.err;
+  const nlohmann::json js = nlohmann::json::parse(j.out);
+  EXPECT_EQ(js["ppl_stride"], 16);
+  EXPECT_GT(js["ppl"].get<double>(), 1.0);
+  for (const char* bad : {" --ppl-stride -1", " --ppl-output-type 2", " --ppl-stride 64"}) {
+    Result b = run("loom-run -m " + model("llama") + " --perplexity -f " + text + " -c 32 -b 32" + bad);
+    EXPECT_EQ(b.rc, 2) << bad << ": " << b.err;
+    EXPECT_TRUE(b.out.empty()) << bad << ": " << b.out;
+  }
+  Result gen = run("loom-run -m " + model("llama") + " -p hi --ppl-stride 16");
+  EXPECT_EQ(gen.rc, 2) << "--ppl-stride without --perplexity: " << gen.err;
+}
+
 TEST_F(RunTool, BadInputGetsTheDocumentedExitCode) {
   const std::string m = model("llama");
   EXPECT_EQ(run("loom-run -m " + m + " -p x -n -5").rc, 2);

@@ -46,6 +46,11 @@ int main(int argc, char** argv) {
       params.n_threads_batch = *ro.n_threads_batch > 0 ? *ro.n_threads_batch : ThreadPool::default_threads();
     }
     LOOM_CHECK(!ro.kl_divergence || !ro.kl_base.empty(), usage, "--kl-divergence needs --kl-divergence-base FILE");
+    LOOM_CHECK(ro.ppl_stride >= 0, usage, "--ppl-stride {}: must be 0 (off) or more", ro.ppl_stride);
+    LOOM_CHECK(ro.ppl_output_type == 0 || ro.ppl_output_type == 1, usage, "--ppl-output-type {}: expected 0 or 1",
+               ro.ppl_output_type);
+    LOOM_CHECK(ro.ppl_stride == 0 || (ro.perplexity && !ro.kl_divergence && ro.kl_base.empty()), usage,
+               "--ppl-stride: with --perplexity -f TEXT (not with --kl-divergence or its base file)");
     LOOM_CHECK(ro.kl_base.empty() || ro.kl_divergence || ro.perplexity, usage,
                "--kl-divergence-base: with --perplexity -f TEXT (writes it) or --kl-divergence (reads it)");
     LOOM_CHECK(ro.kl_base.empty() || common.comm != tools::CommKind::mpi, usage,
@@ -105,6 +110,11 @@ int main(int argc, char** argv) {
     LOOM_CHECK(chat || n_modes > 0 || !(ro.prompt.empty() && ro.prompt_file.empty()), usage,
                "no prompt given (-p TEXT or -f FILE; -cnv for a conversation)");
     const SamplerParams sp = tools::sampler_params(ro, model->tokenizer());
+    if (ro.ppl_stride > 0) {  // llama-perplexity's window (its -fa pads more; its default is off)
+      const std::string& fa = common.flash_attn;
+      params.n_ctx = strided_perplexity_ctx(params.n_ctx > 0 ? params.n_ctx : model->hparams().n_ctx_train,
+                                            params.n_batch, ro.ppl_stride, fa == "on" || fa == "1" || fa == "true");
+    }
     Session session(*model, params);
     tools::log_session(session);
     const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -125,6 +135,29 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (ro.hellaswag || ro.winogrande || ro.multiple_choice) return tools::run_task_score(session, scores, common.json);
+    if (ro.perplexity && ro.ppl_stride > 0) {
+      LOOM_CHECK(!ro.prompt_file.empty(), usage, "--perplexity needs -f TEXT");
+      const std::string text = tools::prompt_text(ro);
+      const auto tp = std::chrono::steady_clock::now();
+      PerplexityResult r =
+          strided_perplexity(session, text, ro.ppl_stride, ro.n_chunks, [&](int64_t i, int64_t start, double ppl) {
+            if (common.json) return;
+            if (ro.ppl_output_type == 0)
+              fmt::print("[{}]{:.4f},", i, ppl);
+            else
+              fmt::print("{:8d}  {:.4f}\n", start, ppl);
+            std::fflush(stdout);
+          });
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
+      if (common.json) {
+        nlohmann::json j = perplexity_json(r, session, secs);
+        j["ppl_stride"] = ro.ppl_stride;
+        fmt::print("{}\n", j.dump(2));
+      } else {
+        fmt::print("\n");  // llama-perplexity prints no final estimate in this mode
+      }
+      return 0;
+    }
     if (ro.perplexity) {
       LOOM_CHECK(!ro.prompt_file.empty(), usage, "--perplexity needs -f TEXT");
       const std::string text = tools::prompt_text(ro);

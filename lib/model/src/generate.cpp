@@ -80,6 +80,17 @@ void score_chunk(Session& session, std::span<const int32_t> tokens, int64_t c,
   }
 }
 
+namespace {
+// The estimate and its error from the sums of the scored tokens' negative log-likelihoods.
+void finish(PerplexityResult& r, double nll, double nll2, int64_t count) {
+  r.n_scored = count;
+  const double mean = nll / (double)count;
+  r.ppl = std::exp(mean);
+  const double var = nll2 / (double)count - mean * mean;
+  r.ppl_err = count > 1 ? std::sqrt(std::max(0.0, var) / (double)(count - 1)) * r.ppl : 0.0;
+}
+}  // namespace
+
 PerplexityResult perplexity(Session& session, std::string_view text, int64_t n_chunks,
                             const std::function<void(int64_t, double)>& on_chunk, const std::string& logits_path) {
   const Tokenizer& tok = session.model().tokenizer();
@@ -127,11 +138,62 @@ PerplexityResult perplexity(Session& session, std::string_view text, int64_t n_c
     if (on_chunk) on_chunk(c + 1, ppl);
   }
   if (out) out->commit();
-  r.n_scored = count;
-  const double mean = nll / (double)count;
-  r.ppl = std::exp(mean);
-  const double var = nll2 / (double)count - mean * mean;
-  r.ppl_err = count > 1 ? std::sqrt(std::max(0.0, var) / (double)(count - 1)) * r.ppl : 0.0;
+  finish(r, nll, nll2, count);
+  return r;
+}
+
+int64_t strided_perplexity_ctx(int64_t n_ctx, int64_t n_batch, int64_t stride, bool flash_attn) {
+  const int64_t pad = flash_attn ? 256 : 32;
+  return (std::max<int64_t>(1, n_batch / n_ctx) * n_ctx + stride / 2 + pad - 1) / pad * pad;
+}
+
+PerplexityResult strided_perplexity(Session& session, std::string_view text, int64_t stride, int64_t n_chunks,
+                                    const std::function<void(int64_t, int64_t, double)>& on_chunk) {
+  const Tokenizer& tok = session.model().tokenizer();
+  const std::vector<int32_t> tokens = tok.tokenize(text, /*add_special=*/true, /*parse_special=*/false);
+  const int64_t n_ctx = session.n_ctx(), n_vocab = tok.n_vocab();
+  LOOM_CHECK(stride > 0 && stride < n_ctx, usage, "--ppl-stride {}: must be 1 to {} (one less than the window of {})",
+             stride, n_ctx - 1, n_ctx);
+  PerplexityResult r;
+  r.n_tokens = (int64_t)tokens.size();
+  LOOM_CHECK(r.n_tokens >= 2 * n_ctx, invalid_input,
+             "perplexity needs at least 2 * n_ctx = {} tokens, the text has {} (lower -c or give more text)", 2 * n_ctx,
+             r.n_tokens);
+  int64_t max_chunks = (r.n_tokens - n_ctx + stride - 1) / stride;
+  if (n_chunks > 0) max_chunks = std::min(max_chunks, n_chunks);
+  double nll = 0, nll2 = 0;
+  int64_t count = 0;
+  std::vector<float> window_logits;
+  for (int64_t i = 0; i < max_chunks; ++i) {
+    const int64_t start = i * stride;
+    session.clear();
+    window_logits.clear();
+    for (int64_t b = 0; b < n_ctx; b += session.params().n_batch) {
+      const int64_t n = std::min(session.params().n_batch, n_ctx - b);
+      session.decode(std::span<const int32_t>(tokens.data() + start + b, (size_t)n), /*all_logits=*/true);
+      for (int64_t j = 0; j < n; ++j) {
+        const std::span<const float> l = session.logits(j);
+        window_logits.insert(window_logits.end(), l.begin(), l.end());
+      }
+    }
+    for (int64_t j = n_ctx - stride - 1; j < n_ctx - 1; ++j) {
+      // llama-perplexity's softmax: float exponentials summed in double, the probability a float
+      const float* l = window_logits.data() + j * n_vocab;
+      const float mx = *std::max_element(l, l + n_vocab);
+      double sum = 0;
+      for (int64_t v = 0; v < n_vocab; ++v) sum += std::exp(l[v] - mx);
+      const int32_t next = tokens[(size_t)(start + j + 1)];
+      const float prob = (float)(std::exp(l[next] - mx) / sum);
+      const double v = -std::log(prob);
+      nll += v;
+      nll2 += v * v;
+      ++count;
+    }
+    const double ppl = std::exp(nll / (double)count);
+    r.running_ppl.push_back(ppl);
+    if (on_chunk) on_chunk(i + 1, start, ppl);
+  }
+  finish(r, nll, nll2, count);
   return r;
 }
 

@@ -24,6 +24,11 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
   app.add_flag("--no-echo", o.no_echo, "print only the generated text");
   app.add_flag("--perplexity", o.perplexity, "measure perplexity over -f TEXT");
   app.add_option("--chunks", o.n_chunks, "perplexity: at most N chunks");
+  app.add_option(
+      "--ppl-stride", o.ppl_stride,
+      "perplexity over windows of -c + N/2 tokens every N tokens, each's last N scored (llama-perplexity's)");
+  app.add_option("--ppl-output-type", o.ppl_output_type,
+                 "--ppl-stride's lines: 0 \"[i]ppl,\" (default), 1 \"start ppl\"");
   app.add_option("--kl-divergence-base,--save-all-logits", o.kl_base,
                  "--perplexity: also write every scored distribution to FILE (llama-perplexity's format); "
                  "--kl-divergence: read it");

@@ -58,4 +58,17 @@ PerplexityResult perplexity(Session& session, std::string_view text, int64_t n_c
                             const std::function<void(int64_t chunk, double running_ppl)>& on_chunk,
                             const std::string& logits_path = {});
 
+// llama-perplexity's --ppl-stride protocol: windows of session.n_ctx() tokens starting every
+// `stride` tokens, each evaluated from an empty cache as the text's own tokens (llama-perplexity
+// puts BOS in only after the window was evaluated, so it changes nothing), its last `stride`
+// predictions scored with a float softmax. Needs stride < n_ctx and 2 * n_ctx tokens;
+// on_chunk(i, start, running ppl) after each window.
+PerplexityResult strided_perplexity(Session& session, std::string_view text, int64_t stride, int64_t n_chunks,
+                                    const std::function<void(int64_t chunk, int64_t start, double ppl)>& on_chunk);
+
+// The window llama-perplexity's --ppl-stride uses: its whole KV cache, which it sizes for
+// max(1, n_batch / n_ctx) sequences of n_ctx tokens (as for chunked perplexity), adds half the
+// stride to, and pads to 256 tokens with flash attention, else 32.
+int64_t strided_perplexity_ctx(int64_t n_ctx, int64_t n_batch, int64_t stride, bool flash_attn);
+
 }  // namespace loom

@@ -28,6 +28,8 @@ struct RunOptions {
   bool no_echo = false;
   bool perplexity = false;
   int64_t n_chunks = -1;
+  int64_t ppl_stride = 0;      // --ppl-stride N: llama-perplexity's strided windows (0: chunks)
+  int ppl_output_type = 0;     // --ppl-output-type 0|1: "[i]ppl," or "start  ppl" lines
   std::string kl_base;         // --kl-divergence-base FILE: written by --perplexity, read by --kl-divergence
   bool kl_divergence = false;  // --kl-divergence: the model's distributions against kl_base's
   bool hellaswag = false;      // --hellaswag: acc_norm over -f's tasks (llama-perplexity's)
