@@ -46,7 +46,8 @@ int main(int argc, char** argv) {
       params.n_threads_batch = *ro.n_threads_batch > 0 ? *ro.n_threads_batch : ThreadPool::default_threads();
     }
     LOOM_CHECK(!ro.kl_divergence || !ro.kl_base.empty(), usage, "--kl-divergence needs --kl-divergence-base FILE");
-    LOOM_CHECK(ro.ppl_stride >= 0, usage, "--ppl-stride {}: must be 0 (off) or more", ro.ppl_stride);
+    LOOM_CHECK(ro.ppl_stride >= 0 && ro.ppl_stride <= (1 << 24), usage,
+               "--ppl-stride {}: must be 0 (off) to 16777216 tokens", ro.ppl_stride);
     LOOM_CHECK(ro.ppl_output_type == 0 || ro.ppl_output_type == 1, usage, "--ppl-output-type {}: expected 0 or 1",
                ro.ppl_output_type);
     LOOM_CHECK(ro.ppl_stride == 0 || (ro.perplexity && !ro.kl_divergence && ro.kl_base.empty()), usage,
