@@ -268,15 +268,24 @@ TEST_F(CliHabits, RopeFlagsOverrideTheFilesRopeKeys) {
   EXPECT_EQ(yarn, ppl("--override-kv llama.rope.scaling.type=str:yarn,llama.rope.scaling.factor=float:4,"
                       "llama.rope.scaling.original_context_length=int:32"));
   EXPECT_EQ(ppl("--rope-freq-scale 0.5"), ppl("--rope-scale 2"));
+  // YaRN's tuning flags: no extrapolation at all is linear scaling; the others move the result
+  const std::string y = "--rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 32 ";
+  EXPECT_EQ(ppl(y + "--yarn-ext-factor 0"), ppl("--rope-scaling linear --rope-scale 4"));
+  for (const char* tuning : {"--yarn-ext-factor 0.5", "--yarn-attn-factor 1.3", "--yarn-beta-slow 2"})
+    EXPECT_NE(ppl(y + tuning), yarn) << tuning;
+  EXPECT_EQ(ppl(y + "--yarn-ext-factor -1 --yarn-attn-factor 1 --yarn-beta-fast 32 --yarn-beta-slow 1"), yarn)
+      << "llama.cpp's defaults";
   for (const char* bad : {"--rope-freq-base -1", "--rope-freq-base nan", "--rope-scaling ntk",
-                          "--rope-scale 2 --rope-freq-scale 0.5", "--yarn-orig-ctx -5", "--yarn-beta-fast 8"}) {
+                          "--rope-scale 2 --rope-freq-scale 0.5", "--yarn-orig-ctx -5", "--yarn-beta-fast 0",
+                          "--yarn-beta-slow -1", "--yarn-attn-factor nan", "--yarn-ext-factor inf"}) {
     ToolResult r = run("loom-run -m " + model() + " -p hi -n 1 " + bad);
     EXPECT_EQ(r.rc, 2) << bad << ": " << r.err;
     EXPECT_EQ(count_lines(r.err), 1) << r.err;
   }
-  ToolResult r =
-      run("loom-train -m " + model() + " -f " + file("rope.txt") + " --rope-freq-base 1e6 -o " + file("x.gguf"));
-  EXPECT_EQ(r.rc, 2) << r.err;
+  for (const char* flag : {"--rope-freq-base 1e6", "--yarn-attn-factor 2"}) {
+    ToolResult r = run("loom-train -m " + model() + " -f " + file("rope.txt") + " " + flag + " -o " + file("x.gguf"));
+    EXPECT_EQ(r.rc, 2) << flag << ": " << r.err;
+  }
 }
 
 TEST_F(CliHabits, LoraAdaptersFromEveryTool) {

@@ -17,8 +17,10 @@ RopeParams rope_params(const HParams& hp, bool swa_layer) {
   p.freq_base = swa_layer ? hp.rope_theta_swa : hp.rope_theta;
   p.freq_scale = swa_layer ? hp.rope_freq_scale_swa : hp.rope_freq_scale;
   if (hp.rope_scaling == RopeScaling::none) p.freq_scale = 1.0f;
-  p.ext_factor = hp.rope_scaling == RopeScaling::yarn ? 1.0f : 0.0f;
-  p.attn_factor = hp.rope_attn_factor;
+  p.ext_factor = hp.yarn.ext_factor >= 0.0f ? hp.yarn.ext_factor : hp.rope_scaling == RopeScaling::yarn ? 1.0f : 0.0f;
+  p.attn_factor = hp.rope_attn_factor * hp.yarn.attn_factor;
+  p.beta_fast = hp.yarn.beta_fast;
+  p.beta_slow = hp.yarn.beta_slow;
   return p;
 }
 

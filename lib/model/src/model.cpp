@@ -49,6 +49,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
     m->file_->set_value(o.key.starts_with("{arch}.") ? arch + o.key.substr(6) : o.key, o.value);
   const gguf::File& f = *m->file_;
   m->hp_ = read_hparams(f);
+  m->hp_.yarn = opt.yarn;
   m->tokenizer_ = Tokenizer::from_gguf(f);
   const HParams& hp = m->hp_;
   LOOM_CHECK(m->tokenizer_->n_vocab() == hp.n_vocab, invalid_input, "{}: tokenizer has {} tokens, model vocab is {}",

@@ -70,10 +70,6 @@ constexpr std::pair<const char*, const char*> kRefused[] = {
     {"--cpu-strict-batch", "one CPU placement serves both thread counts: give -C, -Cr, --cpu-strict, --poll, --prio"},
     {"--prio-batch", "one CPU placement serves both thread counts: give -C, -Cr, --cpu-strict, --poll, --prio"},
     {"--poll-batch", "one CPU placement serves both thread counts: give -C, -Cr, --cpu-strict, --poll, --prio"},
-    {"--yarn-ext-factor", "loom's YaRN takes the model's settings (llama.cpp's defaults); give --rope-scaling yarn"},
-    {"--yarn-attn-factor", "loom's YaRN takes the model's settings (llama.cpp's defaults); give --rope-scaling yarn"},
-    {"--yarn-beta-slow", "loom's YaRN takes the model's settings (llama.cpp's defaults); give --rope-scaling yarn"},
-    {"--yarn-beta-fast", "loom's YaRN takes the model's settings (llama.cpp's defaults); give --rope-scaling yarn"},
 };
 
 // Model download flags: loom reads local files only.

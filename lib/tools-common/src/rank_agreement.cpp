@@ -68,19 +68,21 @@ int check_ranks_agree(const char* tool_name, const CommonOptions& o, const Items
   if (o.comm != CommKind::mpi || !registry().collectives().mpi_world) return 0;
   Communicator& world = registry().collectives().mpi_world();
   if (world.size() <= 1) return 0;
-  Items mine = {{"the model (-m)", fmt::format("{:016x}", gguf::File::open(o.model)->identity())},
-                {"-c", std::to_string(o.n_ctx)},
-                {"-b", std::to_string(o.n_batch)},
-                {"-ub", std::to_string(o.n_ubatch)},
-                {"-sm", split_mode_name(o.split_mode)},
-                {"-ts", o.tensor_split},
-                {"-fa", o.flash_attn},
-                {"-ctk", o.cache_type_k},
-                {"-ctv", o.cache_type_v},
-                {"--reduce-bf16", std::to_string(o.reduce_bf16)},
-                {"--override-kv", fmt::format("{}", fmt::join(o.kv_overrides, ","))},
-                {"--rope-*, --yarn-orig-ctx", fmt::format("{} {} {} {} {}", o.rope_scaling, o.rope_scale,
-                                                          o.rope_freq_base, o.rope_freq_scale, o.yarn_orig_ctx)}};
+  Items mine = {
+      {"the model (-m)", fmt::format("{:016x}", gguf::File::open(o.model)->identity())},
+      {"-c", std::to_string(o.n_ctx)},
+      {"-b", std::to_string(o.n_batch)},
+      {"-ub", std::to_string(o.n_ubatch)},
+      {"-sm", split_mode_name(o.split_mode)},
+      {"-ts", o.tensor_split},
+      {"-fa", o.flash_attn},
+      {"-ctk", o.cache_type_k},
+      {"-ctv", o.cache_type_v},
+      {"--reduce-bf16", std::to_string(o.reduce_bf16)},
+      {"--override-kv", fmt::format("{}", fmt::join(o.kv_overrides, ","))},
+      {"--rope-*, --yarn-*",
+       fmt::format("{} {} {} {} {} {} {} {} {}", o.rope_scaling, o.rope_scale, o.rope_freq_base, o.rope_freq_scale,
+                   o.yarn_orig_ctx, o.yarn.ext_factor, o.yarn.attn_factor, o.yarn.beta_fast, o.yarn.beta_slow)}};
   mine.insert(mine.end(), extra.begin(), extra.end());
   const Items first = parse(broadcast_string(world, serialize(mine), 0));
   std::string problem;

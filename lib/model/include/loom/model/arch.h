@@ -55,6 +55,11 @@ struct HParams {
   int64_t n_ctx_orig = 0;         // rope.scaling.original_context_length
   bool rope_freqs = false;        // llama: a rope_freqs.weight of per-pair divisors (Llama 3)
   bool rope_long_short = false;   // phi3: rope_factors_long / _short, long past n_ctx_orig
+  // llama.cpp's YaRN tuning flags, the run's choice (not in the file): ext_factor < 0 means 1
+  // under YaRN scaling and 0 otherwise; attn_factor multiplies rope_attn_factor; the ramp's ends.
+  struct YarnTuning {
+    float ext_factor = -1.0f, attn_factor = 1.0f, beta_fast = 32.0f, beta_slow = 1.0f;
+  } yarn;
 
   // Sliding-window attention: layer il sees the last n_swa positions when swa_period > 0 and
   // il % swa_period < swa_period - 1 (gemma2 2, gemma3 6, gpt-oss 2); those layers rotate with

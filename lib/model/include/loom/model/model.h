@@ -158,6 +158,7 @@ struct ModelLoadOptions {
   // Not with training or -sm tensor.
   std::vector<LoraAdapterSpec> adapters;
   ControlVectorOptions control_vectors;  // likewise, placed with their layers
+  HParams::YarnTuning yarn;              // --yarn-ext-factor, --yarn-attn-factor, --yarn-beta-*
 };
 
 class Model {

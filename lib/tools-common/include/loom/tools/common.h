@@ -42,6 +42,7 @@ struct CommonOptions {
   std::string rope_scaling;  // --rope-scaling none|linear|yarn
   double rope_scale = 0, rope_freq_base = 0, rope_freq_scale = 0;
   int64_t yarn_orig_ctx = 0;
+  HParams::YarnTuning yarn;              // --yarn-ext-factor, --yarn-attn-factor, --yarn-beta-fast, --yarn-beta-slow
   std::vector<std::string> lora;         // --lora FNAME (repeated, or FNAME,FNAME)
   std::vector<std::string> lora_scaled;  // --lora-scaled FNAME SCALE: pairs
   std::vector<std::string> cvec;         // --control-vector FNAME
