@@ -19,6 +19,7 @@
 #include "loom/model/placement.h"
 #include "loom/model/quantize.h"
 #include "loom/model/session.h"
+#include "loom/sim/sim.h"
 
 namespace loom {
 namespace {
@@ -102,6 +103,40 @@ INSTANTIATE_TEST_SUITE_P(Archs, MultiDevice,
                            std::replace(name.begin(), name.end(), '-', '_');  // "gpt-oss"
                            return name;
                          });
+
+// --no-op-offload: a device that asks to run products of weights in host memory (a SIM with an
+// offload filter, as a GPU takes a big batch's products in llama.cpp) gets them only while op
+// offload is on; the logits are the same either way.
+TEST(MultiDevice, NoOpOffloadKeepsHostWeightOpsOnTheHost) {
+  const std::string path = make_model(Arch::llama, "nopo");
+  DeviceSet set = make_devices("64MiB", 2);
+  static_cast<sim::SimDevice*>(set.all[0])->set_offload_filter([](const Tensor* t) {
+    return t->op == OpKind::MUL_MAT;
+  });
+  ModelLoadOptions lo;
+  lo.placement.devices = set.all;
+  lo.placement.n_gpu_layers = 0;  // every weight in host memory
+  auto model = Model::load(path, lo);
+  auto offloaded = [&](bool op_offload, std::vector<float>& logits) {
+    SessionParams sp;
+    sp.n_ctx = 64;
+    sp.type_k = sp.type_v = DType::F32;
+    sp.op_offload = op_offload;
+    Session s(*model, sp);
+    s.decode(kPrompt);
+    logits.assign(s.logits(0).begin(), s.logits(0).end());
+    const Session::StepPlan step = s.plan_step(false);
+    int n = 0;
+    for (const sched::NodePlan& np : step.plan.nodes) n += np.cause == sched::Cause::offload;
+    return n;
+  };
+  std::vector<float> on, off;
+  EXPECT_GT(offloaded(true, on), 0) << "the SIM asked for the products";
+  EXPECT_EQ(offloaded(false, off), 0) << "--no-op-offload";
+  ASSERT_EQ(on.size(), off.size());
+  for (size_t j = 0; j < on.size(); ++j) ASSERT_NEAR(on[j], off[j], 1e-4f) << j;
+  std::filesystem::remove(path);
+}
 
 TEST(MultiDeviceReserve, PromptDecodePromptNeedsNoReallocation) {
   const std::string path = make_model(Arch::llama, "norealloc");

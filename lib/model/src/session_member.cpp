@@ -40,6 +40,7 @@ SessionMember::SessionMember(MemberSetup setup, const SessionParams& params, boo
   clear();
 
   policy_.n_copies = s_.n_copies;
+  policy_.offload = params.op_offload;
   if (plan_only) policy_.leaf_devices = s_.leaf_devices;
   if (!plan_only) {
     exec_ = std::make_unique<sched::Executor>(s_.devices);

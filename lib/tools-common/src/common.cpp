@@ -88,6 +88,8 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_flag("--repack,!--no-repack", o.repack,
                "store the CPU's quantized matrices in the kernels' 8-row layout (default; -nr: keep the file's)");
   app.add_option("--flash-attn", o.flash_attn, "on, off or auto; 1 and 0 as on and off (-fa)");
+  app.add_flag("--no-op-offload", o.no_op_offload,
+               "ops whose weights are in host memory stay on the CPU, even where a device would take them");
   app.add_flag("--no-kv-offload", o.no_kv_offload,
                "keep every layer's KV cache in host memory and run its attention on the CPU (-nkvo)");
   app.add_option("--cache-type-k", o.cache_type_k, "K cache type: f16, f32, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 (-ctk)");
@@ -168,6 +170,7 @@ SessionParams session_params(const CommonOptions& o) {
   // flash attention reads every cache type; "off" uses the plain path (a quantized K, not V: Session checks)
   p.flash_attn = *flash_attn_on(o.flash_attn);
   p.kv_offload = !o.no_kv_offload;
+  p.op_offload = !o.no_op_offload;
   p.n_copies = o.n_copies;
   if (o.comm == CommKind::mpi) p.comm = &mpi_world();
   LOOM_CHECK(o.reduce_bf16 >= -1, usage, "--reduce-bf16 {}: must be -1 (never) or a number of elements", o.reduce_bf16);

@@ -28,6 +28,9 @@ struct SessionParams {
   bool flash_attn = true;
   // false (llama.cpp's -nkvo): every layer's KV cache in host memory, its attention on the CPU
   bool kv_offload = true;
+  // false (llama.cpp's --no-op-offload): no op moves off the host to a device that asks for it
+  // (Device::offload_op) because its weights are in host memory
+  bool op_offload = true;
   int n_copies = 1;         // pipeline parallelism: input copies per split (a ring)
   bool plan_only = false;   // size everything, allocate nothing (also implied by a model without data)
   // split mode tensor across processes: this process's member talks to the others through it

@@ -56,6 +56,7 @@ struct CommonOptions {
   bool repack = true;  // CPU quantized matrices in the kernels' layout (--no-repack, -nr: as in the file)
   std::string flash_attn = "auto";
   bool no_kv_offload = false;  // -nkvo: the KV cache in host memory, attention on the CPU
+  bool no_op_offload = false;  // --no-op-offload: host-weight ops stay on the host
   std::string cache_type_k = "f16";
   std::string cache_type_v = "f16";
   bool list_devices = false;
