@@ -163,31 +163,26 @@ PerplexityResult strided_perplexity(Session& session, std::string_view text, int
   if (n_chunks > 0) max_chunks = std::min(max_chunks, n_chunks);
   double nll = 0, nll2 = 0;
   int64_t count = 0;
-  std::vector<float> window_logits;
   for (int64_t i = 0; i < max_chunks; ++i) {
     const int64_t start = i * stride;
     session.clear();
-    window_logits.clear();
     for (int64_t b = 0; b < n_ctx; b += session.params().n_batch) {
       const int64_t n = std::min(session.params().n_batch, n_ctx - b);
       session.decode(std::span<const int32_t>(tokens.data() + start + b, (size_t)n), /*all_logits=*/true);
-      for (int64_t j = 0; j < n; ++j) {
-        const std::span<const float> l = session.logits(j);
-        window_logits.insert(window_logits.end(), l.begin(), l.end());
+      // this batch's scored positions: the window's last `stride` predictions
+      for (int64_t j = std::max(b, n_ctx - stride - 1); j < b + n && j < n_ctx - 1; ++j) {
+        // llama-perplexity's softmax: float exponentials summed in double, the probability a float
+        const std::span<const float> l = session.logits(j - b);
+        const float mx = *std::max_element(l.begin(), l.end());
+        double sum = 0;
+        for (int64_t v = 0; v < n_vocab; ++v) sum += std::exp(l[(size_t)v] - mx);
+        const int32_t next = tokens[(size_t)(start + j + 1)];
+        const float prob = (float)(std::exp(l[(size_t)next] - mx) / sum);
+        const double v = -std::log(prob);
+        nll += v;
+        nll2 += v * v;
+        ++count;
       }
-    }
-    for (int64_t j = n_ctx - stride - 1; j < n_ctx - 1; ++j) {
-      // llama-perplexity's softmax: float exponentials summed in double, the probability a float
-      const float* l = window_logits.data() + j * n_vocab;
-      const float mx = *std::max_element(l, l + n_vocab);
-      double sum = 0;
-      for (int64_t v = 0; v < n_vocab; ++v) sum += std::exp(l[v] - mx);
-      const int32_t next = tokens[(size_t)(start + j + 1)];
-      const float prob = (float)(std::exp(l[next] - mx) / sum);
-      const double v = -std::log(prob);
-      nll += v;
-      nll2 += v * v;
-      ++count;
     }
     const double ppl = std::exp(nll / (double)count);
     r.running_ppl.push_back(ppl);
