@@ -29,7 +29,6 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
-  const ThreadPlacement& placement() const { return placement_; }
   void run(const std::function<void(int ith, int nth)>& fn);
   // All threads of the current run() wait here until every one has arrived.
   void barrier();
