@@ -24,14 +24,29 @@ TEST(DType, SizesMatchGguf) {
   };
   // ggml_type ids and ggml's type_traits (blck_size, type_size).
   const Expect expect[] = {
-      {DType::F32, 0, "f32", 4, 1},        {DType::F16, 1, "f16", 2, 1},
-      {DType::Q4_0, 2, "q4_0", 18, 32},    {DType::Q4_1, 3, "q4_1", 20, 32},
-      {DType::Q5_0, 6, "q5_0", 22, 32},    {DType::Q5_1, 7, "q5_1", 24, 32},
-      {DType::Q8_0, 8, "q8_0", 34, 32},    {DType::Q2_K, 10, "q2_K", 84, 256},
-      {DType::Q3_K, 11, "q3_K", 110, 256}, {DType::Q4_K, 12, "q4_K", 144, 256},
-      {DType::Q5_K, 13, "q5_K", 176, 256}, {DType::Q6_K, 14, "q6_K", 210, 256},
-      {DType::IQ4_NL, 20, "iq4_nl", 18, 32}, {DType::IQ4_XS, 23, "iq4_xs", 136, 256},
-      {DType::I32, 26, "i32", 4, 1},       {DType::BF16, 30, "bf16", 2, 1},
+      {DType::F32, 0, "f32", 4, 1},
+      {DType::F16, 1, "f16", 2, 1},
+      {DType::Q4_0, 2, "q4_0", 18, 32},
+      {DType::Q4_1, 3, "q4_1", 20, 32},
+      {DType::Q5_0, 6, "q5_0", 22, 32},
+      {DType::Q5_1, 7, "q5_1", 24, 32},
+      {DType::Q8_0, 8, "q8_0", 34, 32},
+      {DType::Q2_K, 10, "q2_K", 84, 256},
+      {DType::Q3_K, 11, "q3_K", 110, 256},
+      {DType::Q4_K, 12, "q4_K", 144, 256},
+      {DType::Q5_K, 13, "q5_K", 176, 256},
+      {DType::Q6_K, 14, "q6_K", 210, 256},
+      {DType::IQ4_NL, 20, "iq4_nl", 18, 32},
+      {DType::IQ4_XS, 23, "iq4_xs", 136, 256},
+      {DType::IQ2_XXS, 16, "iq2_xxs", 66, 256},
+      {DType::IQ2_XS, 17, "iq2_xs", 74, 256},
+      {DType::IQ3_XXS, 18, "iq3_xxs", 98, 256},
+      {DType::IQ1_S, 19, "iq1_s", 50, 256},
+      {DType::IQ3_S, 21, "iq3_s", 110, 256},
+      {DType::IQ2_S, 22, "iq2_s", 82, 256},
+      {DType::IQ1_M, 29, "iq1_m", 56, 256},
+      {DType::I32, 26, "i32", 4, 1},
+      {DType::BF16, 30, "bf16", 2, 1},
       {DType::MXFP4, 39, "mxfp4", 17, 32},
   };
   for (const Expect& e : expect) {
@@ -51,8 +66,10 @@ TEST(DType, Flags) {
     EXPECT_TRUE(dtype_info(t).is_float) << dtype_name(t);
     EXPECT_FALSE(dtype_info(t).is_quantized) << dtype_name(t);
   }
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
-                  DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4}) {
+  for (DType t :
+       {DType::Q4_0,   DType::Q4_1,  DType::Q5_0,    DType::Q5_1,   DType::Q8_0,   DType::Q2_K,  DType::Q3_K,
+        DType::Q4_K,   DType::Q5_K,  DType::Q6_K,    DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4, DType::IQ2_XXS,
+        DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S,  DType::IQ1_S,  DType::IQ1_M}) {
     EXPECT_TRUE(dtype_info(t).is_quantized) << dtype_name(t);
     EXPECT_FALSE(dtype_info(t).is_float) << dtype_name(t);
   }
@@ -67,9 +84,9 @@ TEST(DType, FromIdRejectsUnknown) {
     ASSERT_TRUE(dtype_from_id((int64_t)t).has_value());
     EXPECT_EQ(*dtype_from_id((int64_t)t), t);
   }
-  // Real ggml types loom does not support (q8_1 9, q8_k 15, iq2_xxs 16, iq3_s 21, i8 24, f64 28),
-  // removed ids (4, 5, 31), and garbage.
-  for (int64_t id : std::initializer_list<int64_t>{4, 5, 9, 15, 16, 21, 24, 28, 31, 38, 40, -1, 1000, (int64_t)1 << 40})
+  // Real ggml types loom does not support (q8_1 9, q8_k 15, i8 24, f64 28, tq1_0 34), removed ids
+  // (4, 5, 31), and garbage.
+  for (int64_t id : std::initializer_list<int64_t>{4, 5, 9, 15, 24, 28, 31, 34, 38, 40, -1, 1000, (int64_t)1 << 40})
     EXPECT_FALSE(dtype_from_id(id).has_value()) << id;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "loom/core/quants.h"
+#include "loom/core/quants_iq.h"
 
 namespace loom {
 namespace {
@@ -264,7 +265,15 @@ TEST(QuantMore, BadScalesAreFound) {
       case DType::Q5_1: std::memcpy(blk + offsetof(BlockQ5_1, m), "\x00\x7e", 2); break;
       case DType::Q4_K: std::memcpy(blk + offsetof(BlockQ4_K, dmin), "\x00\x7e", 2); break;
       case DType::Q5_K: std::memcpy(blk + offsetof(BlockQ5_K, dmin), "\x00\x7e", 2); break;
-      default: std::memcpy(blk, "\x00\x7e", 2); break;  // d first: Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS
+      case DType::IQ1_M:  // d = 0x7e00 in the top nibbles of the scale words: 0, 0, 0xe, 0x7
+        for (int k = 0; k < 4; ++k) {
+          uint8_t& hi = blk[offsetof(BlockIQ1_M, scales) + 2 * k + 1];
+          hi = (uint8_t)((hi & 15) | ((0x7e00 >> (4 * k)) & 15) << 4);
+        }
+        break;
+      default:
+        std::memcpy(blk, "\x00\x7e", 2);
+        break;  // d first: Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS, IQ2/IQ3, IQ1_S
     }
     EXPECT_EQ(first_bad_block(t, q.data(), q.size()), 2) << info.name;
   }

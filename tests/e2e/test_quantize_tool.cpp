@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 
 #include "loom/gguf/gguf.h"
 #include "tool_runner.h"
@@ -71,6 +72,53 @@ TEST_F(QuantizeTool, EveryTypeLoadsAndRuns) {
       r = run("loom-run", "-m " + quote(out) + " -p hello -n 4 --temp 0");
       EXPECT_EQ(r.rc, 0) << r.err;
     }
+  }
+  EXPECT_TRUE(no_leftovers());
+}
+
+// The i-quant mixes on a llama of width 256 (their blocks): the file type id, the mix's base type
+// in the file, and a perplexity near the f16 file's (a random model's is near its vocabulary size;
+// quantizing moves it by a few percent, a wrong decode by far more).
+TEST_F(QuantizeTool, IQuantMixesLoadAndRun) {
+  if (!fs::exists(bin_ + "loom-run")) GTEST_SKIP() << "loom-run is not built";
+  const std::string f16 = file("w256.gguf"), text = file("text.txt");
+  auto r =
+      run("loom-gguf", "new --arch llama --preset tiny --n-embd 256 --n-ff 512 --type f16 --seed 1 -o " + quote(f16));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 60; ++i) f << "The quick brown fox jumps over the lazy dog " << i << " times, said the owl. ";
+  }
+  auto ppl = [&](const std::string& model) {
+    const auto p =
+        run("loom-run", "-m " + quote(model) + " -t 2 --perplexity -f " + quote(text) + " -c 128 --chunks 3");
+    EXPECT_EQ(p.rc, 0) << p.err;
+    const std::string all = p.out + p.err;
+    const size_t at = all.find("PPL = ");
+    return at == std::string::npos ? -1.0 : std::stod(all.substr(at + 6));
+  };
+  const double base = ppl(f16);
+  ASSERT_GT(base, 1.0);
+  const std::tuple<const char*, int, const char*> types[] = {
+      {"IQ1_S", 24, "iq1_s"},  {"IQ1_M", 31, "iq1_m"}, {"IQ2_XXS", 19, "iq2_xxs"}, {"IQ2_XS", 20, "iq2_xs"},
+      {"IQ2_S", 28, "iq2_xs"}, {"IQ2_M", 29, "iq2_s"}, {"IQ3_XXS", 23, "iq3_xxs"}, {"IQ3_XS", 22, "iq3_s"},
+      {"IQ3_S", 26, "iq3_s"},  {"IQ3_M", 27, "iq3_s"}};
+  for (const auto& [type, id, base_type] : types) {
+    SCOPED_TRACE(type);
+    const std::string out = file(std::string("q-") + type + ".gguf");
+    r = run("loom-gguf", "quantize " + quote(f16) + " " + quote(out) + " " + type + " 2");
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_NE((r.out + r.err).find("without an importance matrix"), std::string::npos);
+    EXPECT_NE((r.out + r.err).find("0 fallbacks"), std::string::npos) << r.out << r.err;
+    r = run("loom-gguf", "info --json " + quote(out));
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["metadata"]["general.file_type"], id);
+    int n_base = 0;
+    for (const auto& t : j["tensors"]) n_base += t["type"] == base_type;
+    EXPECT_GE(n_base, 4);
+    const double p = ppl(out);
+    EXPECT_NEAR(p / base, 1.0, 0.15) << p << " against f16's " << base;
   }
   EXPECT_TRUE(no_leftovers());
 }

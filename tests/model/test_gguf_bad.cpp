@@ -135,9 +135,9 @@ TEST(GgufBad, UnknownOrUnsupportedTensorType) {
   Raw r;
   r.header(1, 0).tensor("w", {32}, 200, 0).pad(32).zeros(256);
   expect_parse_error(r.b, ErrorKind::invalid_input, "tensor 'w' has unknown tensor type id 200");
-  Raw iq2;  // a real ggml type loom does not implement
-  iq2.header(1, 0).tensor("w", {256}, 16, 0).pad(32).zeros(256);
-  expect_parse_error(iq2.b, ErrorKind::unsupported, "type iq2_xxs (id 16)");
+  Raw tq1;  // a real ggml type loom does not implement
+  tq1.header(1, 0).tensor("w", {256}, 34, 0).pad(32).zeros(256);
+  expect_parse_error(tq1.b, ErrorKind::unsupported, "type tq1_0 (id 34)");
   Raw gap;  // id 4 was removed from ggml
   gap.header(1, 0).tensor("w", {32}, 4, 0).pad(32).zeros(256);
   expect_parse_error(gap.b, ErrorKind::invalid_input, "unknown tensor type id 4");

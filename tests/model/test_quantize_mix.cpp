@@ -64,7 +64,55 @@ TEST(QuantizeMix, FileTypeNames) {
   EXPECT_EQ(file_type_from_name("IQ4_XS")->base, DType::IQ4_XS);
   EXPECT_EQ(file_type_from_name("F16")->id, 1);
   EXPECT_FALSE(file_type_from_name("Q4_K_X").has_value());
-  EXPECT_FALSE(file_type_from_name("IQ2_XXS").has_value());  // needs an importance matrix
+  EXPECT_EQ(file_type_from_name("IQ2_XXS")->id, 19);
+  EXPECT_EQ(file_type_from_name("IQ2_S")->base, DType::IQ2_XS);  // llama.cpp's base types
+  EXPECT_EQ(file_type_from_name("IQ2_M")->base, DType::IQ2_S);
+  EXPECT_EQ(file_type_from_name("iq3_m")->id, 27);
+  EXPECT_EQ(file_type_from_name("IQ3_XS")->base, DType::IQ3_S);
+  EXPECT_EQ(file_type_from_name("IQ1_M")->id, 31);
+  EXPECT_FALSE(file_type_from_name("TQ1_0").has_value());
+}
+
+// The i-quant mixes, as llama-quantize chose them for a 2-layer llama (checked against its
+// files) and by its rules for longer ones: output Q5_K below 3 bits, the token embedding, attn_v
+// and the first eighth of ffn_down in more bits.
+TEST(QuantizeMix, IQuantMixes) {
+  auto types = choose("IQ2_M", llama(16, true), llama_model(16));
+  EXPECT_EQ(types.at("output.weight"), DType::Q5_K);
+  EXPECT_EQ(types.at("token_embd.weight"), DType::IQ3_S);
+  EXPECT_EQ(types.at("blk.3.attn_v.weight"), DType::IQ3_S);
+  EXPECT_EQ(types.at("blk.3.attn_output.weight"), DType::IQ3_S);
+  EXPECT_EQ(types.at("blk.1.ffn_down.weight"), DType::IQ3_S);  // i < n / 8
+  EXPECT_EQ(types.at("blk.2.ffn_down.weight"), DType::IQ2_S);
+  EXPECT_EQ(types.at("blk.2.ffn_up.weight"), DType::IQ2_S);
+  types = choose("IQ1_S", llama(16, true), llama_model(16, 32, 8));
+  EXPECT_EQ(types.at("token_embd.weight"), DType::Q2_K);
+  EXPECT_EQ(types.at("blk.0.attn_v.weight"), DType::Q4_K);  // GQA >= 4
+  EXPECT_EQ(types.at("blk.0.attn_output.weight"), DType::IQ2_XXS);
+  EXPECT_EQ(types.at("blk.0.ffn_down.weight"), DType::Q2_K);
+  EXPECT_EQ(types.at("blk.9.attn_q.weight"), DType::IQ1_S);
+  types = choose("IQ3_XS", llama(16, true), llama_model(16));
+  EXPECT_EQ(types.at("output.weight"), DType::Q6_K);
+  EXPECT_EQ(types.at("blk.0.attn_q.weight"), DType::IQ3_XXS);
+  EXPECT_EQ(types.at("blk.0.attn_k.weight"), DType::IQ3_XXS);
+  EXPECT_EQ(types.at("blk.1.ffn_up.weight"), DType::IQ3_S);  // the first eighth keeps the base
+  EXPECT_EQ(types.at("blk.2.ffn_gate.weight"), DType::IQ3_XXS);
+  EXPECT_EQ(types.at("blk.14.ffn_up.weight"), DType::IQ3_S);  // so does the last
+  types = choose("IQ3_M", llama(16, true), llama_model(16));
+  EXPECT_EQ(types.at("blk.5.attn_v.weight"), DType::Q4_K);
+  EXPECT_EQ(types.at("blk.5.attn_output.weight"), DType::Q4_K);
+  EXPECT_EQ(types.at("blk.1.ffn_down.weight"), DType::Q4_K);
+  EXPECT_EQ(types.at("blk.2.ffn_down.weight"), DType::IQ3_S);
+  // IQ3_XXS by llama.cpp's rules for a run without an importance matrix
+  types = choose("IQ3_XXS", llama(16, true), llama_model(16));
+  EXPECT_EQ(types.at("output.weight"), DType::Q5_K);
+  EXPECT_EQ(types.at("token_embd.weight"), DType::IQ3_S);
+  EXPECT_EQ(types.at("blk.4.attn_q.weight"), DType::IQ2_S);
+  EXPECT_EQ(types.at("blk.4.attn_v.weight"), DType::IQ3_S);
+  EXPECT_EQ(types.at("blk.1.ffn_down.weight"), DType::Q4_K);
+  EXPECT_EQ(types.at("blk.4.ffn_down.weight"), DType::Q3_K);
+  EXPECT_EQ(types.at("blk.4.attn_output.weight"), DType::IQ3_S);
+  EXPECT_EQ(types.at("blk.4.ffn_up.weight"), DType::IQ3_XXS);
 }
 
 TEST(QuantizeMix, OrderIsLlamaCpps) {
@@ -207,6 +255,8 @@ TEST(QuantizeMix, Fallbacks) {
   EXPECT_EQ(types.at("output.weight"), DType::Q8_0);        // 96 % 256: Q8_0 by the output rule
   EXPECT_EQ(n_fallback, 2 * 7 + 1);                         // every block tensor and token_embd
   types = choose("IQ4_XS", ts, llama_model(2));
+  EXPECT_EQ(types.at("blk.1.ffn_up.weight"), DType::IQ4_NL);
+  types = choose("IQ2_M", ts, llama_model(2));  // every i-quant falls back to IQ4_NL
   EXPECT_EQ(types.at("blk.1.ffn_up.weight"), DType::IQ4_NL);
   QuantizeOptions o;
   o.output_tensor_type = DType::F16;  // (Q8_0 would have no fallback for 80 columns)

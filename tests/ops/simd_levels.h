@@ -16,9 +16,11 @@ namespace loom::test {
 using cpu::Isa;
 
 inline const Isa kLevels[] = {Isa::scalar, Isa::avx2, Isa::avx512};
-inline const DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0,  DType::Q4_0,   DType::Q4_K,
-                                     DType::Q6_K, DType::Q4_1, DType::Q5_0, DType::Q5_1,  DType::IQ4_NL, DType::MXFP4,
-                                     DType::Q2_K, DType::Q3_K, DType::Q5_K, DType::IQ4_XS};
+inline const DType kWeightTypes[] = {DType::F32,    DType::F16,     DType::BF16,   DType::Q8_0,  DType::Q4_0,
+                                     DType::Q4_K,   DType::Q6_K,    DType::Q4_1,   DType::Q5_0,  DType::Q5_1,
+                                     DType::IQ4_NL, DType::MXFP4,   DType::Q2_K,   DType::Q3_K,  DType::Q5_K,
+                                     DType::IQ4_XS, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS,
+                                     DType::IQ3_S,  DType::IQ1_S,   DType::IQ1_M};
 
 inline std::string level_name(const testing::TestParamInfo<Isa>& i) { return cpu::isa_name(i.param); }
 

@@ -25,6 +25,7 @@
 #include "../../lib/backends/cpu/src/simd_math.h"
 #include "loom/core/fp16.h"
 #include "loom/core/quants.h"
+#include "loom/core/quants_iq.h"
 #include "loom/core/thread_pool.h"
 #include "op_harness.h"
 #include "simd_levels.h"
@@ -157,6 +158,13 @@ TEST_P(KernelTest, RowsDotOfRandomBlocksMatchesScalar) {
       {DType::Q3_K, {offsetof(BlockQ3_K, d)}},
       {DType::Q5_K, {offsetof(BlockQ5_K, d), offsetof(BlockQ5_K, dmin)}},
       {DType::IQ4_XS, {offsetof(BlockIQ4_XS, d)}},
+      {DType::IQ2_XXS, {0}},
+      {DType::IQ2_XS, {0}},
+      {DType::IQ2_S, {0}},
+      {DType::IQ3_XXS, {0}},
+      {DType::IQ3_S, {0}},
+      {DType::IQ1_S, {0}},
+      {DType::IQ1_M, {}},  // d in the top nibbles of the scale words: set below
   };
   for (const Case& cs : cases) {
     const DTypeInfo& info = dtype_info(cs.t);
@@ -171,6 +179,13 @@ TEST_P(KernelTest, RowsDotOfRandomBlocksMatchesScalar) {
         std::memcpy(p + off, &h, sizeof(h));
       }
       if (cs.e8m0 >= 0) p[cs.e8m0] = (uint8_t)(118 + byte(rng) % 12);
+      if (cs.t == DType::IQ1_M) {
+        const fp16_t h = f32_to_fp16(std::ldexp(1.0f + (float)byte(rng) / 256, -12 + byte(rng) % 8));
+        for (int k = 0; k < 4; ++k) {
+          uint8_t& hi = p[offsetof(BlockIQ1_M, scales) + 2 * k + 1];
+          hi = (uint8_t)((hi & 15) | (((h >> (4 * k)) & 15) << 4));
+        }
+      }
     }
     ASSERT_EQ(first_bad_block(cs.t, rows.data(), rows.size()), -1) << dtype_name(cs.t);
     std::vector<float> deq((size_t)(K * nr));

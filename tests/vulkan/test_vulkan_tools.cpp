@@ -107,6 +107,39 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, VulkanQuantTokens,
                            return std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
                          });
 
+// The i-quants have no Vulkan kernels: their weights stay in host memory (no weight crosses to
+// the CPU at a step) and their products run on the CPU, between Vulkan0's other ops, with the
+// CPU's perplexity.
+TEST_F(VulkanTools, IQuantWeightsStayOnTheCpu) {
+  const std::string gguf = std::string(LOOM_BIN_DIR) + "/loom-gguf", f16 = (dir_ / "w256.gguf").string();
+  ToolResult r = loom::test::run_command(
+      quote(gguf) + " new --arch llama --preset tiny --n-embd 256 --n-ff 512 --seed 1 --type f16 -o " + quote(f16),
+      dir_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  model_ = (dir_ / "iq3_m.gguf").string();
+  r = loom::test::run_command(quote(gguf) + " quantize " + quote(f16) + " " + quote(model_) + " IQ3_M 2", dir_);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string inspect = std::string(LOOM_BIN_DIR) + "/loom-split-inspect";
+  if (fs::exists(inspect)) {
+    r = loom::test::run_command(quote(inspect) + " -m " + quote(model_) + " -ngl 99 -dev Vulkan0 -c 128", dir_);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(r.out.find(".weight <- Vulkan0"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("MUL_MAT  CPU"), std::string::npos) << r.out;
+  }
+  const std::string text = (dir_ / "text.txt").string();
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 40; ++i) f << "The quick brown fox jumps over the lazy dog " << i << " times, said the owl. ";
+  }
+  const std::string ppl = "--perplexity -f " + quote(text) + " -c 64 --chunks 4 ";
+  const ToolResult cpu = run(ppl), v = run(ppl + "-ngl 99 -dev Vulkan0");
+  ASSERT_EQ(cpu.rc, 0) << cpu.err;
+  ASSERT_EQ(v.rc, 0) << v.err;
+  const double want = perplexity(cpu.out + cpu.err);
+  ASSERT_GT(want, 1.0);
+  EXPECT_NEAR(perplexity(v.out + v.err) / want, 1.0, 2e-3);
+}
+
 // The CPU computes in Vulkan0's pinned host memory, so inputs and outputs cross as transfers on
 // the queue (async_copies) and the host waits once per step: syncs == steps.
 TEST_F(VulkanTools, InputsCrossAsyncAndTheHostWaitsOncePerStep) {

@@ -223,8 +223,11 @@ int main(int argc, char** argv) {
   CLI::App* qz = app.add_subcommand("quantize", "write a model with its weights in another type, as llama-quantize");
   qz->add_option("IN", o.q.input, "input GGUF file")->required();
   qz->add_option("OUT", o.q.output, "output GGUF file (written via a temporary file + rename)")->required();
-  qz->add_option("TYPE", o.q.type, "Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_S/M/L Q4_K_S/M Q5_K_S/M Q6_K IQ4_NL IQ4_XS "
-                                   "MXFP4_MOE F16 BF16 F32")->required();
+  qz->add_option("TYPE", o.q.type,
+                 "Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_S/M/L Q4_K_S/M Q5_K_S/M Q6_K IQ4_NL IQ4_XS "
+                 "IQ1_S IQ1_M IQ2_XXS IQ2_XS IQ2_S IQ2_M IQ3_XXS IQ3_XS IQ3_S IQ3_M MXFP4_MOE "
+                 "F16 BF16 F32")
+      ->required();
   qz->add_option("NTHREADS", o.q.n_threads, "threads (default: all)");
   qz->add_flag("--pure", o.q.pure, "every tensor in TYPE's base type (no mix)");
   qz->add_option("--output-tensor-type", o.q_output_type, "type of output.weight");

@@ -6,6 +6,7 @@
 
 #include "loom/core/error.h"
 #include "loom/core/quants.h"
+#include "loom/core/quants_iq.h"
 
 namespace loom {
 namespace {
@@ -26,9 +27,16 @@ constexpr DTypeInfo kTable[] = {
     {DType::Q4_K, "q4_K", kQK_K, sizeof(BlockQ4_K), true, false, dequantize_q4_k_row, quantize_q4_k_row},
     {DType::Q5_K, "q5_K", kQK_K, sizeof(BlockQ5_K), true, false, dequantize_q5_k_row, quantize_q5_k_row},
     {DType::Q6_K, "q6_K", kQK_K, sizeof(BlockQ6_K), true, false, dequantize_q6_k_row, quantize_q6_k_row},
+    {DType::IQ2_XXS, "iq2_xxs", kQK_K, sizeof(BlockIQ2_XXS), true, false, dequantize_iq2_xxs_row, quantize_iq2_xxs_row},
+    {DType::IQ2_XS, "iq2_xs", kQK_K, sizeof(BlockIQ2_XS), true, false, dequantize_iq2_xs_row, quantize_iq2_xs_row},
+    {DType::IQ3_XXS, "iq3_xxs", kQK_K, sizeof(BlockIQ3_XXS), true, false, dequantize_iq3_xxs_row, quantize_iq3_xxs_row},
+    {DType::IQ1_S, "iq1_s", kQK_K, sizeof(BlockIQ1_S), true, false, dequantize_iq1_s_row, quantize_iq1_s_row},
     {DType::IQ4_NL, "iq4_nl", kQK4_NL, sizeof(BlockIQ4_NL), true, false, dequantize_iq4_nl_row, quantize_iq4_nl_row},
+    {DType::IQ3_S, "iq3_s", kQK_K, sizeof(BlockIQ3_S), true, false, dequantize_iq3_s_row, quantize_iq3_s_row},
+    {DType::IQ2_S, "iq2_s", kQK_K, sizeof(BlockIQ2_S), true, false, dequantize_iq2_s_row, quantize_iq2_s_row},
     {DType::IQ4_XS, "iq4_xs", kQK_K, sizeof(BlockIQ4_XS), true, false, dequantize_iq4_xs_row, quantize_iq4_xs_row},
     {DType::I32, "i32", 1, 4, false, false, nullptr, nullptr},
+    {DType::IQ1_M, "iq1_m", kQK_K, sizeof(BlockIQ1_M), true, false, dequantize_iq1_m_row, quantize_iq1_m_row},
     {DType::BF16, "bf16", 1, 2, false, true, bf16_to_f32_row, f32_to_bf16_row},
     {DType::MXFP4, "mxfp4", kQK_MXFP4, sizeof(BlockMXFP4), true, false, dequantize_mxfp4_row, quantize_mxfp4_row},
 };

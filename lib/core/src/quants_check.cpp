@@ -1,10 +1,11 @@
 // Finding blocks that cannot decode to numbers: a NaN or infinite scale (f16 scales with an
-// all-ones exponent, MXFP4's exponent 0xFF) or, for the plain float types, a non-finite value.
-// What llama.cpp's ggml_validate_row_data rejects; loom checks files it converts with it.
+// all-ones exponent, IQ1_M's assembled from its scale words, MXFP4's exponent 0xFF) or, for the plain float types, a
+// non-finite value. What llama.cpp's ggml_validate_row_data rejects; loom checks files it converts with it.
 #include <cstddef>
 #include <cstring>
 
 #include "loom/core/quants.h"
+#include "loom/core/quants_iq.h"
 
 namespace loom {
 namespace {
@@ -31,6 +32,7 @@ struct ScaleFields {
   size_t off[2];
 };
 ScaleFields scale_fields(DType t) {
+  if (is_iq_grid_type(t) && t != DType::IQ1_M) return {1, {0}};  // d leads each of these blocks
   switch (t) {
     case DType::Q4_0: return {1, {offsetof(BlockQ4_0, d)}};
     case DType::Q8_0: return {1, {offsetof(BlockQ8_0, d)}};
@@ -43,7 +45,8 @@ ScaleFields scale_fields(DType t) {
     case DType::Q5_K: return {2, {offsetof(BlockQ5_K, d), offsetof(BlockQ5_K, dmin)}};
     case DType::Q3_K: return {1, {offsetof(BlockQ3_K, d)}};
     case DType::Q6_K: return {1, {offsetof(BlockQ6_K, d)}};
-    case DType::IQ4_XS: return {1, {offsetof(BlockIQ4_XS, d)}};
+    case DType::IQ4_XS:
+      return {1, {offsetof(BlockIQ4_XS, d)}};
     default: return {0, {}};
   }
 }
@@ -63,6 +66,13 @@ int64_t first_bad_block(DType type, const void* data, size_t nbytes) {
       case DType::F16: bad = f16_bad(b); break;
       case DType::BF16: bad = bf16_bad(b); break;
       case DType::MXFP4: bad = b[0] == 0xff; break;  // E8M0's NaN
+      case DType::IQ1_M: {                           // d is spread over the scale words
+        BlockIQ1_M blk;
+        std::memcpy(&blk, b, sizeof(blk));
+        const fp16_t d = iq1_m_d(blk);
+        bad = f16_bad(reinterpret_cast<const uint8_t*>(&d));
+        break;
+      }
       default:
         for (int k = 0; k < sf.n; ++k) bad = bad || f16_bad(b + sf.off[k]);
     }

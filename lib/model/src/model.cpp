@@ -39,6 +39,23 @@ void upload_converted(Tensor* t, DType file_type, const void* src) {
   }
 }
 
+// Whether `dev` can multiply by a matrix of w's type. A weight it cannot (the i-quants on Vulkan and
+// CUDA) stays in host memory, as llama.cpp keeps it: its products run on the CPU either way, and
+// in the device's memory the whole weight would cross to the host at every step.
+bool device_multiplies(const Device& dev, const Tensor& w) {
+  if (dev.kind() == DeviceKind::cpu || !dtype_info(w.type).is_quantized) return true;
+  Tensor a = w, col, mm;  // a probe product of one matrix of w by one column
+  a.ne[2] = a.ne[3] = 1;
+  col.ne[0] = w.ne[0];
+  set_contiguous_strides(col);
+  mm.op = OpKind::MUL_MAT;
+  mm.src[0] = &a;
+  mm.src[1] = &col;
+  mm.ne[0] = w.ne[1];
+  set_contiguous_strides(mm);
+  return dev.supports_op(&mm);
+}
+
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptions& opt) {
@@ -125,6 +142,10 @@ void Model::place(const PlacementParams& params, const std::function<void(size_t
   std::vector<std::string> names;
   for (Tensor& t : weights_.tensors()) names.push_back(t.name);
   placement_ = place_weights(hp_, names, p);
+  for (Tensor& t : weights_.tensors()) {
+    int& dev = placement_.tensor_device[t.name];
+    if (!device_multiplies(*placement_.devices[(size_t)dev], t)) dev = (int)placement_.devices.size() - 1;
+  }
   for (const LayerWeights& l : layers)  // an adapter's pair lives with the matrix it adapts
     for (const LoraLink& k : l.lora)
       placement_.tensor_device[k.a->name] = placement_.tensor_device[k.b->name] = device_of(k.base);

@@ -145,6 +145,13 @@ uint32_t file_type_for(DType requested) {
     case DType::Q5_K:
     case DType::IQ4_NL:
     case DType::IQ4_XS:
+    case DType::IQ2_XXS:
+    case DType::IQ2_XS:
+    case DType::IQ2_S:
+    case DType::IQ3_XXS:
+    case DType::IQ3_S:
+    case DType::IQ1_S:
+    case DType::IQ1_M:
     case DType::MXFP4: break;
   }
   fail(ErrorKind::usage, "--type {}: not a weight type (use f32, f16, bf16, q8_0, q4_0, q4_k or q6_k)",

@@ -2,8 +2,11 @@
 // (quantize_mix.cpp), converts the rows on a thread pool through f32 with the reference
 // conversions of lib/core, and streams the new file through gguf::Writer (temporary file +
 // rename). Source and result blocks are checked for NaN / infinite scales on the way.
+#include "loom/model/quantize.h"
+
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -13,7 +16,6 @@
 #include "loom/core/error.h"
 #include "loom/core/quants.h"
 #include "loom/core/thread_pool.h"
-#include "loom/model/quantize.h"
 
 namespace loom {
 namespace {
@@ -110,6 +112,13 @@ QuantizeResult quantize_model(const QuantizeOptions& o) {
                "tensor {} is already {}: requantizing loses quality; pass --allow-requantize to do it anyway", t.name,
                src.name);
   }
+
+  // llama-quantize asks for an importance matrix for the i-quants; loom has none to read.
+  if (o.log && std::any_of(types.begin(), types.end(), [](DType t) { return is_iq_grid_type(t); }))
+    std::fprintf(o.log,
+                 "warning: %s quantizes without an importance matrix: expect more error than llama-quantize --imatrix "
+                 "gives (docs/QUANTS.md)\n",
+                 ft->name);
 
   gguf::Writer w;
   for (const auto& [key, value] : in->metadata())

@@ -56,10 +56,42 @@ int layer_of(std::string_view name) {
 
 // File type ids (llama_ftype).
 enum Ft : int {
-  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 7, kQ5_0 = 8, kQ5_1 = 9, kQ2_K = 10, kQ3_K_S = 11,
-  kQ3_K_M = 12, kQ3_K_L = 13, kQ4_K_S = 14, kQ4_K_M = 15, kQ5_K_S = 16, kQ5_K_M = 17, kQ6_K = 18,
-  kIQ4_NL = 25, kIQ4_XS = 30, kBF16 = 32, kMXFP4_MOE = 38,
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ8_0 = 7,
+  kQ5_0 = 8,
+  kQ5_1 = 9,
+  kQ2_K = 10,
+  kQ3_K_S = 11,
+  kQ3_K_M = 12,
+  kQ3_K_L = 13,
+  kQ4_K_S = 14,
+  kQ4_K_M = 15,
+  kQ5_K_S = 16,
+  kQ5_K_M = 17,
+  kQ6_K = 18,
+  kIQ2_XXS = 19,
+  kIQ2_XS = 20,
+  kIQ3_XS = 22,
+  kIQ3_XXS = 23,
+  kIQ1_S = 24,
+  kIQ4_NL = 25,
+  kIQ3_S = 26,
+  kIQ3_M = 27,
+  kIQ2_S = 28,
+  kIQ2_M = 29,
+  kIQ4_XS = 30,
+  kIQ1_M = 31,
+  kBF16 = 32,
+  kMXFP4_MOE = 38,
 };
+
+// The i-quant file types of 2 bits or less per weight, which llama.cpp mixes by rules of their own.
+bool low_bit_iq(int f) {
+  return f == kIQ2_XXS || f == kIQ2_XS || f == kIQ2_S || f == kIQ2_M || f == kIQ1_S || f == kIQ1_M;
+}
 
 struct MixState {
   const FileType& ft;
@@ -81,6 +113,7 @@ struct MixState {
   }
 
   DType mixed(DType t, const gguf::TensorInfo& info, Category c);
+  DType mixed_low_bit(DType t, const gguf::TensorInfo& info, Category c);
   DType fallback(DType t, const gguf::TensorInfo& info);
 };
 
@@ -89,15 +122,29 @@ DType MixState::mixed(DType t, const gguf::TensorInfo& info, Category c) {
   if (c == Category::output || (tied && c == Category::token_embd)) {
     if (o.output_tensor_type) return *o.output_tensor_type;
     if (f == kMXFP4_MOE || info.ne[0] % dtype_info(t).block_size != 0) return DType::Q8_0;
+    if (low_bit_iq(f) || f == kIQ3_XXS) return DType::Q5_K;
     return t != DType::Q8_0 ? DType::Q6_K : t;
   }
   if (f == kMXFP4_MOE) return info.ne[2] > 1 ? DType::MXFP4 : DType::Q8_0;  // experts : the rest
   // gpt-oss was trained with its experts in MXFP4 and its published GGUFs keep them so in every
   // mix: any quantized mix leaves them MXFP4 (a copy when the source has them MXFP4 already).
   if (m.arch == "gpt-oss" && info.ne[2] > 1 && contains(info.name, "_exps.")) return DType::MXFP4;
-  if (c == Category::token_embd) return o.token_embedding_type ? *o.token_embedding_type : t;
+  if (c == Category::token_embd) {
+    if (o.token_embedding_type) return *o.token_embedding_type;
+    if (f == kIQ2_XXS || f == kIQ2_XS || f == kIQ1_S || f == kIQ1_M) return DType::Q2_K;
+    if (f == kIQ2_S || f == kIQ2_M || f == kIQ3_XXS) return DType::IQ3_S;
+    return t;
+  }
+  if (low_bit_iq(f)) return mixed_low_bit(t, info, c);
   if (is_attn_v_like(c)) {
     if (f == kQ2_K) t = n_gqa() >= 4 ? DType::Q4_K : DType::Q3_K;
+    // (IQ3_XXS: llama.cpp's choice without an importance matrix, the only kind loom writes)
+    else if (f == kIQ3_XXS)
+      t = n_gqa() >= 4 ? DType::Q4_K : DType::IQ3_S;
+    else if ((f == kIQ3_XS || f == kIQ3_S) && n_gqa() >= 4)
+      t = DType::Q4_K;
+    else if (f == kIQ3_M)
+      t = DType::Q4_K;
     else if (f == kQ3_K_M) t = i_attn_v < 2 ? DType::Q5_K : DType::Q4_K;
     else if (f == kQ3_K_L) t = DType::Q5_K;
     else if ((f == kIQ4_NL || f == kIQ4_XS) && n_gqa() >= 4) t = DType::Q5_K;
@@ -108,9 +155,22 @@ DType MixState::mixed(DType t, const gguf::TensorInfo& info, Category c) {
     ++i_attn_v;
   } else if (c == Category::attn_k) {
     if (m.n_expert == 8) t = DType::Q8_0;
+    else if (f == kIQ3_XS)
+      t = DType::IQ3_XXS;
+    else if (f == kIQ3_XXS)
+      t = DType::IQ2_S;
+  } else if (c == Category::attn_q) {
+    if (f == kIQ3_XS)
+      t = DType::IQ3_XXS;
+    else if (f == kIQ3_XXS)
+      t = DType::IQ2_S;
   } else if (c == Category::ffn_down) {
     const int64_t i = ffn_layer(i_ffn_down, info.name), n = m.n_layer;
     if (f == kQ2_K) t = DType::Q3_K;
+    else if (f == kIQ3_XXS)
+      t = i < n / 8 ? DType::Q4_K : DType::Q3_K;  // (no importance matrix)
+    else if (f == kIQ3_M && (i < n / 8 || (m.n_expert == 8 && use_more_bits(i, n))))
+      t = DType::Q4_K;
     else if (f == kQ3_K_M) t = i < n / 16 ? DType::Q5_K : m.arch != "falcon" || use_more_bits(i, n) ? DType::Q4_K : DType::Q3_K;
     else if (f == kQ3_K_L) t = m.arch == "falcon" ? DType::Q4_K : DType::Q5_K;
     else if (f == kQ4_K_M) {
@@ -123,17 +183,49 @@ DType MixState::mixed(DType t, const gguf::TensorInfo& info, Category c) {
   } else if (c == Category::attn_output) {
     if (m.arch != "falcon") {
       if (m.n_expert == 8) {
-        if (f == kQ2_K || f == kQ3_K_S || f == kQ3_K_M || f == kIQ4_NL || f == kQ4_K_S || f == kQ4_K_M || f == kIQ4_XS)
+        if (f == kQ2_K || f == kQ3_K_S || f == kQ3_K_M || f == kIQ4_NL || f == kQ4_K_S || f == kQ4_K_M ||
+            f == kIQ4_XS || f == kIQ3_XS || f == kIQ3_XXS || f == kIQ3_S || f == kIQ3_M)
           t = DType::Q5_K;
       } else if (f == kQ2_K) t = DType::Q3_K;
+      else if (f == kIQ3_XXS)
+        t = DType::IQ3_S;
+      else if (f == kIQ3_M)
+        t = DType::Q4_K;
       else if (f == kQ3_K_M) t = DType::Q4_K;
       else if (f == kQ3_K_L) t = DType::Q5_K;
     } else if (f == kQ3_K_L) t = DType::Q4_K;
   } else if (c == Category::attn_qkv) {  // (unreachable: attn_v-like above, as in llama.cpp)
-  } else if (c == Category::ffn_gate) {
-    ++i_ffn_gate;
-  } else if (c == Category::ffn_up) {
-    ++i_ffn_up;
+  } else if (c == Category::ffn_gate || c == Category::ffn_up) {
+    int64_t& counter = c == Category::ffn_gate ? i_ffn_gate : i_ffn_up;
+    if (f == kIQ3_XS) {
+      const int64_t i = ffn_layer(counter, info.name), n = m.n_layer;
+      if (i >= n / 8 && i < 7 * n / 8) t = DType::IQ3_XXS;
+    }
+    ++counter;
+  }
+  return t;
+}
+
+// IQ2_XXS, IQ2_XS, IQ2_S, IQ2_M, IQ1_S, IQ1_M: a few more bits for attn_v, the first eighth of
+// ffn_down and attn_output.
+DType MixState::mixed_low_bit(DType t, const gguf::TensorInfo& info, Category c) {
+  const int f = ft.id;
+  const bool iq2_s = f == kIQ2_S || f == kIQ2_M;
+  if (c == Category::attn_v) {
+    t = n_gqa() >= 4 || m.n_expert >= 4 ? DType::Q4_K : iq2_s ? DType::IQ3_S : DType::Q2_K;
+    ++i_attn_v;
+  } else if (c == Category::attn_k && m.n_expert == 8) {
+    t = DType::Q4_K;
+  } else if (c == Category::ffn_down) {
+    if (ffn_layer(i_ffn_down, info.name) < m.n_layer / 8) t = iq2_s ? DType::IQ3_S : DType::Q2_K;
+    ++i_ffn_down;
+  } else if (c == Category::attn_output) {
+    if (m.n_expert == 8)
+      t = DType::Q5_K;
+    else if (f == kIQ1_S || f == kIQ1_M)
+      t = DType::IQ2_XXS;
+    else if (iq2_s)
+      t = DType::IQ3_S;
   }
   return t;
 }
@@ -144,8 +236,10 @@ DType MixState::fallback(DType t, const gguf::TensorInfo& info) {
   if (cols % dtype_info(t).block_size == 0) return t;
   ++n_fallback;
   DType r;
-  switch (t) {
-    case DType::IQ4_XS: r = DType::IQ4_NL; break;
+  switch (is_iq_grid_type(t) ? DType::IQ4_XS : t) {  // every i-quant falls back as IQ4_XS does
+    case DType::IQ4_XS:
+      r = DType::IQ4_NL;
+      break;
     case DType::Q2_K:
     case DType::Q3_K: r = DType::Q4_0; break;
     case DType::Q4_K: r = DType::Q5_0; break;
@@ -172,13 +266,37 @@ std::string upper(std::string_view s) {
 
 const std::vector<FileType>& file_types() {
   static const std::vector<FileType> kTypes = {
-      {"Q4_0", kQ4_0, DType::Q4_0},       {"Q4_1", kQ4_1, DType::Q4_1},     {"Q5_0", kQ5_0, DType::Q5_0},
-      {"Q5_1", kQ5_1, DType::Q5_1},       {"IQ4_NL", kIQ4_NL, DType::IQ4_NL}, {"IQ4_XS", kIQ4_XS, DType::IQ4_XS},
-      {"Q2_K", kQ2_K, DType::Q2_K},       {"Q3_K_S", kQ3_K_S, DType::Q3_K}, {"Q3_K_M", kQ3_K_M, DType::Q3_K},
-      {"Q3_K_L", kQ3_K_L, DType::Q3_K},   {"Q4_K_S", kQ4_K_S, DType::Q4_K}, {"Q4_K_M", kQ4_K_M, DType::Q4_K},
-      {"Q5_K_S", kQ5_K_S, DType::Q5_K},   {"Q5_K_M", kQ5_K_M, DType::Q5_K}, {"Q6_K", kQ6_K, DType::Q6_K},
-      {"Q8_0", kQ8_0, DType::Q8_0},       {"MXFP4_MOE", kMXFP4_MOE, DType::MXFP4}, {"F16", kF16, DType::F16},
-      {"BF16", kBF16, DType::BF16},       {"F32", kF32, DType::F32},
+      {"Q4_0", kQ4_0, DType::Q4_0},
+      {"Q4_1", kQ4_1, DType::Q4_1},
+      {"Q5_0", kQ5_0, DType::Q5_0},
+      {"Q5_1", kQ5_1, DType::Q5_1},
+      {"IQ4_NL", kIQ4_NL, DType::IQ4_NL},
+      {"IQ4_XS", kIQ4_XS, DType::IQ4_XS},
+      {"Q2_K", kQ2_K, DType::Q2_K},
+      {"Q3_K_S", kQ3_K_S, DType::Q3_K},
+      {"Q3_K_M", kQ3_K_M, DType::Q3_K},
+      {"Q3_K_L", kQ3_K_L, DType::Q3_K},
+      {"Q4_K_S", kQ4_K_S, DType::Q4_K},
+      {"Q4_K_M", kQ4_K_M, DType::Q4_K},
+      {"Q5_K_S", kQ5_K_S, DType::Q5_K},
+      {"Q5_K_M", kQ5_K_M, DType::Q5_K},
+      {"Q6_K", kQ6_K, DType::Q6_K},
+      {"Q8_0", kQ8_0, DType::Q8_0},
+      {"MXFP4_MOE", kMXFP4_MOE, DType::MXFP4},
+      {"F16", kF16, DType::F16},
+      {"BF16", kBF16, DType::BF16},
+      {"F32", kF32, DType::F32},
+      // The i-quants (llama.cpp's base type for each: IQ2_S is IQ2_XS's, IQ2_M IQ2_S's)
+      {"IQ1_S", kIQ1_S, DType::IQ1_S},
+      {"IQ1_M", kIQ1_M, DType::IQ1_M},
+      {"IQ2_XXS", kIQ2_XXS, DType::IQ2_XXS},
+      {"IQ2_XS", kIQ2_XS, DType::IQ2_XS},
+      {"IQ2_S", kIQ2_S, DType::IQ2_XS},
+      {"IQ2_M", kIQ2_M, DType::IQ2_S},
+      {"IQ3_XXS", kIQ3_XXS, DType::IQ3_XXS},
+      {"IQ3_XS", kIQ3_XS, DType::IQ3_S},
+      {"IQ3_S", kIQ3_S, DType::IQ3_S},
+      {"IQ3_M", kIQ3_M, DType::IQ3_S},
   };
   return kTypes;
 }

@@ -11,8 +11,10 @@ namespace loom::testing::detail {
 namespace {
 
 constexpr DType kFloat[] = {DType::F32, DType::F16, DType::BF16};
-constexpr DType kQuant[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K,   DType::Q6_K, DType::Q4_1, DType::Q5_0,  DType::Q5_1,
-                            DType::Q2_K, DType::Q3_K, DType::Q5_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
+constexpr DType kQuant[] = {DType::Q8_0,   DType::Q4_0,    DType::Q4_K,  DType::Q6_K,    DType::Q4_1,
+                            DType::Q5_0,   DType::Q5_1,    DType::Q2_K,  DType::Q3_K,    DType::Q5_K,
+                            DType::IQ4_NL, DType::IQ4_XS,  DType::MXFP4, DType::IQ2_XXS, DType::IQ2_XS,
+                            DType::IQ2_S,  DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S,   DType::IQ1_M};
 constexpr uint32_t kTG = kModeTest | kModeGrad;
 
 int64_t row_for(DType t) { return dtype_info(t).block_size >= 256 ? 256 : dtype_info(t).block_size > 1 ? 64 : 33; }

@@ -21,9 +21,11 @@ void add_fusion_cases(std::vector<OpCase>& out);       // RMS_NORM_MUL TOPK_MOE
 inline const char* tn(DType t) { return dtype_name(t); }
 
 // Every type a weight can have: the plain floats and each quantized type.
-inline constexpr DType kWeightTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,   DType::Q4_K,
-                                         DType::Q6_K, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::MXFP4,
-                                         DType::Q2_K, DType::Q3_K, DType::Q5_K, DType::IQ4_XS};
+inline constexpr DType kWeightTypes[] = {DType::F32,    DType::F16,     DType::BF16,   DType::Q8_0,  DType::Q4_0,
+                                         DType::Q4_K,   DType::Q6_K,    DType::Q4_1,   DType::Q5_0,  DType::Q5_1,
+                                         DType::IQ4_NL, DType::MXFP4,   DType::Q2_K,   DType::Q3_K,  DType::Q5_K,
+                                         DType::IQ4_XS, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS,
+                                         DType::IQ3_S,  DType::IQ1_S,   DType::IQ1_M};
 
 // Adds a case and returns it for further settings.
 inline OpCase& add_case(std::vector<OpCase>& out, std::string op, std::string params, uint32_t modes,

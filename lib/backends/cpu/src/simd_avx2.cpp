@@ -11,11 +11,13 @@
 #include "cpu_features.h"
 #include "cpu_vec_dot.h"
 #include "loom/core/quants.h"
+#include "loom/core/quants_iq.h"
 #include "simd_isa.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 #include "simd_ref.h"
+#include "simd_ref_iq.h"
 #include "simd_ref_q.h"
 
 namespace loom::cpu {
@@ -254,6 +256,7 @@ const WeightKernels kKernels[] = {
     {DType::Q6_K, kQK_K, sizeof(BlockQ6_K), dot_cols<DecQ6_K>, to_f32<DecQ6_K>, nullptr, ActType::q8k,
      rows_dot_q6_k_avx2, nullptr, rows_dot_q6_k_r8_avx2},
     LOOM_EXTRA_QUANT_KERNELS(LOOM_ROWS_AVX2, LOOM_R8_AVX2),
+    LOOM_IQ_KERNELS,
 };
 
 }  // namespace

@@ -17,11 +17,14 @@
 #include "cpu_features.h"
 #include "cpu_vec_dot.h"
 #include "loom/core/quants.h"
+#include "loom/core/quants_iq.h"
 #include "simd_isa.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+#include "simd_iq.h"
 #include "simd_ref.h"
+#include "simd_ref_iq.h"
 #include "simd_ref_q.h"
 
 namespace loom::cpu {
@@ -293,6 +296,7 @@ const WeightKernels kKernels[] = {
     {DType::Q6_K, kQK_K, sizeof(BlockQ6_K), dot_cols<DecQ6_K>, to_f32<DecQ6_K>, nullptr, ActType::q8k,
      rows_dot_q6_k_avx512, nullptr, rows_dot_q6_k_r8_avx512},
     LOOM_EXTRA_QUANT_KERNELS(LOOM_ROWS_AVX512, LOOM_R8_AVX512),
+    LOOM_IQ_KERNELS_AVX512,
 };
 
 }  // namespace

@@ -22,9 +22,16 @@ enum class DType : int32_t {
   Q4_K = 12,
   Q5_K = 13,
   Q6_K = 14,
+  IQ2_XXS = 16,
+  IQ2_XS = 17,
+  IQ3_XXS = 18,
+  IQ1_S = 19,
   IQ4_NL = 20,
+  IQ3_S = 21,
+  IQ2_S = 22,
   IQ4_XS = 23,
   I32 = 26,
+  IQ1_M = 29,
   BF16 = 30,
   MXFP4 = 39,
 };
@@ -45,10 +52,17 @@ struct DTypeInfo {
 };
 
 // All supported types, in id order.
-inline constexpr DType kAllDTypes[] = {DType::F32,  DType::F16,  DType::Q4_0,   DType::Q4_1,   DType::Q5_0,
-                                       DType::Q5_1, DType::Q8_0, DType::Q2_K,   DType::Q3_K,   DType::Q4_K,
-                                       DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::I32,
-                                       DType::BF16, DType::MXFP4};
+inline constexpr DType kAllDTypes[] = {DType::F32,   DType::F16,    DType::Q4_0,    DType::Q4_1,   DType::Q5_0,
+                                       DType::Q5_1,  DType::Q8_0,   DType::Q2_K,    DType::Q3_K,   DType::Q4_K,
+                                       DType::Q5_K,  DType::Q6_K,   DType::IQ2_XXS, DType::IQ2_XS, DType::IQ3_XXS,
+                                       DType::IQ1_S, DType::IQ4_NL, DType::IQ3_S,   DType::IQ2_S,  DType::IQ4_XS,
+                                       DType::I32,   DType::IQ1_M,  DType::BF16,    DType::MXFP4};
+// The i-quants of quants_iq.h: codebook types, read and run (CPU) and written without an
+// importance matrix.
+inline constexpr bool is_iq_grid_type(DType t) {
+  return t == DType::IQ2_XXS || t == DType::IQ2_XS || t == DType::IQ2_S || t == DType::IQ3_XXS || t == DType::IQ3_S ||
+         t == DType::IQ1_S || t == DType::IQ1_M;
+}
 
 const DTypeInfo& dtype_info(DType type);
 inline const char* dtype_name(DType type) { return dtype_info(type).name; }
