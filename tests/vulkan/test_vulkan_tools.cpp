@@ -8,9 +8,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
-#include <vector>
 #include <tuple>
+#include <vector>
 
 #include "../e2e/tool_runner.h"
 
@@ -125,6 +126,24 @@ TEST_F(VulkanTools, IQuantWeightsStayOnTheCpu) {
     ASSERT_EQ(r.rc, 0) << r.err;
     EXPECT_EQ(r.out.find(".weight <- Vulkan0"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("MUL_MAT  CPU"), std::string::npos) << r.out;
+  }
+  // fit-params counts those weights on the CPU: the run allocates per device what it predicts.
+  const std::string fit = std::string(LOOM_BIN_DIR) + "/loom-fit-params";
+  if (fs::exists(fit)) {
+    const std::string flags = " -dev Vulkan0 -c 256 -ngl -1 -t 1";
+    r = loom::test::run_command(quote(fit) + " -m " + quote(model_) + flags + " --json", dir_);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const ToolResult ran = run(flags + " -p hi -n 2 --temp 0 --json");
+    ASSERT_EQ(ran.rc, 0) << ran.err;
+    const nlohmann::json want = nlohmann::json::parse(r.out)["devices"],
+                         got = nlohmann::json::parse(ran.out)["devices"];
+    ASSERT_EQ(want.size(), 2u);
+    ASSERT_EQ(got.size(), 2u);
+    for (size_t d = 0; d < 2; ++d)
+      for (const char* k : {"name", "model_bytes", "context_bytes", "compute_bytes"})
+        EXPECT_EQ(want[d][k], got[d][k]) << k;
+    EXPECT_EQ(got[1]["name"], "CPU");
+    EXPECT_GT(got[1]["model_bytes"].get<int64_t>(), got[0]["model_bytes"].get<int64_t>()) << "the IQ3_S matrices";
   }
   const std::string text = (dir_ / "text.txt").string();
   {
