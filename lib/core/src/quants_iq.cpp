@@ -43,14 +43,21 @@ struct Codebook {
   int coords = 0;
   int n_levels = 0;
   std::vector<int> level;                  // the levels' values, ascending
+  std::vector<float> mid;                  // the midpoints between neighbouring levels
   std::vector<std::array<int8_t, 8>> pts;  // grid points (values)
+  std::vector<std::array<float, 8>> fpts;  // the same as floats
   std::vector<std::array<uint16_t, kCand>> near;
 
   template <class Grid>
   Codebook(const Grid& grid, int c, std::vector<int> lv) : coords(c), n_levels((int)lv.size()), level(std::move(lv)) {
+    for (size_t k = 1; k < level.size(); ++k) mid.push_back(0.5f * (float)(level[k - 1] + level[k]));
     pts.resize(grid.size());
+    fpts.resize(grid.size());
     for (size_t i = 0; i < grid.size(); ++i)
-      for (int j = 0; j < coords; ++j) pts[i][(size_t)j] = (int8_t)(uint8_t)(grid[i] >> (8 * j));
+      for (int j = 0; j < coords; ++j) {
+        pts[i][(size_t)j] = (int8_t)(uint8_t)(grid[i] >> (8 * j));
+        fpts[i][(size_t)j] = (float)pts[i][(size_t)j];
+      }
     int lattice = 1;
     for (int j = 0; j < coords; ++j) lattice *= n_levels;
     near.resize((size_t)lattice);
@@ -73,16 +80,16 @@ struct Codebook {
   int nearest(const float* t, float* err) const {
     int code = 0, mul = 1;
     for (int j = 0; j < coords; ++j, mul *= n_levels) {
-      int best = 0;
-      for (int k = 1; k < n_levels; ++k)
-        if (std::fabs(t[j] - (float)level[(size_t)k]) < std::fabs(t[j] - (float)level[(size_t)best])) best = k;
-      code += best * mul;
+      int k = 0;  // the nearest level: how many midpoints lie below t (ties go down)
+      for (float m : mid) k += t[j] > m;
+      code += k * mul;
     }
     int best_i = 0;
     float best_e = INFINITY;
     for (uint16_t i : near[(size_t)code]) {
+      const float* q = fpts[i].data();
       float e = 0.0f;
-      for (int j = 0; j < coords; ++j) e += (t[j] - (float)pts[i][(size_t)j]) * (t[j] - (float)pts[i][(size_t)j]);
+      for (int j = 0; j < coords; ++j) e += (t[j] - q[j]) * (t[j] - q[j]);
       if (e < best_e) best_e = e, best_i = i;
     }
     *err = best_e;
@@ -127,6 +134,7 @@ struct IqChoice {
   int s[16] = {};           // scale codes, per 16 values
   int idx[64] = {};         // grid indices, per `coords` values
   uint8_t sign[32] = {};    // per 8 values
+  int8_t flipped[32] = {};  // per 8 values: the value whose stored sign is wrong (parity), or -1
   bool neg_shift[32] = {};  // IQ1: per 8 values
 };
 
@@ -157,15 +165,11 @@ float choose_span(const IqType& ty, const Codebook& cb, const float* x, int n, i
       c.idx[e0 / cb.coords + g] = cb.nearest(t, &err);
       total += err * u * u;
     }
-    // Sign flips forced by the parity rule cost (2 x)^2 where the stored sign is wrong.
-    for (int j = 0; j < n; ++j) {
-      const int e = e0 + j;
-      const bool want_neg = x[j] < 0.0f, stored_neg = (c.sign[e / 8] >> (e % 8)) & 1;
-      if (want_neg != stored_neg) {
-        const int8_t* p = cb.pts[(size_t)c.idx[e / cb.coords]].data();
-        const float q = u * (float)p[e % cb.coords];
-        total += (std::fabs(x[j]) + q) * (std::fabs(x[j]) + q) - (std::fabs(x[j]) - q) * (std::fabs(x[j]) - q);
-      }
+    // A sign the parity rule got wrong costs (|x| + q)^2 instead of (|x| - q)^2, i.e. 4 |x| q more.
+    for (int g = e0 / 8; g < (e0 + n) / 8 && ty.parity; ++g) {
+      if (c.flipped[g] < 0) continue;
+      const int e = 8 * g + c.flipped[g];
+      total += 4.0f * std::fabs(x[e - e0]) * u * cb.fpts[(size_t)c.idx[e / cb.coords]][(size_t)(e % cb.coords)];
     }
     return total;
   }
@@ -206,14 +210,16 @@ void choose_block(const IqType& ty, const float* x, IqChoice& c) {
   c = IqChoice{};
   for (int e = 0; e < 256; ++e)
     if (x[e] < 0.0f) c.sign[e / 8] |= (uint8_t)(1 << (e % 8));
-  if (ty.parity)
-    for (int g = 0; g < 32; ++g)
-      if (std::popcount(c.sign[g]) & 1) {
-        int m = 8 * g;
-        for (int e = 8 * g; e < 8 * g + 8; ++e)
-          if (std::fabs(x[e]) < std::fabs(x[m])) m = e;
-        c.sign[g] ^= (uint8_t)(1 << (m % 8));
-      }
+  for (int g = 0; g < 32; ++g) {
+    c.flipped[g] = -1;
+    if (ty.parity && (std::popcount(c.sign[g]) & 1)) {
+      int m = 8 * g;
+      for (int e = 8 * g; e < 8 * g + 8; ++e)
+        if (std::fabs(x[e]) < std::fabs(x[m])) m = e;
+      c.sign[g] ^= (uint8_t)(1 << (m % 8));
+      c.flipped[g] = (int8_t)(m % 8);
+    }
+  }
   // Best free scale of each span, then one unit for the block.
   float best_u[16] = {};
   IqChoice scratch = c;
