@@ -138,6 +138,35 @@ TEST(MultiDevice, NoOpOffloadKeepsHostWeightOpsOnTheHost) {
   std::filesystem::remove(path);
 }
 
+// A device that cannot multiply by a weight's type (as CUDA with the i-quants) does not hold that
+// weight: it stays in host memory, where its products run, instead of crossing to the host at
+// every step; the device keeps the layer's other tensors, and the logits are the CPU's.
+TEST(MultiDevice, WeightsADeviceCannotMultiplyStayOnTheHost) {
+  const std::string path = make_model(Arch::llama, "nomul", DType::Q4_0);
+  DeviceSet set = make_devices("64MiB", 2);
+  static_cast<sim::SimDevice*>(set.all[0])->set_op_filter([](const Tensor* t) {
+    return !((t->op == OpKind::MUL_MAT || t->op == OpKind::MUL_MAT_ID) && t->src[0]->type == DType::Q4_0);
+  });
+  ModelLoadOptions lo;
+  lo.placement.devices = set.all;
+  lo.placement.n_gpu_layers = -1;
+  auto model = Model::load(path, lo);
+  const WeightPlacement& pl = model->placement();
+  const int cpu = (int)pl.devices.size() - 1;
+  EXPECT_EQ(pl.tensor_device.at("blk.0.attn_q.weight"), cpu);
+  EXPECT_EQ(pl.tensor_device.at("blk.1.ffn_down.weight"), cpu);
+  EXPECT_EQ(pl.tensor_device.at("blk.0.attn_norm.weight"), 0) << "the layer's F32 tensors stay on the SIM";
+  std::vector<int32_t> tokens, want_tokens;
+  const auto got = run(*model, 1, tokens);
+  ModelLoadOptions cpu_only;
+  auto ref = Model::load(path, cpu_only);
+  const auto want = run(*ref, 1, want_tokens);
+  EXPECT_EQ(tokens, want_tokens);
+  for (size_t i = 0; i < want.size(); ++i)
+    for (size_t j = 0; j < want[i].size(); ++j) ASSERT_NEAR(got[i][j], want[i][j], 1e-4f) << i << " " << j;
+  std::filesystem::remove(path);
+}
+
 TEST(MultiDeviceReserve, PromptDecodePromptNeedsNoReallocation) {
   const std::string path = make_model(Arch::llama, "norealloc");
   setenv("LOOM_SCHED_NO_REALLOC", "1", 1);

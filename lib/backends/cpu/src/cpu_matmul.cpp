@@ -639,8 +639,11 @@ MatmulActivations matmul_activations(DType type, int64_t K) {
   MatmulActivations m;
   m.small = m.large = rounding(wk->act);  // the dot path (choose_path for unit-stride rows)
   if (const GemmKernels* gk = gemm_kernels(active_isa())) {
-    // gemm_q8's columns hold b rounded as the dots do (every quantized type); bf16 pairs
-    m.large = !gemm_q8_supported(gk, type) && gemm_bf16_pairs(*gk, type, K) ? ActRounding::bf16 : m.small;
+    // gemm_q8's columns hold b rounded as the dots do; bf16 pairs; the f32 GEMM (plain floats,
+    // the i-quants) reads b as it is
+    m.large = gemm_q8_supported(gk, type)     ? m.small
+              : gemm_bf16_pairs(*gk, type, K) ? ActRounding::bf16
+                                              : ActRounding::none;
     m.large_from = kGemmMinCols;
   }
   return m;

@@ -76,7 +76,36 @@
 #define BLOCK_SIZE 256u
 #define BLOCK_BYTES 136u
 #define DEQUANT(buf, blk, i) dequant_iq4_xs_##buf(blk, i)
+#elif defined(TYPE_IQ2_XXS)
+#define BLOCK_SIZE 256u
+#define BLOCK_BYTES 66u
+#define DEQUANT(buf, blk, i) dequant_iq2_xxs_##buf(blk, i)
+#elif defined(TYPE_IQ2_XS)
+#define BLOCK_SIZE 256u
+#define BLOCK_BYTES 74u
+#define DEQUANT(buf, blk, i) dequant_iq2_xs_##buf(blk, i)
+#elif defined(TYPE_IQ2_S)
+#define BLOCK_SIZE 256u
+#define BLOCK_BYTES 82u
+#define DEQUANT(buf, blk, i) dequant_iq2_s_##buf(blk, i)
+#elif defined(TYPE_IQ3_XXS)
+#define BLOCK_SIZE 256u
+#define BLOCK_BYTES 98u
+#define DEQUANT(buf, blk, i) dequant_iq3_xxs_##buf(blk, i)
+#elif defined(TYPE_IQ3_S)
+#define BLOCK_SIZE 256u
+#define BLOCK_BYTES 110u
+#define DEQUANT(buf, blk, i) dequant_iq3_s_##buf(blk, i)
+#elif defined(TYPE_IQ1_S)
+#define BLOCK_SIZE 256u
+#define BLOCK_BYTES 50u
+#define DEQUANT(buf, blk, i) dequant_iq1_s_##buf(blk, i)
+#elif defined(TYPE_IQ1_M)
+#define BLOCK_SIZE 256u
+#define BLOCK_BYTES 56u
+#define DEQUANT(buf, blk, i) dequant_iq1_m_##buf(blk, i)
 #endif
+#include "iq.glsl"
 
 #if defined(TYPE_IQ4_NL) || defined(TYPE_IQ4_XS)
 const int k_iq4nl_grid[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
@@ -176,6 +205,20 @@ float e8m0_half(uint e) { return uintBitsToFloat(e < 2u ? (0x00200000u << e) : (
 #define DEFINE_DEQUANT(buf) DEFINE_Q6_K(buf)
 #elif defined(TYPE_IQ4_XS)
 #define DEFINE_DEQUANT(buf) DEFINE_IQ4_XS(buf)
+#elif defined(TYPE_IQ2_XXS)
+#define DEFINE_DEQUANT(buf) DEFINE_IQ2_XXS(buf)
+#elif defined(TYPE_IQ2_XS)
+#define DEFINE_DEQUANT(buf) DEFINE_IQ2_XS(buf)
+#elif defined(TYPE_IQ2_S)
+#define DEFINE_DEQUANT(buf) DEFINE_IQ2_S(buf)
+#elif defined(TYPE_IQ3_XXS)
+#define DEFINE_DEQUANT(buf) DEFINE_IQ3_XXS(buf)
+#elif defined(TYPE_IQ3_S)
+#define DEFINE_DEQUANT(buf) DEFINE_IQ3_S(buf)
+#elif defined(TYPE_IQ1_S)
+#define DEFINE_DEQUANT(buf) DEFINE_IQ1_S(buf)
+#elif defined(TYPE_IQ1_M)
+#define DEFINE_DEQUANT(buf) DEFINE_IQ1_M(buf)
 #else
 #define DEFINE_DEQUANT(buf)
 #endif

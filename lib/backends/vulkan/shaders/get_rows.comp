@@ -19,6 +19,7 @@ layout(push_constant) uniform PC {
 DEFINE_DEQUANT(a)
 
 void main() {
+  IQ_LOAD_CODES()  // (dequant.glsl: the i-quants' codebook into shared memory; nothing else)
   const uint idx = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * gl_WorkGroupSize.x;
   if (idx >= p.ne0 * p.ne1 * p.ne2 * p.ne3) return;
   const uint i0 = idx % p.ne0, i1 = (idx / p.ne0) % p.ne1, i2 = (idx / (p.ne0 * p.ne1)) % p.ne2,

@@ -45,6 +45,7 @@ float load_b(uint byte) {
 }
 
 void main() {
+  IQ_LOAD_CODES()  // (dequant.glsl: the i-quants' codebook into shared memory; nothing else)
   const uint m = gl_GlobalInvocationID.x;
   const uint n = gl_WorkGroupID.y;
   const uint z = gl_WorkGroupID.z;

@@ -20,9 +20,11 @@ bool rows_contiguous(const Tensor* t) { return t->nb[0] == dtype_info(t->type).t
 
 // The weight types with MUL_MAT / MUL_MAT_ID / GET_ROWS variants, in the order of the variants
 // after mul_mat_f32 / get_rows_f32 (the Shader enum, CMakeLists.txt's type list).
-constexpr DType k_typed_shader_types[] = {
-    DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K,   DType::Q6_K,   DType::Q4_1,
-    DType::Q5_0, DType::Q5_1, DType::Q2_K, DType::Q3_K, DType::Q5_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
+constexpr DType k_typed_shader_types[] = {DType::F32,   DType::F16,     DType::BF16,   DType::Q8_0,   DType::Q4_0,
+                                          DType::Q4_K,  DType::Q6_K,    DType::Q4_1,   DType::Q5_0,   DType::Q5_1,
+                                          DType::Q2_K,  DType::Q3_K,    DType::Q5_K,   DType::IQ4_NL, DType::IQ4_XS,
+                                          DType::MXFP4, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S,  DType::IQ3_XXS,
+                                          DType::IQ3_S, DType::IQ1_S,   DType::IQ1_M};
 static_assert((size_t)Shader::mul_mat_f32 + std::size(k_typed_shader_types) == (size_t)Shader::get_rows_f32);
 static_assert((size_t)Shader::get_rows_f32 + std::size(k_typed_shader_types) == (size_t)Shader::count);
 
