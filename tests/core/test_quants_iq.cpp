@@ -11,6 +11,7 @@
 #include "iq_fixtures.h"
 #include "loom/core/quants.h"
 #include "loom/core/quants_iq.h"
+#include "normal_values.h"
 
 namespace loom {
 namespace {
@@ -62,13 +63,7 @@ TEST(QuantIq, LlamaCppBlocksDecodeToItsFloats) {
   }
 }
 
-std::vector<float> normal_values(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x((size_t)n);
-  for (float& v : x) v = dist(rng);
-  return x;
-}
+using test::normal_values;
 
 float rel_rmse(DType t, const std::vector<float>& x) {
   const int64_t n = (int64_t)x.size();

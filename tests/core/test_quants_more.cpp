@@ -12,6 +12,7 @@
 
 #include "loom/core/quants.h"
 #include "loom/core/quants_iq.h"
+#include "normal_values.h"
 
 namespace loom {
 namespace {
@@ -153,13 +154,7 @@ TEST(QuantMore, Iq4XsLayout) {
 
 // ---- quantization error ----------------------------------------------------------------------
 
-std::vector<float> normal_values(int64_t n, uint32_t seed, float sigma = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, sigma);
-  std::vector<float> x((size_t)n);
-  for (float& v : x) v = dist(rng);
-  return x;
-}
+using test::normal_values;
 
 double rel_rmse(DType t, const std::vector<float>& x) {
   const int64_t n = (int64_t)x.size();

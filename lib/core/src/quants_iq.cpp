@@ -13,8 +13,6 @@
 #include <array>
 #include <cmath>
 #include <cstring>
-#include <memory>
-#include <mutex>
 #include <vector>
 
 #include "loom/core/error.h"
@@ -97,31 +95,34 @@ struct Codebook {
   }
 };
 
-// Built on first use (the lattices take up to ~0.1 s).
+// Built on first use (the lattices take up to ~0.1 s; a static local's initialization is
+// thread-safe).
 const Codebook& codebook(DType t) {
-  static std::once_flag once[7];
-  static std::unique_ptr<Codebook> books[7];
-  const std::vector<int> iq2 = {8, 25, 43}, iq3xxs = {4, 12, 20, 28, 36, 44, 52, 62},
-                         iq3s = {1, 3, 5, 7, 9, 11, 13, 15}, iq1 = {-1, 0, 1};
   switch (t) {
-    case DType::IQ2_XXS:
-      std::call_once(once[0], [&] { books[0] = std::make_unique<Codebook>(kIq2xxsGrid, 8, iq2); });
-      return *books[0];
-    case DType::IQ2_XS:
-      std::call_once(once[1], [&] { books[1] = std::make_unique<Codebook>(kIq2xsGrid, 8, iq2); });
-      return *books[1];
-    case DType::IQ2_S:
-      std::call_once(once[2], [&] { books[2] = std::make_unique<Codebook>(kIq2sGrid, 8, iq2); });
-      return *books[2];
-    case DType::IQ3_XXS:
-      std::call_once(once[3], [&] { books[3] = std::make_unique<Codebook>(kIq3xxsGrid, 4, iq3xxs); });
-      return *books[3];
-    case DType::IQ3_S:
-      std::call_once(once[4], [&] { books[4] = std::make_unique<Codebook>(kIq3sGrid, 4, iq3s); });
-      return *books[4];
-    default:
-      std::call_once(once[5], [&] { books[5] = std::make_unique<Codebook>(kIq1sGrid, 8, iq1); });
-      return *books[5];
+    case DType::IQ2_XXS: {
+      static const Codebook book(kIq2xxsGrid, 8, {8, 25, 43});
+      return book;
+    }
+    case DType::IQ2_XS: {
+      static const Codebook book(kIq2xsGrid, 8, {8, 25, 43});
+      return book;
+    }
+    case DType::IQ2_S: {
+      static const Codebook book(kIq2sGrid, 8, {8, 25, 43});
+      return book;
+    }
+    case DType::IQ3_XXS: {
+      static const Codebook book(kIq3xxsGrid, 4, {4, 12, 20, 28, 36, 44, 52, 62});
+      return book;
+    }
+    case DType::IQ3_S: {
+      static const Codebook book(kIq3sGrid, 4, {1, 3, 5, 7, 9, 11, 13, 15});
+      return book;
+    }
+    default: {
+      static const Codebook book(kIq1sGrid, 8, {-1, 0, 1});
+      return book;
+    }
   }
 }
 
@@ -221,6 +222,16 @@ void choose_block(const IqType& ty, const float* x, IqChoice& c) {
     }
   }
   // Best free scale of each span, then one unit for the block.
+  const float top = top_level(ty, cb);
+  float lower[8];  // the levels below the top (IQ1: v = 1 and 7 below 9)
+  int n_lower = 0;
+  if (ty.iq1) {
+    lower[n_lower++] = 1.0f;
+    lower[n_lower++] = 7.0f;
+  } else {
+    for (int lv : cb.level)
+      if ((float)lv < top) lower[n_lower++] = (float)lv;
+  }
   float best_u[16] = {};
   IqChoice scratch = c;
   for (int sp = 0; sp < 256 / ty.span; ++sp) {
@@ -229,14 +240,14 @@ void choose_block(const IqType& ty, const float* x, IqChoice& c) {
     for (int j = 0; j < ty.span; ++j) amax = std::max(amax, std::fabs(xs[j]));
     // Scales that put the largest value near the top level, and near each lower one (values all
     // alike fit a low level best: IQ2's grids have (8, ..., 8) but no (43, ..., 43)).
-    std::vector<float> us;
-    for (int k = 0; k < 9; ++k) us.push_back(amax / top_level(ty, cb) * (0.7f + 0.075f * (float)k));
-    for (int lv : ty.iq1 ? std::vector<int>{1, 7} : cb.level)
-      if ((float)lv < top_level(ty, cb))
-        for (float f : {0.9f, 1.0f, 1.1f}) us.push_back(amax / (float)lv * f);
+    float us[9 + 3 * 8];
+    int n_us = 0;
+    for (int k = 0; k < 9; ++k) us[n_us++] = amax / top * (0.7f + 0.075f * (float)k);
+    for (int k = 0; k < n_lower; ++k)
+      for (float f : {0.9f, 1.0f, 1.1f}) us[n_us++] = amax / lower[k] * f;
     float best = INFINITY;
-    for (float u : us) {
-      if (!(amax > 0.0f)) break;
+    for (int k = 0; k < n_us && amax > 0.0f; ++k) {
+      const float u = us[k];
       const float e = choose_span(ty, cb, xs, ty.span, sp * ty.span, u, scratch);
       if (e < best) best = e, best_u[sp] = u;
     }

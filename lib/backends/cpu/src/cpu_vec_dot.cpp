@@ -147,7 +147,7 @@ const WeightKernels kKernels[] = {
     {DType::Q6_K, kQK_K, sizeof(BlockQ6_K), dot_cols<DecQ6_K>, to_f32<DecQ6_K>, nullptr, ActType::q8k,
      rows_dot_q<BlockQ6_K, BlockQ8KA, dot_q6_k>, nullptr, rows_dot_r8<DType::Q6_K>},
     LOOM_EXTRA_QUANT_KERNELS(LOOM_ROWS_REF, LOOM_R8_REF),
-    LOOM_IQ_KERNELS,
+    LOOM_IQ_KERNELS(dot_iq, dot_iq),
 };
 
 }  // namespace

@@ -256,7 +256,7 @@ const WeightKernels kKernels[] = {
     {DType::Q6_K, kQK_K, sizeof(BlockQ6_K), dot_cols<DecQ6_K>, to_f32<DecQ6_K>, nullptr, ActType::q8k,
      rows_dot_q6_k_avx2, nullptr, rows_dot_q6_k_r8_avx2},
     LOOM_EXTRA_QUANT_KERNELS(LOOM_ROWS_AVX2, LOOM_R8_AVX2),
-    LOOM_IQ_KERNELS,
+    LOOM_IQ_KERNELS(dot_iq, dot_iq),
 };
 
 }  // namespace

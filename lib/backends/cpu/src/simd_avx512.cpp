@@ -296,7 +296,7 @@ const WeightKernels kKernels[] = {
     {DType::Q6_K, kQK_K, sizeof(BlockQ6_K), dot_cols<DecQ6_K>, to_f32<DecQ6_K>, nullptr, ActType::q8k,
      rows_dot_q6_k_avx512, nullptr, rows_dot_q6_k_r8_avx512},
     LOOM_EXTRA_QUANT_KERNELS(LOOM_ROWS_AVX512, LOOM_R8_AVX512),
-    LOOM_IQ_KERNELS_AVX512,
+    LOOM_IQ_KERNELS(dot_iq_avx512, dot_iq1_avx512),
 };
 
 }  // namespace

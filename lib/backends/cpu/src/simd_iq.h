@@ -8,8 +8,6 @@
 
 #include <immintrin.h>
 
-#include <array>
-#include <bit>
 #include <cstdint>
 #include <cstring>
 
@@ -19,12 +17,8 @@
 namespace loom::cpu {
 namespace {
 
-// 7 stored sign bits -> the 8 with an even count (IQ2_XXS, IQ2_XS, IQ3_XXS).
-inline constexpr auto kSigns7 = [] {
-  std::array<uint8_t, 128> t{};
-  for (uint32_t i = 0; i < 128; ++i) t[i] = (uint8_t)(i | ((std::popcount(i) & 1) << 7));
-  return t;
-}();
+using iq_detail::kSigns7;
+// 4 x 7 stored sign bits -> 32 (IQ2_XXS, IQ3_XXS).
 inline uint32_t signs7x4(uint32_t aux) {
   return kSigns7[aux & 127] | (uint32_t)kSigns7[(aux >> 7) & 127] << 8 | (uint32_t)kSigns7[(aux >> 14) & 127] << 16 |
          (uint32_t)kSigns7[(aux >> 21) & 127] << 24;
@@ -90,11 +84,6 @@ inline int32_t hsum_epi32(__m256i v) {
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
   return _mm_cvtsi128_si32(s);
 }
-inline float iq_unit(const BlockIQ2_XXS& b) { return fp16_to_f32_fast(b.d) * 0.125f; }
-inline float iq_unit(const BlockIQ2_XS& b) { return fp16_to_f32_fast(b.d) * 0.125f; }
-inline float iq_unit(const BlockIQ2_S& b) { return fp16_to_f32_fast(b.d) * 0.125f; }
-inline float iq_unit(const BlockIQ3_XXS& b) { return fp16_to_f32_fast(b.d) * 0.25f; }
-inline float iq_unit(const BlockIQ3_S& b) { return fp16_to_f32_fast(b.d); }
 
 template <class Block>
 float dot_iq_avx512(const Block* w, const BlockQ8KA* x, int64_t nblk) {
@@ -149,8 +138,6 @@ inline Iq1Chunk iq1_chunk(const BlockIQ1_M& b, int ib) {
   return {_mm256_set_epi64x(g(3), g(2), g(1), g(0)), _mm256_sub_epi32(_mm256_set1_epi32(1), _mm256_slli_epi32(bits, 1)),
           2 * (s & 7) + 1, 2 * ((s >> 3) & 7) + 1};
 }
-inline float iq_unit(const BlockIQ1_S& b) { return fp16_to_f32_fast(b.d) * 0.125f; }
-inline float iq_unit(const BlockIQ1_M& b) { return fp16_to_f32_fast(iq1_m_d(b)) * 0.125f; }
 
 template <class Block>
 float dot_iq1_avx512(const Block* w, const BlockQ8KA* x, int64_t nblk) {
@@ -171,20 +158,6 @@ float dot_iq1_avx512(const Block* w, const BlockQ8KA* x, int64_t nblk) {
   }
   return s;
 }
-
-#define LOOM_IQ_KERNEL_AVX512(T, Block, deq, dot)                                                       \
-  {                                                                                                    \
-    DType::T, 256, sizeof(Block), dot_cols<DecRef<Block, 256, deq>>, to_f32<DecRef<Block, 256, deq>>, \
-        nullptr, ActType::q8k, rows_dot_q<Block, BlockQ8KA, dot<Block>>, nullptr, nullptr               \
-  }
-#define LOOM_IQ_KERNELS_AVX512                                                                         \
-  LOOM_IQ_KERNEL_AVX512(IQ2_XXS, BlockIQ2_XXS, dequantize_iq2_xxs_row, dot_iq_avx512),                 \
-      LOOM_IQ_KERNEL_AVX512(IQ2_XS, BlockIQ2_XS, dequantize_iq2_xs_row, dot_iq_avx512),                \
-      LOOM_IQ_KERNEL_AVX512(IQ2_S, BlockIQ2_S, dequantize_iq2_s_row, dot_iq_avx512),                   \
-      LOOM_IQ_KERNEL_AVX512(IQ3_XXS, BlockIQ3_XXS, dequantize_iq3_xxs_row, dot_iq_avx512),             \
-      LOOM_IQ_KERNEL_AVX512(IQ3_S, BlockIQ3_S, dequantize_iq3_s_row, dot_iq_avx512),                   \
-      LOOM_IQ_KERNEL_AVX512(IQ1_S, BlockIQ1_S, dequantize_iq1_s_row, dot_iq1_avx512),                  \
-      LOOM_IQ_KERNEL_AVX512(IQ1_M, BlockIQ1_M, dequantize_iq1_m_row, dot_iq1_avx512)
 
 }  // namespace
 }  // namespace loom::cpu

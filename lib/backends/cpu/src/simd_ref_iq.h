@@ -33,18 +33,21 @@ float dot_iq(const Block* w, const BlockQ8KA* x, int64_t nblk) {
 }
 
 // Table rows: f32 paths through the reference dequantizer, integer dots as above, no repacking.
-#define LOOM_IQ_KERNEL(T, Block, deq)                                                                          \
+#define LOOM_IQ_KERNEL(T, Block, deq, dot)                                                                     \
   {                                                                                                            \
     DType::T, 256, sizeof(Block), dot_cols<DecRef<Block, 256, deq>>, to_f32<DecRef<Block, 256, deq>>, nullptr, \
-        ActType::q8k, rows_dot_q<Block, BlockQ8KA, dot_iq<Block>>, nullptr, nullptr                            \
+        ActType::q8k, rows_dot_q<Block, BlockQ8KA, dot<Block>>, nullptr, nullptr                               \
   }
-#define LOOM_IQ_KERNELS                                              \
-  LOOM_IQ_KERNEL(IQ2_XXS, BlockIQ2_XXS, dequantize_iq2_xxs_row),     \
-      LOOM_IQ_KERNEL(IQ2_XS, BlockIQ2_XS, dequantize_iq2_xs_row),    \
-      LOOM_IQ_KERNEL(IQ2_S, BlockIQ2_S, dequantize_iq2_s_row),       \
-      LOOM_IQ_KERNEL(IQ3_XXS, BlockIQ3_XXS, dequantize_iq3_xxs_row), \
-      LOOM_IQ_KERNEL(IQ3_S, BlockIQ3_S, dequantize_iq3_s_row),       \
-      LOOM_IQ_KERNEL(IQ1_S, BlockIQ1_S, dequantize_iq1_s_row), LOOM_IQ_KERNEL(IQ1_M, BlockIQ1_M, dequantize_iq1_m_row)
+// A level's rows: `dot` for the IQ2 / IQ3 types, `dot1` for IQ1_S and IQ1_M (the portable levels:
+// dot_iq for both; AVX-512: simd_iq.h's).
+#define LOOM_IQ_KERNELS(dot, dot1)                                               \
+  LOOM_IQ_KERNEL(IQ2_XXS, BlockIQ2_XXS, dequantize_iq2_xxs_row, dot),            \
+      LOOM_IQ_KERNEL(IQ2_XS, BlockIQ2_XS, dequantize_iq2_xs_row, dot),           \
+      LOOM_IQ_KERNEL(IQ2_S, BlockIQ2_S, dequantize_iq2_s_row, dot),              \
+      LOOM_IQ_KERNEL(IQ3_XXS, BlockIQ3_XXS, dequantize_iq3_xxs_row, dot),        \
+      LOOM_IQ_KERNEL(IQ3_S, BlockIQ3_S, dequantize_iq3_s_row, dot),              \
+      LOOM_IQ_KERNEL(IQ1_S, BlockIQ1_S, dequantize_iq1_s_row, dot1),             \
+      LOOM_IQ_KERNEL(IQ1_M, BlockIQ1_M, dequantize_iq1_m_row, dot1)
 
 }  // namespace
 }  // namespace loom::cpu

@@ -88,7 +88,12 @@ inline constexpr auto kSignMasks = [] {
 }();
 inline uint64_t sign_mask(uint8_t s) { return kSignMasks[s]; }
 // The IQ2_XXS / IQ2_XS / IQ3_XXS sign index: 7 stored bits, the eighth makes the count even.
-inline uint8_t signs_of7(uint32_t i7) { return (uint8_t)(i7 | ((std::popcount(i7) & 1) << 7)); }
+inline constexpr auto kSigns7 = [] {
+  std::array<uint8_t, 128> t{};
+  for (uint32_t i = 0; i < 128; ++i) t[i] = (uint8_t)(i | ((std::popcount(i) & 1) << 7));
+  return t;
+}();
+inline uint8_t signs_of7(uint32_t i7) { return kSigns7[i7 & 127]; }
 // Magnitudes (bytes < 128) with the signs of mask m: byte b -> -b where m has 0xff. No byte is 0,
 // so the per-byte negation (b ^ 0xff) + 1 never carries into the next byte.
 inline void put_signed8(int8_t* v, uint64_t g, uint64_t m) {
@@ -109,11 +114,31 @@ inline uint32_t load32(const void* p) {
   std::memcpy(&u, p, 4);
   return u;
 }
+// A 4-bit scale s per 16 values, two to a byte (IQ2_XS, IQ2_S): 2 s + 1 for values 32 ib ...
+inline void scales16(IqInts& o, int ib, uint8_t byte) {
+  o.sc[2 * ib] = (uint8_t)(2 * (byte & 15) + 1);
+  o.sc[2 * ib + 1] = (uint8_t)(2 * (byte >> 4) + 1);
+}
 }  // namespace iq_detail
+
+// IQ1_M's f16 scale: the top nibbles of its four scale words, lowest word first.
+inline fp16_t iq1_m_d(const BlockIQ1_M& b) {
+  uint16_t sc[4];
+  std::memcpy(sc, b.scales, 8);
+  return (fp16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
+}
+// A block's unit (x = unit * sc * v): d times the type's fixed factor.
+inline float iq_unit(const BlockIQ2_XXS& b) { return fp16_to_f32(b.d) * 0.125f; }
+inline float iq_unit(const BlockIQ2_XS& b) { return fp16_to_f32(b.d) * 0.125f; }
+inline float iq_unit(const BlockIQ2_S& b) { return fp16_to_f32(b.d) * 0.125f; }
+inline float iq_unit(const BlockIQ3_XXS& b) { return fp16_to_f32(b.d) * 0.25f; }
+inline float iq_unit(const BlockIQ3_S& b) { return fp16_to_f32(b.d); }
+inline float iq_unit(const BlockIQ1_S& b) { return fp16_to_f32(b.d) * 0.125f; }
+inline float iq_unit(const BlockIQ1_M& b) { return fp16_to_f32(iq1_m_d(b)) * 0.125f; }
 
 inline void iq_unpack(const BlockIQ2_XXS& b, IqInts& o) {
   using namespace iq_detail;
-  o.unit = fp16_to_f32(b.d) * 0.125f;
+  o.unit = iq_unit(b);
   for (int ib = 0; ib < 8; ++ib) {
     const uint32_t idx = load32(b.qs + 4 * ib), aux = load32(b.qs + 4 * ib + 2);
     o.sc[2 * ib] = o.sc[2 * ib + 1] = (uint8_t)(2 * (aux >> 28) + 1);
@@ -124,10 +149,9 @@ inline void iq_unpack(const BlockIQ2_XXS& b, IqInts& o) {
 }
 inline void iq_unpack(const BlockIQ2_XS& b, IqInts& o) {
   using namespace iq_detail;
-  o.unit = fp16_to_f32(b.d) * 0.125f;
+  o.unit = iq_unit(b);
   for (int ib = 0; ib < 8; ++ib) {
-    o.sc[2 * ib] = (uint8_t)(2 * (b.scales[ib] & 15) + 1);
-    o.sc[2 * ib + 1] = (uint8_t)(2 * (b.scales[ib] >> 4) + 1);
+    scales16(o, ib, b.scales[ib]);
     for (int l = 0; l < 4; ++l) {
       const uint16_t q = b.qs[4 * ib + l];
       put_signed8(o.v + 32 * ib + 8 * l, kIq2xsGrid[q & 511], sign_mask(signs_of7(q >> 9)));
@@ -136,10 +160,9 @@ inline void iq_unpack(const BlockIQ2_XS& b, IqInts& o) {
 }
 inline void iq_unpack(const BlockIQ2_S& b, IqInts& o) {
   using namespace iq_detail;
-  o.unit = fp16_to_f32(b.d) * 0.125f;
+  o.unit = iq_unit(b);
   for (int ib = 0; ib < 8; ++ib) {
-    o.sc[2 * ib] = (uint8_t)(2 * (b.scales[ib] & 15) + 1);
-    o.sc[2 * ib + 1] = (uint8_t)(2 * (b.scales[ib] >> 4) + 1);
+    scales16(o, ib, b.scales[ib]);
     for (int l = 0; l < 4; ++l) {
       const int idx = b.qs[4 * ib + l] | (((b.qh[ib] >> (2 * l)) & 3) << 8);
       put_signed8(o.v + 32 * ib + 8 * l, kIq2sGrid[idx], sign_mask(b.qs[32 + 4 * ib + l]));
@@ -148,7 +171,7 @@ inline void iq_unpack(const BlockIQ2_S& b, IqInts& o) {
 }
 inline void iq_unpack(const BlockIQ3_XXS& b, IqInts& o) {
   using namespace iq_detail;
-  o.unit = fp16_to_f32(b.d) * 0.25f;
+  o.unit = iq_unit(b);
   for (int ib = 0; ib < 8; ++ib) {
     const uint32_t aux = load32(b.qs + 64 + 4 * ib);
     o.sc[2 * ib] = o.sc[2 * ib + 1] = (uint8_t)(2 * (aux >> 28) + 1);
@@ -160,7 +183,7 @@ inline void iq_unpack(const BlockIQ3_XXS& b, IqInts& o) {
 }
 inline void iq_unpack(const BlockIQ3_S& b, IqInts& o) {
   using namespace iq_detail;
-  o.unit = fp16_to_f32(b.d);
+  o.unit = iq_unit(b);
   for (int ib = 0; ib < 8; ++ib) {
     o.sc[2 * ib] = o.sc[2 * ib + 1] = (uint8_t)(2 * ((b.scales[ib / 2] >> (4 * (ib % 2))) & 15) + 1);
     const uint8_t* q = b.qs + 8 * ib;
@@ -172,7 +195,7 @@ inline void iq_unpack(const BlockIQ3_S& b, IqInts& o) {
 }
 inline void iq_unpack(const BlockIQ1_S& b, IqInts& o) {
   using namespace iq_detail;
-  o.unit = fp16_to_f32(b.d) * 0.125f;
+  o.unit = iq_unit(b);
   for (int ib = 0; ib < 8; ++ib) {
     const int h = b.qh[ib];
     o.sc[2 * ib] = o.sc[2 * ib + 1] = (uint8_t)(2 * ((h >> 12) & 7) + 1);
@@ -180,15 +203,9 @@ inline void iq_unpack(const BlockIQ1_S& b, IqInts& o) {
       put_iq1(o.v + 32 * ib + 8 * l, kIq1sGrid[b.qs[4 * ib + l] | (((h >> (3 * l)) & 7) << 8)], (h & 0x8000) != 0);
   }
 }
-// IQ1_M's f16 scale: the top nibbles of its four scale words, lowest word first.
-inline fp16_t iq1_m_d(const BlockIQ1_M& b) {
-  uint16_t sc[4];
-  std::memcpy(sc, b.scales, 8);
-  return (fp16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000));
-}
 inline void iq_unpack(const BlockIQ1_M& b, IqInts& o) {
   using namespace iq_detail;
-  o.unit = fp16_to_f32(iq1_m_d(b)) * 0.125f;
+  o.unit = iq_unit(b);
   uint16_t sc[4];
   std::memcpy(sc, b.scales, 8);
   for (int ib = 0; ib < 8; ++ib) {
