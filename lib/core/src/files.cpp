@@ -47,10 +47,27 @@ void unregister_temp(int slot) {
 extern "C" void on_exit_signal(int sig) {
   if (g_defer.load() > 0) {
     g_pending.store(sig);
-    return;
+    if (g_defer.load() > 0) return;
+    // The holder let go between the two loads and may have missed the signal: act on it here
+    // unless it did not.
+    sig = g_pending.exchange(0);
+    if (sig == 0) return;
   }
   exit_on_signal(sig);
 }
+
+// Holds SIGINT and SIGTERM (from any thread) for a short critical section: one that arrives is
+// recorded and acted on at the end, unless an outer DeferSignals still holds them.
+class SignalsHeld {
+ public:
+  SignalsHeld() { g_defer.fetch_add(1); }
+  ~SignalsHeld() {
+    if (g_defer.fetch_sub(1) == 1)
+      if (const int sig = g_pending.exchange(0)) exit_on_signal(sig);
+  }
+  SignalsHeld(const SignalsHeld&) = delete;
+  SignalsHeld& operator=(const SignalsHeld&) = delete;
+};
 
 mode_t file_mode() {
   static const mode_t mode = [] {
@@ -123,11 +140,17 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   check_output_path(path_);
   const fs::path p(path_);
   std::string name = (fs::path(folder_of(path_)) / fmt::format(".{}.XXXXXX.tmp", p.filename().string())).string();
-  fd_ = ::mkostemps(name.data(), 4, O_CLOEXEC);  // O_CREAT | O_EXCL: never an existing name or link
-  if (fd_ < 0) fail(ErrorKind::io, "{}: cannot create a temporary file in '{}': {}", path_, folder_of(path_),
-                    std::strerror(errno));
-  tmp_ = name;
-  slot_ = register_temp(tmp_);
+  {
+    // A SIGINT between creating the file and registering it would leave the file behind: hold
+    // the exit signals until the handler can see it.
+    const SignalsHeld held;
+    fd_ = ::mkostemps(name.data(), 4, O_CLOEXEC);  // O_CREAT | O_EXCL: never an existing name or link
+    const int e = errno;
+    if (fd_ < 0)
+      fail(ErrorKind::io, "{}: cannot create a temporary file in '{}': {}", path_, folder_of(path_), std::strerror(e));
+    tmp_ = name;
+    slot_ = register_temp(tmp_);
+  }
   // Earlier versions wrote a fixed PATH.tmp, left behind by an interrupted run (or planted as a
   // link to redirect the write): remove it, never following a link.
   struct stat legacy {};
