@@ -19,7 +19,8 @@ Isa detect() {
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+                      __builtin_cpu_supports("bmi2");  // the i-quants' index words (simd_iq.h)
   return avx512 ? Isa::avx512 : avx2 ? Isa::avx2 : Isa::scalar;
 #else
   return Isa::scalar;

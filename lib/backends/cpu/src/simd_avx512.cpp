@@ -21,7 +21,7 @@
 #include "simd_isa.h"
 
 #pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+#pragma GCC target("avx2,fma,f16c,bmi2,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 #include "simd_iq.h"
 #include "simd_ref.h"
 #include "simd_ref_iq.h"

@@ -1,10 +1,12 @@
 // AVX-512 dots of the i-quants against q8k columns (included under simd_avx512.cpp's target
 // pragma). IQ2 / IQ3, per 64 values (two 32-value chunks): the grid points' unsigned magnitudes
 // as one 512-bit vector, the weights' signs moved onto the activations (a masked negation), one
-// vpdpbusd, and each lane of 4 products times its scale; the XXS types' sign indices are expanded
-// with vector ops, not table loads. IQ1, per 32 values: its points in {-1, 0, 1} go in as g + 1
-// with the activations' sums taking the offset and the +-1/8 shift back out. Integer sums per
-// block are simd_ref_iq.h's exactly, so the results are the scalar level's bit for bit.
+// vpdpbusd, and each lane of 4 products times its scale; the XXS types' and IQ2_XS's sign indices
+// are expanded with vector ops, not table loads, and IQ1's and IQ2_S's grid indices built with
+// pdep (hence bmi2 in the AVX-512 level's target). IQ1, per 32 values: its points in {-1, 0, 1}
+// go in as g + 1 with the activations' sums taking the offset and the +-1/8 shift back out.
+// Integer sums per block are simd_ref_iq.h's exactly, so the results are the scalar level's bit
+// for bit.
 #pragma once
 
 #include <immintrin.h>
@@ -89,9 +91,12 @@ inline IqPair iq_pair(const BlockIQ2_XS& b, int ib) {
           four_scales(b.scales[ib] | (uint32_t)b.scales[ib + 1] << 8)};
 }
 inline IqPair iq_pair(const BlockIQ2_S& b, int ib) {
-  const uint8_t* q = b.qs + 4 * ib;
-  const uint32_t h = b.qh[ib] | (uint32_t)b.qh[ib + 1] << 8;
-  auto g = [&](int k) { return (long long)kIq2sGrid[q[k] | (((h >> (2 * k)) & 3) << 8)]; };
+  // indices k < 4 and k >= 4 as 16-bit fields of two words: the qs bytes, 2-bit fields of qh above
+  auto ix4 = [&](int c) {
+    return _pdep_u64(load_u32(b.qs + 4 * c), 0x00ff00ff00ff00ffull) | _pdep_u64(b.qh[c], 0x0300030003000300ull);
+  };
+  const uint64_t ix0 = ix4(ib), ix1 = ix4(ib + 1);
+  auto g = [&](int k) { return (long long)kIq2sGrid[((k < 4 ? ix0 : ix1) >> (16 * (k & 3))) & 0xffff]; };
   uint64_t neg;
   std::memcpy(&neg, b.qs + 32 + 4 * ib, 8);
   return {_mm512_set_epi64(g(7), g(6), g(5), g(4), g(3), g(2), g(1), g(0)), neg,
@@ -148,8 +153,10 @@ inline __m256i shift_lanes(bool n0, bool n1, bool n2, bool n3) {
 }
 inline Iq1Chunk iq1_chunk(const BlockIQ1_S& b, int ib) {
   const int h = b.qh[ib];
-  const uint8_t* q = b.qs + 4 * ib;
-  auto g = [&](int l) { return (long long)kIq1sGrid[q[l] | (((h >> (3 * l)) & 7) << 8)]; };
+  // the 4 11-bit indices as 16-bit fields of one word: the qs bytes, the 3-bit fields of h above
+  const uint64_t ix =
+      _pdep_u64(load_u32(b.qs + 4 * ib), 0x00ff00ff00ff00ffull) | _pdep_u64((uint64_t)h, 0x0700070007000700ull);
+  auto g = [&](int l) { return (long long)kIq1sGrid[(ix >> (16 * l)) & 0xffff]; };
   const bool neg = (h & 0x8000) != 0;
   const int sc = 2 * ((h >> 12) & 7) + 1;
   return {_mm256_set_epi64x(g(3), g(2), g(1), g(0)), shift_lanes(neg, neg, neg, neg), sc, sc};
@@ -158,10 +165,11 @@ inline Iq1Chunk iq1_chunk(const BlockIQ1_M& b, int ib) {
   uint16_t sc[4];
   std::memcpy(sc, b.scales, 8);
   const int s = sc[ib / 2] >> (6 * (ib % 2));
-  const uint8_t* q = b.qs + 4 * ib;
   const int h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
-  const int hl[4] = {h0 & 15, h0 >> 4, h1 & 15, h1 >> 4};
-  auto g = [&](int l) { return (long long)kIq1sGrid[q[l] | ((hl[l] & 7) << 8)]; };
+  // as IQ1_S's: the 4 indices as 16-bit fields, bits 8-10 from the low 3 bits of each nibble
+  const uint64_t ix = _pdep_u64(load_u32(b.qs + 4 * ib), 0x00ff00ff00ff00ffull) |
+                      (_pdep_u64((uint64_t)(h0 | h1 << 8), 0x0f000f000f000f00ull) & 0x0700070007000700ull);
+  auto g = [&](int l) { return (long long)kIq1sGrid[(ix >> (16 * l)) & 0xffff]; };
   // t = 1 - 2 * (bit 3 of group l's nibble): bits 3, 7, 11, 15 of the two bytes, two lanes each
   const __m256i bits = _mm256_and_si256(
       _mm256_srlv_epi32(_mm256_set1_epi32(h0 | (h1 << 8)), _mm256_setr_epi32(3, 3, 7, 7, 11, 11, 15, 15)),
