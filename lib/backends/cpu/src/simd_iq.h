@@ -26,6 +26,14 @@ inline uint32_t load_u32(const void* p) {
   return u;
 }
 
+// Byte n: whether nibble n has an odd bit count (the 8th sign bit of the 7-bit sign indices).
+inline __m128i odd_nibbles() { return _mm_setr_epi8(0, 1, 1, 0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0); }
+// Four grid indices as the 16-bit fields of one word: byte k of q as bits 0-7 of field k, the
+// high bits already in place above them.
+inline uint64_t index_words(const uint8_t* q, uint64_t high) {
+  return _pdep_u64(load_u32(q), 0x00ff00ff00ff00ffull) | high;
+}
+
 // The sign bits of two words of 4 x 7-bit sign indices (IQ2_XXS, IQ3_XXS): signs7x4(a0) |
 // signs7x4(a1) << 32, without the 8 table loads. Each index gets the parity of its 7 bits as
 // bit 7, from two nibble lookups.
@@ -35,8 +43,7 @@ inline uint64_t signs7x8(uint32_t a0, uint32_t a1) {
                                   _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
   const __m256i f =
       _mm256_and_si256(_mm256_srlv_epi32(a, _mm256_setr_epi32(0, 7, 14, 21, 0, 7, 14, 21)), _mm256_set1_epi32(127));
-  const __m256i odd = _mm256_setr_epi8(0, 1, 1, 0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0, 0, 1, 1, 0, 1, 0, 0, 1, 1, 0, 0,
-                                       1, 0, 1, 1, 0);  // a nibble's bit count is odd
+  const __m256i odd = _mm256_broadcastsi128_si256(odd_nibbles());
   // f < 128: the byte shuffle reads its low nibble, and the upper bytes (0) give 0
   const __m256i p = _mm256_xor_si256(_mm256_shuffle_epi8(odd, f), _mm256_shuffle_epi8(odd, _mm256_srli_epi32(f, 4)));
   return (uint64_t)_mm_cvtsi128_si64(_mm256_cvtepi32_epi8(_mm256_or_si256(f, _mm256_slli_epi32(p, 7))));
@@ -83,7 +90,7 @@ inline IqPair iq_pair(const BlockIQ2_XS& b, int ib) {
   // per 8 values a 9-bit grid index and a 7-bit sign index above it
   const uint16_t* q = b.qs + 4 * ib;
   const __m128i f = _mm_srli_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)), 9);
-  const __m128i odd = _mm_setr_epi8(0, 1, 1, 0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0);
+  const __m128i odd = odd_nibbles();
   const __m128i p = _mm_xor_si128(_mm_shuffle_epi8(odd, f), _mm_shuffle_epi8(odd, _mm_srli_epi16(f, 4)));
   const __m128i sg = _mm_packus_epi16(_mm_or_si128(f, _mm_slli_epi16(p, 7)), _mm_setzero_si128());
   auto g = [&](int k) { return (long long)kIq2xsGrid[q[k] & 511]; };
@@ -92,9 +99,7 @@ inline IqPair iq_pair(const BlockIQ2_XS& b, int ib) {
 }
 inline IqPair iq_pair(const BlockIQ2_S& b, int ib) {
   // indices k < 4 and k >= 4 as 16-bit fields of two words: the qs bytes, 2-bit fields of qh above
-  auto ix4 = [&](int c) {
-    return _pdep_u64(load_u32(b.qs + 4 * c), 0x00ff00ff00ff00ffull) | _pdep_u64(b.qh[c], 0x0300030003000300ull);
-  };
+  auto ix4 = [&](int c) { return index_words(b.qs + 4 * c, _pdep_u64(b.qh[c], 0x0300030003000300ull)); };
   const uint64_t ix0 = ix4(ib), ix1 = ix4(ib + 1);
   auto g = [&](int k) { return (long long)kIq2sGrid[((k < 4 ? ix0 : ix1) >> (16 * (k & 3))) & 0xffff]; };
   uint64_t neg;
@@ -154,8 +159,7 @@ inline __m256i shift_lanes(bool n0, bool n1, bool n2, bool n3) {
 inline Iq1Chunk iq1_chunk(const BlockIQ1_S& b, int ib) {
   const int h = b.qh[ib];
   // the 4 11-bit indices as 16-bit fields of one word: the qs bytes, the 3-bit fields of h above
-  const uint64_t ix =
-      _pdep_u64(load_u32(b.qs + 4 * ib), 0x00ff00ff00ff00ffull) | _pdep_u64((uint64_t)h, 0x0700070007000700ull);
+  const uint64_t ix = index_words(b.qs + 4 * ib, _pdep_u64((uint64_t)h, 0x0700070007000700ull));
   auto g = [&](int l) { return (long long)kIq1sGrid[(ix >> (16 * l)) & 0xffff]; };
   const bool neg = (h & 0x8000) != 0;
   const int sc = 2 * ((h >> 12) & 7) + 1;
@@ -167,8 +171,8 @@ inline Iq1Chunk iq1_chunk(const BlockIQ1_M& b, int ib) {
   const int s = sc[ib / 2] >> (6 * (ib % 2));
   const int h0 = b.qh[2 * ib], h1 = b.qh[2 * ib + 1];
   // as IQ1_S's: the 4 indices as 16-bit fields, bits 8-10 from the low 3 bits of each nibble
-  const uint64_t ix = _pdep_u64(load_u32(b.qs + 4 * ib), 0x00ff00ff00ff00ffull) |
-                      (_pdep_u64((uint64_t)(h0 | h1 << 8), 0x0f000f000f000f00ull) & 0x0700070007000700ull);
+  const uint64_t ix =
+      index_words(b.qs + 4 * ib, _pdep_u64((uint64_t)(h0 | h1 << 8), 0x0f000f000f000f00ull) & 0x0700070007000700ull);
   auto g = [&](int l) { return (long long)kIq1sGrid[(ix >> (16 * l)) & 0xffff]; };
   // t = 1 - 2 * (bit 3 of group l's nibble): bits 3, 7, 11, 15 of the two bytes, two lanes each
   const __m256i bits = _mm256_and_si256(
