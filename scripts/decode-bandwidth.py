@@ -14,10 +14,12 @@ before and after it. The shared host's bandwidth moves between levels within sec
 measured a minute apart from the decode often saw another level. Reported per type: the median
 of the per-token ratios over all rounds, the range of the rounds' medians, and the median over
 the half of the tokens whose reads found the memory slowest and the quarter that found it fastest.
+--control adds a row "read": each token replaced by a plain read of the first type's weight bytes
+(loom-bench --bandwidth-control), the score under this method of a decode that only read.
 
 usage: scripts/decode-bandwidth.py [--bin build/bin] [--rounds 3] [--threads 2] [--n-gen 64]
                                    [--shape 1b|small] [--models DIR] [--types F16,Q8_0,...] [--min-mib N] [--save FILE]
-                                   [--prepare-only]
+                                   [--prepare-only] [--control]
 """
 import argparse
 import json
@@ -63,6 +65,7 @@ def main():
     ap.add_argument("--shape", default="1b", choices=sorted(SHAPES))
     ap.add_argument("--prepare-only", action="store_true", help="write the models, measure nothing")
     ap.add_argument("--save", help="write every token's weight and read GB/s per type to this JSON file")
+    ap.add_argument("--control", action="store_true", help="add a row of plain reads timed as tokens")
     ap.add_argument("--min-mib", type=float, default=0, help="bytes read per token (default 3x the L3)")
     a = ap.parse_args()
     B, T = a.bin, a.threads
@@ -103,13 +106,16 @@ def main():
           ", ".join(f"{t} {b / 2**20:.2f}" for t, b in read_bytes.items()), flush=True)
     if a.prepare_only:
         return 0
+    if a.control:  # a plain read of the first type's bytes in place of each token
+        paths["read"], read_bytes["read"] = paths[types[0]], read_bytes[types[0]]
+        types.append("read")
 
     def limits():
         return json.loads(run([f"{B}/loom-bench-ops", "--limits", "--json", "-t", T]))["read_gbps"]
 
     def tg(t):  # per token: weight bytes / its time, and the read probe around it
         j = json.loads(run([f"{B}/loom-bench", "-m", paths[t], "-t", T, "-p", "0", "-n", a.n_gen, "-r", "2",
-                            "--bandwidth", "-o", "json"]))[0]
+                            "--bandwidth", "-o", "json"] + (["--bandwidth-control"] if t == "read" else [])))[0]
         return statistics.median(j["samples_ts"]), j["samples_weight_gbps"], j["samples_read_gbps"]
 
     def median_ratio(w, r):

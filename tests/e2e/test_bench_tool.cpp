@@ -228,6 +228,19 @@ TEST_F(BenchTool, BandwidthSetsEachTokenAgainstAReadOfMemory) {
   EXPECT_TRUE(std::regex_search(rows[1], probed)) << rows[1];
 }
 
+TEST_F(BenchTool, BandwidthControlReadsInPlaceOfTheTokens) {
+  ToolResult r = run("-p 0 -n 2 -r 1 --bandwidth --bandwidth-control -o json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 1u);
+  ASSERT_EQ(j[0]["samples_weight_gbps"].size(), 2u);
+  EXPECT_GT(j[0]["median_read_ratio"].get<double>(), 0.0) << r.out;
+  r = run("-p 0 -n 2 -r 1 --bandwidth-control");
+  EXPECT_EQ(r.rc, 2) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_NE(r.err.find("loom-bench: error: --bandwidth-control needs --bandwidth"), std::string::npos) << r.err;
+}
+
 TEST_F(BenchTool, BandwidthRefusesWeightsOffTheCpu) {
   const ToolResult r = run("--sim-devices 1GiB -ngl all -p 0 -n 2 -r 1 --bandwidth");
   EXPECT_EQ(r.rc, 2) << r.err;

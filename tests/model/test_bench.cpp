@@ -74,6 +74,32 @@ TEST(BenchModel, ProbeReadsOncePerTokenAndItsTimeIsLeftOut) {
   std::filesystem::remove(path);
 }
 
+TEST(BenchModel, ControlTimesAReadInPlaceOfEachToken) {  // loom-bench --bandwidth-control
+  const std::string path = tiny_model(Arch::llama, "control");
+  auto model = Model::load(path);
+  SessionParams sp;
+  sp.n_ctx = 32;
+  sp.n_threads = 1;
+  Session session(*model, sp);
+  int reads = 0, stand_ins = 0;
+  ReadProbeFn probe;
+  probe.bytes_per_token = 1000000;
+  probe.gbps = [&reads]() { return 10.0 * ++reads; };
+  probe.instead_of_decode = [&stand_ins]() {  // 1 MB in 10 ms: 0.1 GB/s
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ++stand_ins;
+  };
+  const BenchTest t = bench_run(session, 0, 3, 2, 0, &probe);
+  EXPECT_EQ(stand_ins, 3 * 3);  // warm-up and 2 repetitions of 3 tokens
+  EXPECT_EQ(session.n_past(), 0) << "a token was decoded";
+  ASSERT_EQ(t.token_gbps.size(), 6u);
+  for (double g : t.token_gbps) {
+    EXPECT_LT(g, 0.1);  // the stand-in's time is the token's
+    EXPECT_GT(g, 0.01);
+  }
+  std::filesystem::remove(path);
+}
+
 TEST(BenchModel, MedianRatioOfTokensToReads) {
   BenchTest t;
   EXPECT_EQ(t.median_bandwidth_ratio(), 0.0);

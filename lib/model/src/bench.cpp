@@ -85,7 +85,10 @@ BenchTest bench_run(Session& session, int64_t n_prompt, int64_t n_gen, int reps,
       double before = probe ? probe->gbps() : 0;
       for (int64_t i = 0; i < n_gen; ++i) {
         if (probe) t0 = Clock::now();
-        session.decode(std::span<const int32_t>(&tok, 1));
+        if (probe && probe->instead_of_decode)
+          probe->instead_of_decode();
+        else
+          session.decode(std::span<const int32_t>(&tok, 1));
         tok = (int32_t)((tok + 1) % n_vocab);
         if (!probe) continue;
         const double tok_ns = ns_since(t0), after = probe->gbps();

@@ -53,6 +53,9 @@ void add_bench_flags(CLI::App& app, CommonOptions& common, BenchOptions& b) {
   app.add_flag("--bandwidth", b.bandwidth,
                "tg tests: read 512 MiB after each token and show the weight bytes decode reads per second "
                "against that read bandwidth (weights on the CPU)");
+  app.add_flag("--bandwidth-control", b.bandwidth_control,
+               "with --bandwidth: time a plain read of as many bytes as each token's weights instead of the "
+               "token (what a decode that only read would score)");
 }
 
 namespace {
@@ -214,7 +217,9 @@ int run_bench(const CommonOptions& common, const BenchOptions& b) {
     std::unique_ptr<Model> model;
   } loaded;
   std::unique_ptr<testing::ReadProbe> probe;  // --bandwidth: made once per thread count
+  std::unique_ptr<testing::ReadProbe> control;  // --bandwidth-control: one per model and thread count
   int probe_threads = 0;
+  LOOM_CHECK(!b.bandwidth_control || b.bandwidth, usage, "--bandwidth-control needs --bandwidth");
   for_each_setting(common, s, [&](const CommonOptions& o) {
     const std::string key = o.model + "\n" + o.n_gpu_layers + "\n" + o.devices + "\n" + (o.mmap ? "mmap" : "");
     if (key != loaded.key) {
@@ -254,6 +259,12 @@ int run_bench(const CommonOptions& common, const BenchOptions& b) {
       }
       probe_fn.gbps = [&probe]() { return probe->gbps(); };
       probe_fn.bytes_per_token = model.bytes_read_per_token();
+      if (b.bandwidth_control) {
+        control.reset();
+        control = std::make_unique<testing::ReadProbe>(row.n_threads, probe_fn.bytes_per_token);
+        probe_fn.bytes_per_token = control->bytes();  // its whole MiB
+        probe_fn.instead_of_decode = [&control]() { control->gbps(); };
+      }
     }
     for (int64_t d : s.depth)
       for (auto [p, n] : s.tests) {

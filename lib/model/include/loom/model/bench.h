@@ -38,6 +38,9 @@ struct BenchTest {
 struct ReadProbeFn {
   std::function<double()> gbps;
   size_t bytes_per_token = 0;  // weight bytes one token reads (Model::bytes_read_per_token)
+  // Set: timed in place of each generated token (loom-bench --bandwidth-control: a plain read of
+  // bytes_per_token bytes, the score of a decode that only read).
+  std::function<void()> instead_of_decode;
 };
 
 // Runs one test (a prompt of n_prompt tokens, then n_gen decodes; either may be 0) reps times after

@@ -44,6 +44,7 @@ class ReadProbe {
   // Passes over the whole buffer on all threads until `seconds` have gone (at least one);
   // 1e9 bytes per second.
   double gbps(double seconds = 0) const;
+  size_t bytes() const { return bytes_; }  // a pass: whole MiB, at least one per thread
 
  private:
   int n_;

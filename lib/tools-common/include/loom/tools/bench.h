@@ -22,6 +22,9 @@ struct BenchOptions {
   int delay = 0;           // --delay N: seconds of rest before each test
   bool progress = false;   // --progress: llama-bench's progress lines on stderr
   bool bandwidth = false;  // tg tests: a read of memory after each token (ReadProbe)
+  // With --bandwidth: each token replaced by a plain read of as many bytes as its weights (the
+  // score of a decode that only read), to calibrate the per-token method (docs/DECODE-SPEED.md).
+  bool bandwidth_control = false;
 };
 
 // add_common_flags, then the list forms of the swept flags in place of their single-value ones.
