@@ -47,13 +47,24 @@ TEST(BenchModel, DecodedTokenReadsOneEmbeddingRowAndItsShareOfTheExperts) {
   std::filesystem::remove(moe_path);
 }
 
+// A one-thread session of a tiny llama, its file removed at the end.
+struct TinySession {
+  explicit TinySession(const std::string& tag)
+      : path(tiny_model(Arch::llama, tag)), model(Model::load(path)), session(*model, params()) {}
+  ~TinySession() { std::filesystem::remove(path); }
+  static SessionParams params() {
+    SessionParams sp;
+    sp.n_ctx = 32;
+    sp.n_threads = 1;
+    return sp;
+  }
+  std::string path;
+  std::unique_ptr<Model> model;
+  Session session;
+};
+
 TEST(BenchModel, ProbeReadsOncePerTokenAndItsTimeIsLeftOut) {
-  const std::string path = tiny_model(Arch::llama, "probe");
-  auto model = Model::load(path);
-  SessionParams sp;
-  sp.n_ctx = 32;
-  sp.n_threads = 1;
-  Session session(*model, sp);
+  TinySession tiny("probe");
   int calls = 0;
   ReadProbeFn probe;
   probe.bytes_per_token = 1000000;
@@ -61,7 +72,7 @@ TEST(BenchModel, ProbeReadsOncePerTokenAndItsTimeIsLeftOut) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     return 10.0 * ++calls;
   };
-  const BenchTest t = bench_run(session, 0, 3, 2, 0, &probe);
+  const BenchTest t = bench_run(tiny.session, 0, 3, 2, 0, &probe);
   EXPECT_EQ(calls, 3 * 4);  // warm-up and 2 repetitions, each a reading before its 3 tokens and after each
   ASSERT_EQ(t.token_gbps.size(), 6u);
   ASSERT_EQ(t.probe_gbps.size(), 6u);
@@ -71,16 +82,10 @@ TEST(BenchModel, ProbeReadsOncePerTokenAndItsTimeIsLeftOut) {
   for (double ns : t.samples_ns) EXPECT_LT(ns, 3 * 20e6) << "the probe's sleeps were timed";
   for (size_t i = 0; i < 6; ++i) EXPECT_GT(t.token_gbps[i], 0.0);
   EXPECT_GT(t.median_bandwidth_ratio(), 0.0);
-  std::filesystem::remove(path);
 }
 
 TEST(BenchModel, ControlTimesAReadInPlaceOfEachToken) {  // loom-bench --bandwidth-control
-  const std::string path = tiny_model(Arch::llama, "control");
-  auto model = Model::load(path);
-  SessionParams sp;
-  sp.n_ctx = 32;
-  sp.n_threads = 1;
-  Session session(*model, sp);
+  TinySession tiny("control");
   int reads = 0, stand_ins = 0;
   ReadProbeFn probe;
   probe.bytes_per_token = 1000000;
@@ -89,15 +94,14 @@ TEST(BenchModel, ControlTimesAReadInPlaceOfEachToken) {  // loom-bench --bandwid
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     ++stand_ins;
   };
-  const BenchTest t = bench_run(session, 0, 3, 2, 0, &probe);
+  const BenchTest t = bench_run(tiny.session, 0, 3, 2, 0, &probe);
   EXPECT_EQ(stand_ins, 3 * 3);  // warm-up and 2 repetitions of 3 tokens
-  EXPECT_EQ(session.n_past(), 0) << "a token was decoded";
+  EXPECT_EQ(tiny.session.n_past(), 0) << "a token was decoded";
   ASSERT_EQ(t.token_gbps.size(), 6u);
   for (double g : t.token_gbps) {
     EXPECT_LT(g, 0.1);  // the stand-in's time is the token's
     EXPECT_GT(g, 0.01);
   }
-  std::filesystem::remove(path);
 }
 
 TEST(BenchModel, MedianRatioOfTokensToReads) {

@@ -218,7 +218,8 @@ int run_bench(const CommonOptions& common, const BenchOptions& b) {
   } loaded;
   std::unique_ptr<testing::ReadProbe> probe;  // --bandwidth: made once per thread count
   std::unique_ptr<testing::ReadProbe> control;  // --bandwidth-control: one per model and thread count
-  int probe_threads = 0;
+  int probe_threads = 0, control_threads = 0;
+  size_t control_for = 0;  // the bytes per token it was made for
   LOOM_CHECK(!b.bandwidth_control || b.bandwidth, usage, "--bandwidth-control needs --bandwidth");
   for_each_setting(common, s, [&](const CommonOptions& o) {
     const std::string key = o.model + "\n" + o.n_gpu_layers + "\n" + o.devices + "\n" + (o.mmap ? "mmap" : "");
@@ -260,8 +261,12 @@ int run_bench(const CommonOptions& common, const BenchOptions& b) {
       probe_fn.gbps = [&probe]() { return probe->gbps(); };
       probe_fn.bytes_per_token = model.bytes_read_per_token();
       if (b.bandwidth_control) {
-        control.reset();
-        control = std::make_unique<testing::ReadProbe>(row.n_threads, probe_fn.bytes_per_token);
+        if (!control || control_threads != row.n_threads || control_for != probe_fn.bytes_per_token) {
+          control.reset();  // one buffer at a time
+          control = std::make_unique<testing::ReadProbe>(row.n_threads, probe_fn.bytes_per_token);
+          control_threads = row.n_threads;
+          control_for = probe_fn.bytes_per_token;
+        }
         probe_fn.bytes_per_token = control->bytes();  // its whole MiB
         probe_fn.instead_of_decode = [&control]() { control->gbps(); };
       }
