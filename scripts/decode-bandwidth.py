@@ -3,7 +3,8 @@
 
 Per type, a llama of Llama 3.2 1B's matrix shapes (--shape 1b: n_embd 2048, n_ff 8192, 32 heads, 8
 key/value heads; the small preset's 32000-token vocabulary) or of the small preset's (--shape small:
-n_embd 1024, n_ff 2816, where the engine's per-node work weighs more) with as many layers as
+n_embd 1024, n_ff 2816, where the engine's per-node work weighs more) or of Llama 3 8B's or 70B's
+layers (--shape 8b: n_embd 4096, n_ff 14336; --shape 70b: 8192, 28672; longer rows) with as many layers as
 make its bytes read per token at least --min-mib (default: 3x the last-level cache, so the weights
 stream from memory: a model that fits in a 300 MiB L3 decodes faster than the read bandwidth),
 written in F16 (loom-gguf new) and quantized with --pure to the type, so every matrix is in that
@@ -18,7 +19,7 @@ the half of the tokens whose reads found the memory slowest and the quarter that
 (loom-bench --bandwidth-control), the score under this method of a decode that only read.
 
 usage: scripts/decode-bandwidth.py [--bin build/bin] [--rounds 3] [--threads 2] [--n-gen 64]
-                                   [--shape 1b|small] [--models DIR] [--types F16,Q8_0,...] [--min-mib N] [--save FILE]
+                                   [--shape 1b|small|8b|70b] [--models DIR] [--types F16,Q8_0,...] [--min-mib N] [--save FILE]
                                    [--prepare-only] [--control]
 """
 import argparse
@@ -32,6 +33,9 @@ import time
 
 SHAPES = {  # loom-gguf new flags past --preset small, and the file name prefix
     "1b": (["--n-embd", "2048", "--n-ff", "8192", "--n-head", "32", "--n-head-kv", "8"], "1b-"),
+    # Llama 3 8B's and 70B's layers (fewer of them: the same bytes per token in longer rows)
+    "8b": (["--n-embd", "4096", "--n-ff", "14336", "--n-head", "32", "--n-head-kv", "8"], "8b-"),
+    "70b": (["--n-embd", "8192", "--n-ff", "28672", "--n-head", "64", "--n-head-kv", "8"], "70b-"),
     "small": ([], ""),
 }
 TYPES = "F16,Q8_0,Q4_0,Q4_1,Q5_0,Q5_1,Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,IQ4_NL,IQ4_XS,MXFP4"
