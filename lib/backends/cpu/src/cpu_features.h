@@ -49,11 +49,11 @@ inline constexpr Wide512 kWide512All{~uint64_t{0}, ~uint64_t{0}};
 bool wide_512(DType type, int64_t K);
 // Tests: the choice from now on (like force_isa); returns the old one.
 Wide512 force_wide_512(Wide512 choice);
-// Which types' weight streams (the repacked 8-row kernels, simd_r8.h, and the float rows) ask for
-// their bytes kStreamAheadBytes ahead (cpu_vec_dot.h), a mask of 1 << DType. Every type's streams
-// do, except on Zen 4 (AMD family 19h with AVX-512) those of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and
-// IQ4_XS and on Zen 5 (family 1Ah) those of Q8_0 and Q6_K, whose decode read more of the
-// bandwidth without it, switched token by token in one decode (docs/DECODE-SPEED.md).
+// Which types' weight streams (the repacked kernels, simd_r8.h and simd_r8x2.h, and the float
+// rows) ask for their bytes kStreamAheadBytes ahead (cpu_vec_dot.h), a mask of 1 << DType. Every
+// type's streams do, except on Zen 4 (AMD family 19h with AVX-512) those of Q8_0, Q4_0, Q4_1,
+// Q5_0, Q5_1 and IQ4_XS and on Zen 5 (family 1Ah) those of Q8_0 and Q6_K, whose decode read more
+// of the bandwidth without it, switched token by token in one decode (docs/DECODE-SPEED.md).
 // LOOM_CPU_PREFETCH=0 turns it off for every type, =1 on.
 inline constexpr uint64_t kStreamPrefetchAll = ~uint64_t{0};
 bool stream_prefetch(DType type);

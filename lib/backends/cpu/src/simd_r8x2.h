@@ -36,6 +36,7 @@ inline void r8x2_groups(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, 
                         Rest rest) {
   constexpr size_t kGroupBlockBytes = kRepackRows * sizeof(W);
   const size_t ahead = stream_ahead_bytes(kBlockType<W>);
+  const bool ask = stream_prefetch(kBlockType<W>);
   int64_t r = 0;
   for (; r + 2 * kRepackRows <= nr; r += 2 * kRepackRows) {
     const uint8_t* pair = a + r * lda;
@@ -43,7 +44,7 @@ inline void r8x2_groups(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, 
     for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nblk; ++i) {
       const uint8_t* p = pair + 2 * i * kGroupBlockBytes;
-      prefetch_stream(p, 2 * kGroupBlockBytes, ahead);
+      if (ask) prefetch_stream(p, 2 * kGroupBlockBytes, ahead);
       block(p, p + kGroupBlockBytes, i, acc);
     }
     for (int c = 0; c < NC; ++c) _mm512_storeu_ps(out[c] + r, acc[c]);
