@@ -74,9 +74,9 @@ Wide512 initial_wide_512() {
 constexpr uint64_t kNoPrefetchZen4 = bit(DType::Q8_0) | bit(DType::Q4_0) | bit(DType::Q4_1) | bit(DType::Q5_0) |
                                      bit(DType::Q5_1) | bit(DType::IQ4_XS);
 
-// Zen 5, the same way (2026-12-05, 448 pairs): Q6_K read 4.5 and 11 points more without it, Q8_0
-// 2.6 and 3.5; Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4 2-10 points less. (The two-group K-quant
-// kernels always ask ahead.)
+// Zen 5, the same way (2026-12-05, three runs of 192-256 pairs): Q6_K read 11, 4.5 and 1.0 points
+// more without it, Q8_0 3.5, 2.6 and 4.8 (the third at 66-75 GB/s); Q4_0, Q4_1, Q5_0, Q5_1,
+// IQ4_NL and MXFP4 2-10 points less, the two-group K-quant kernels 28-51 less.
 constexpr uint64_t kNoPrefetchZen5 = bit(DType::Q6_K) | bit(DType::Q8_0);
 
 uint64_t initial_stream_prefetch() {
