@@ -69,6 +69,26 @@ TEST_F(ArchTools, NewWritesEachArchitecturesTensorSet) {
   for (const auto& t : g["tensors"]) EXPECT_NE(t["name"], "output.weight");
 }
 
+// --tied: a llama without output.weight (Llama 3.2 1B/3B), its token embeddings the output matrix
+// (repacked on the CPU where the type has a repacked layout, and still looked up by GET_ROWS)
+TEST_F(ArchTools, NewTiedLlamaHasNoOutputMatrixAndRuns) {
+  const std::string path = (dir_ / "tied-q4_0.gguf").string();
+  Result r = run_tool("loom-gguf new --arch llama --preset tiny --tied --type q4_0 -o " + quote(path));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  r = run_tool("loom-gguf info --json " + quote(path));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::set<std::string> names;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  for (const auto& t : j["tensors"]) names.insert(t["name"].get<std::string>());
+  EXPECT_TRUE(names.count("token_embd.weight"));
+  EXPECT_FALSE(names.count("output.weight"));
+  for (const char* layout : {"", " --no-repack"}) {
+    r = run_tool("loom-run -m " + quote(path) + " -p 'hello world' -n 8 --temp 0" + layout);
+    ASSERT_EQ(r.rc, 0) << layout << ": " << r.err;
+    EXPECT_EQ(r.out.rfind("hello world", 0), 0u) << r.out;
+  }
+}
+
 TEST_F(ArchTools, GreedyTextIsTheSameInEverySplitMode) {
   for (const ArchCase& c : kCases) {
     SCOPED_TRACE(c.arch);

@@ -24,10 +24,12 @@
 namespace loom {
 namespace {
 
-std::string make_model(Arch arch, const std::string& tag, DType type = DType::F32) {
+// tied: no output.weight (token_embd is the output matrix too, as in Llama 3.2 1B)
+std::string make_model(Arch arch, const std::string& tag, DType type = DType::F32, bool tied = false) {
   NewModelOptions o;
   o.type = type;
   o.hparams = preset_hparams(arch, "tiny");
+  o.hparams.tied_embeddings = o.hparams.tied_embeddings || tied;
   o.seed = 11;
   o.output =
       (std::filesystem::temp_directory_path() / ("loom-md-" + std::to_string(getpid()) + "-" + tag + ".gguf")).string();
@@ -242,9 +244,10 @@ TEST(CpuWeights, LoadedByDefaultMappedWithMmap) {
 
 // A tiny llama in `type`: written so (Q8_0 / Q4_0 / Q4_K), or quantized with --pure from F32 (the
 // types `loom-gguf new` does not write).
-std::string make_model_of_type(DType type, const std::string& tag) {
-  if (type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_K) return make_model(Arch::llama, tag, type);
-  const std::string f32 = make_model(Arch::llama, tag + "-f32");
+std::string make_model_of_type(DType type, const std::string& tag, bool tied = false) {
+  if (type == DType::Q8_0 || type == DType::Q4_0 || type == DType::Q4_K)
+    return make_model(Arch::llama, tag, type, tied);
+  const std::string f32 = make_model(Arch::llama, tag + "-f32", DType::F32, tied);
   QuantizeOptions o;
   o.input = f32;
   o.output = f32.substr(0, f32.size() - 9) + ".gguf";  // without "-f32.gguf"
@@ -260,15 +263,18 @@ std::string make_model_of_type(DType type, const std::string& tag) {
 // Matrices repacked for the CPU kernels (the default where the CPU level has them), in groups and
 // in pairs of groups (where every type's two groups are taken), give the logits of the file's
 // layout (--no-repack) to float rounding, through both the decode rows (one column) and the GEMMs
-// (a 40-token prompt); token embeddings are never repacked.
+// (a 40-token prompt); token embeddings are repacked only where they are the output matrix too
+// (every other type's model is tied), GET_ROWS then reading the repacked rows.
 TEST(CpuWeights, RepackedMatricesGiveTheFileLayoutsLogits) {
   int types_without = 0;
   const DType types[] = {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q3_K,   DType::IQ4_XS,
                          DType::Q2_K, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::IQ4_NL, DType::MXFP4};
-  for (DType type : types)
+  for (size_t k = 0; k < std::size(types); ++k)
     for (bool pairs : {false, true}) {
-      SCOPED_TRACE(std::string(dtype_name(type)) + (pairs ? " pairs" : ""));
-      const std::string path = make_model_of_type(type, std::string("repack-") + dtype_name(type));
+      const DType type = types[k];
+      const bool tied = k % 2 == 1;
+      SCOPED_TRACE(std::string(dtype_name(type)) + (pairs ? " pairs" : "") + (tied ? " tied" : ""));
+      const std::string path = make_model_of_type(type, std::string("repack-") + dtype_name(type), tied);
       struct RemoveAtExit {  // also when the type has no repacked kernels or an assertion fails
         std::string path;
         ~RemoveAtExit() { std::filesystem::remove(path); }
@@ -287,7 +293,8 @@ TEST(CpuWeights, RepackedMatricesGiveTheFileLayoutsLogits) {
       int n_repacked = 0;
       for (const Tensor* t : repacked->weight_tensors()) n_repacked += t->has_flag(kFlagRepacked);
       for (const Tensor* t : file_layout->weight_tensors()) EXPECT_FALSE(t->has_flag(kFlagRepacked)) << t->name;
-      EXPECT_FALSE(repacked->tok_embd->has_flag(kFlagRepacked));
+      EXPECT_EQ(repacked->output == repacked->tok_embd, tied);
+      EXPECT_EQ(repacked->tok_embd->has_flag(kFlagRepacked), tied && n_repacked > 0);
       if (n_repacked == 0) {  // this CPU level has no repacked kernels for the type
         types_without += !pairs;
         continue;
@@ -300,14 +307,14 @@ TEST(CpuWeights, RepackedMatricesGiveTheFileLayoutsLogits) {
       // matrices but the token embeddings repacked, or none (no kernels for it at this level).
       std::map<DType, std::pair<int, int>> matrices;  // type -> (matrices, repacked)
       for (const Tensor* t : repacked->weight_tensors())
-        if (t->ne[1] > 1 && t != repacked->tok_embd) {
+        if (t->ne[1] > 1 && (t != repacked->tok_embd || tied)) {
           matrices[t->type].first++;
           matrices[t->type].second += t->has_flag(kFlagRepacked);
         }
       for (const auto& [t, n] : matrices) EXPECT_TRUE(n.second == 0 || n.second == n.first) << dtype_name(t);
       EXPECT_EQ(matrices[type].second, matrices[type].first);
       if (dtype_info(type).block_size == 32) {  // no fallbacks: every matrix in the type
-        EXPECT_EQ(n_repacked, 7 * (int)repacked->layers.size() + (repacked->output != repacked->tok_embd ? 1 : 0));
+        EXPECT_EQ(n_repacked, 7 * (int)repacked->layers.size() + 1);  // and the output (tied or not)
       }
       auto logits = [](Model& m, std::vector<int32_t>& tokens) {
         SessionParams sp;

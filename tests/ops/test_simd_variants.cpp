@@ -645,6 +645,39 @@ TEST_P(MatmulLevelTest, RepackedWeightsDotAndGemm) {
           }
 }
 
+// A tied token embedding is repacked as the output matrix and looked up by GET_ROWS: every row
+// of every matrix of a stack comes back as the file's layout gives it, exactly, alone and in pairs
+// (a last group of an odd count on its own: M = 40).
+TEST_P(MatmulLevelTest, GetRowsOfRepackedWeights) {
+  for (DType t : kRepackTypes)
+    for (int64_t M : {40L, 48L})
+      for (bool pairs : {false, true}) {
+        const int64_t K = dtype_info(t).block_size == 256 ? 512 : 96, a2 = 2, n = 2 * M;
+        if (!cpu::repacked_kernels(t)) continue;
+        OpRunner r;
+        Tensor* a = r.input(t, {K, M, a2}, "a");
+        Tensor* ids = r.input(DType::I32, {n, a2}, "ids");
+        Tensor* out = ops::get_rows(r.ctx, a, ids);
+        r.alloc();
+        r.fill_normal(a);
+        std::vector<int32_t> iv((size_t)(n * a2));
+        for (size_t i = 0; i < iv.size(); ++i) iv[i] = (int32_t)((i * 7 + i / 5) % (size_t)M);
+        r.set_i32(ids, iv);
+        const auto av = r.get_f32(a);
+        std::vector<float> want;
+        for (int64_t j = 0; j < a2; ++j)
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t row = iv[(size_t)(j * n + i)];
+            want.insert(want.end(), av.begin() + (j * M + row) * K, av.begin() + (j * M + row + 1) * K);
+          }
+        if (!repack_in_place(a, pairs)) GTEST_SKIP() << "no repacked kernels at this level";
+        ASSERT_TRUE(cpu::supports(out));
+        r.compute(out, 2);
+        EXPECT_EQ(r.get_f32(out), want) << dtype_name(t) << " M " << M
+                                        << (a->has_flag(kFlagRepackedPairs) ? " pairs" : "");
+      }
+}
+
 // b not F32 rows (converted first), a transposed float view (the strided path), broadcast.
 TEST_P(MatmulLevelTest, ConvertedBStridedABroadcast) {
   for (DType bt : {DType::F16, DType::BF16})

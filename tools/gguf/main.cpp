@@ -39,6 +39,7 @@ struct Options {
   std::string output;
   bool header_only = false;
   bool rope_freqs = false;
+  bool tied = false;
   uint64_t seed = 42;
   // quantize
   loom::QuantizeOptions q;
@@ -106,6 +107,7 @@ int run_new(const Options& o, const CLI::App& cmd) {
     hp.rope_freqs = true;
     hp.rope_theta = 500000.0f;
   }
+  if (o.tied) hp.tied_embeddings = true;                // no output.weight: token_embd is the output matrix too
   if (*arch == loom::Arch::llama && hp.n_expert > 0) {  // Mixtral: experts as wide as n_ff
     hp.n_ff_exp = hp.n_ff;
     if (cmd.count("--n-expert-used") == 0) hp.n_expert_used = std::min<int64_t>(2, hp.n_expert);
@@ -194,6 +196,8 @@ int main(int argc, char** argv) {
   nw->add_option("--n-expert-used", o.n_expert_used, "experts used per token");
   nw->add_option("--n-ff-exp", o.n_ff_exp, "expert feed-forward width (qwen3moe, gpt-oss)");
   nw->add_flag("--rope-freqs", o.rope_freqs, "llama: a Llama-3-shaped file (rope_freqs.weight, RoPE base 500000)");
+  nw->add_flag("--tied", o.tied,
+               "no output.weight: token_embd is also the output matrix (Llama 3.2 1B/3B; gemma always)");
   nw->add_option("--n-vocab", o.n_vocab, "vocabulary size");
   nw->add_option("--n-ctx-train", o.n_ctx_train, "training context length");
   nw->add_option("--type", o.type, "f32 | f16 | bf16 | q8_0 | q4_0 | q4_K | q6_K")->capture_default_str();

@@ -196,8 +196,9 @@ void Model::place(const PlacementParams& params, const std::function<void(size_t
         upload_converted(t, file_type, src[i]);
       } else {
         // Matrices in the layout the device's kernels read fastest, where it has one (--no-repack
-        // keeps the file's); token embeddings (read by GET_ROWS) and trained weights stay as they are.
-        bt.upload_weight(t, src[i], p.repack && t != tok_embd && !trained_.count(t));
+        // keeps the file's); trained weights stay as they are, and so do token embeddings unless
+        // they are also the output matrix (tied), which every decode step streams whole.
+        bt.upload_weight(t, src[i], p.repack && (t != tok_embd || tok_embd == output) && !trained_.count(t));
       }
       copied += t->nbytes();
       if (progress) progress(copied, copy_total);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "cpu_repack.h"
 #include "cpu_rows.h"
 #include "kernels.h"
 
@@ -240,10 +241,13 @@ void compute_repeat_back(const KernelArgs& args, Tensor* dst) {
 
 // a {n0, rows, a2, a3} any type, ids I32 {n, a2, a3} -> dst F32 {n0, n, a2, a3}:
 // dst[:, i, j, k] = a[:, ids[i, j, k], j, k]. An id outside [0, rows) yields a row of NaN.
+// A repacked a (a tied token embedding, cpu_repack.h) has each row gathered into scratch first.
 void compute_get_rows(const KernelArgs& args, Tensor* dst) {
   const Tensor* a = dst->src[0];
   const Tensor* ids = dst->src[1];
   const int64_t n0 = a->ne[0];
+  const bool repacked = a->has_flag(kFlagRepacked);
+  char* gathered = repacked ? thread_scratch<char>(args, a->nb[1]) : nullptr;
   int64_t r0, r1;
   split_rows(dst->nrows(), args.ith, args.nth, r0, r1);
   for (int64_t r = r0; r < r1; ++r) {
@@ -255,7 +259,8 @@ void compute_get_rows(const KernelArgs& args, Tensor* dst) {
       std::fill(y, y + n0, std::numeric_limits<float>::quiet_NaN());
       continue;
     }
-    row_to_f32(a->type, row_ptr(a, id, j, k), a->nb[0], n0, y);
+    if (repacked) unpack_tensor_row(*a, id, j, gathered);
+    row_to_f32(a->type, repacked ? gathered : row_ptr(a, id, j, k), a->nb[0], n0, y);
   }
 }
 
@@ -355,6 +360,8 @@ size_t work_size_copy(const Tensor* node, int nth) {
       return scratch_bytes((size_t)(node->ne[0] + a->ne[0]) * sizeof(float), nth);
     case OpKind::REPEAT:
     case OpKind::REPEAT_BACK: return scratch_bytes((size_t)a->ne[0] * sizeof(float), nth);
+    case OpKind::GET_ROWS:
+      return a->has_flag(kFlagRepacked) ? scratch_bytes(a->nb[1], nth) : 0;
     case OpKind::GET_ROWS_BACK:
       return scratch_bytes((size_t)node->ne[0] * sizeof(float), nth);
     // f32 rows go straight to the writer: no scratch, so the K/V cache writes between the Q/K/V

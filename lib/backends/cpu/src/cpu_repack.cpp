@@ -302,6 +302,17 @@ void unpack_blocks(DType type, const uint8_t* group, int i, int64_t b0, int64_t 
     get_block(type, group + (size_t)(b0 + b) * gbb, i, static_cast<uint8_t*>(out) + (size_t)b * bb);
 }
 
+void unpack_tensor_row(const Tensor& t, int64_t r, int64_t i2, void* out) {
+  const size_t lda = t.nb[1], gbb = repack_group_block_bytes(t.type);
+  const int64_t groups = t.ne[1] / kRepackRows;
+  const R8Group at = r8_group(r / kRepackRows, groups, lda, gbb, t.has_flag(kFlagRepackedPairs));
+  const auto* matrix = static_cast<const uint8_t*>(t.data) + (size_t)i2 * t.nb[2];
+  const int64_t nblk = t.ne[0] / block_values(t.type);
+  for (int64_t b = 0; b < nblk; ++b)
+    get_block(t.type, matrix + at.at + (size_t)b * at.stride, (int)(r % kRepackRows),
+              static_cast<uint8_t*>(out) + (size_t)b * block_bytes(t.type));
+}
+
 void unpack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t K, bool pairs, int64_t matrix_rows) {
   const int64_t nblk = K / block_values(type);
   const size_t lda = (size_t)nblk * block_bytes(type), gbb = repack_group_block_bytes(type), bb = block_bytes(type);

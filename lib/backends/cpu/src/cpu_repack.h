@@ -41,7 +41,8 @@
 // b of group 2p, then block b of group 2p + 1, each as above -- so that the 16 rows those kernels
 // read at once stream as one run of bytes (two groups read side by side were two streams, slower
 // from memory). A matrix's last group of an odd count stays on its own.
-// A repacked tensor carries kFlagRepacked; only MUL_MAT / MUL_MAT_ID (as their weights) read it.
+// A repacked tensor carries kFlagRepacked; MUL_MAT / MUL_MAT_ID read it as their weights, and
+// GET_ROWS row by row (a tied token embedding is also the output matrix: unpack_tensor_row).
 #pragma once
 
 #include <cstddef>
@@ -50,6 +51,7 @@
 #include "cpu_vec_dot.h"
 #include "loom/core/dtype.h"
 #include "loom/core/quants.h"
+#include "loom/graph/tensor.h"
 
 namespace loom::cpu {
 
@@ -141,6 +143,9 @@ inline constexpr size_t q6k_repack_ql(int q, int i) {
 inline constexpr size_t q6k_repack_qh(int q, int i) { return kQ6kRepackSteps + (size_t)q * 96 + 64 + (size_t)i * 4; }
 // Row i (< 8) of the repacked group at `group`, blocks [b0, b0 + nb), as GGUF blocks at out.
 void unpack_blocks(DType type, const uint8_t* group, int i, int64_t b0, int64_t nb, void* out);
+// Row r of matrix i2 of a repacked tensor (kFlagRepacked, in pairs where kFlagRepackedPairs says)
+// as its GGUF row at out (t.nb[1] bytes).
+void unpack_tensor_row(const Tensor& t, int64_t r, int64_t i2, void* out);
 
 // The readable reference of the repacked rows_dot (RowsDotFn with nr a multiple of 8 and a the
 // first row of a group, or with `pairs` of a pair): each group unpacked, then the scalar GGUF-row

@@ -70,15 +70,15 @@ Family family_of(OpKind op) {
 }
 }  // namespace
 
-// A repacked weight (cpu_repack.h) is read whole by MUL_MAT / MUL_MAT_ID as their weights, by
-// nothing else.
+// A repacked weight (cpu_repack.h) is read whole by MUL_MAT / MUL_MAT_ID as their weights and
+// by GET_ROWS (a tied token embedding), by nothing else.
 bool reads_repacked_wrongly(const Tensor* node) {
   for (int i = 0; i < kMaxSrc; ++i) {
     const Tensor* s = node->src[i];
     if (!s) continue;
     const bool repacked = s->has_flag(kFlagRepacked) || (s->view_src && s->view_src->has_flag(kFlagRepacked));
-    const bool matmul = node->op == OpKind::MUL_MAT || node->op == OpKind::MUL_MAT_ID;
-    if (repacked && !(matmul && i == 0 && !s->is_view())) return true;
+    const bool reader = node->op == OpKind::MUL_MAT || node->op == OpKind::MUL_MAT_ID || node->op == OpKind::GET_ROWS;
+    if (repacked && !(reader && i == 0 && !s->is_view())) return true;
   }
   return false;
 }

@@ -19,13 +19,13 @@ inline constexpr int kMaxSrc = 6;
 inline constexpr int kMaxOpParams = 16;
 
 enum TensorFlag : uint32_t {
-  kFlagParam = 1u << 0,     // trainable parameter
-  kFlagInput = 1u << 1,     // filled by the caller before compute
-  kFlagOutput = 1u << 2,    // read by the caller after compute: never reused by the allocator
-  kFlagLoss = 1u << 3,      // scalar to minimize
-  kFlagRepacked = 1u << 4,  // CPU weight stored in a kernel layout (cpu_repack.h): only MUL_MAT(_ID) reads it
-  kFlagRefilled = 1u << 5,  // with kFlagInput: filled before every compute and not read after it, so the
-                            // allocator may reuse its bytes once its last reader has run
+  kFlagParam = 1u << 0,          // trainable parameter
+  kFlagInput = 1u << 1,          // filled by the caller before compute
+  kFlagOutput = 1u << 2,         // read by the caller after compute: never reused by the allocator
+  kFlagLoss = 1u << 3,           // scalar to minimize
+  kFlagRepacked = 1u << 4,       // CPU weight stored in a kernel layout (cpu_repack.h): MUL_MAT(_ID), GET_ROWS read it
+  kFlagRefilled = 1u << 5,       // with kFlagInput: filled before every compute and not read after it, so the
+                                 // allocator may reuse its bytes once its last reader has run
   kFlagRepackedPairs = 1u << 6,  // with kFlagRepacked: its groups in pairs (cpu_repack.h)
 };
 

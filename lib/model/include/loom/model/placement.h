@@ -34,8 +34,8 @@ struct PlacementParams {
   // --mmap: the CPU's weights stay in the file mapping (page cache, 4 KiB pages) instead of a
   // loaded copy in huge-page-backed memory, which decode streams ~10% faster.
   bool mmap = false;
-  // The CPU's loaded Q8_0 / Q4_0 / Q4_K / Q6_K matrices repacked in groups of 8 rows for its kernels (same
-  // bytes; decode ~1.5-2x faster); --no-repack keeps the file's layout.
+  // The CPU's loaded quantized matrices (a tied token embedding too) repacked in groups of 8 rows for
+  // its kernels (same bytes; decode ~1.5-2x faster); --no-repack keeps the file's layout.
   bool repack = true;
   // split mode tensor: the member devices, in rank order (empty: every selected device but the
   // CPU, or the CPU alone); tensor_split then has one proportion per member.
