@@ -18,9 +18,12 @@ the half of the tokens whose reads found the memory slowest and the quarter that
 --control adds a row "read": each token replaced by a plain read of the first type's weight bytes
 (loom-bench --bandwidth-control), the score under this method of a decode that only read.
 
+--files A.gguf,B.gguf measures those files instead (e.g. downloads, or a Llama-3.2-1B-shaped file from
+loom-gguf new --tied and loom-gguf quantize), one row each.
+
 usage: scripts/decode-bandwidth.py [--bin build/bin] [--rounds 3] [--threads 2] [--n-gen 64]
                                    [--shape 1b|small|8b|70b] [--models DIR] [--types F16,Q8_0,...] [--min-mib N] [--save FILE]
-                                   [--prepare-only] [--control]
+                                   [--prepare-only] [--control] [--files A.gguf,...]
 """
 import argparse
 import json
@@ -71,6 +74,7 @@ def main():
     ap.add_argument("--save", help="write every token's weight and read GB/s per type to this JSON file")
     ap.add_argument("--control", action="store_true", help="add a row of plain reads timed as tokens")
     ap.add_argument("--min-mib", type=float, default=0, help="bytes read per token (default 3x the L3)")
+    ap.add_argument("--files", help="measure these GGUF files (comma separated) instead of written ones")
     a = ap.parse_args()
     B, T = a.bin, a.threads
     types = a.types.split(",")
@@ -78,9 +82,10 @@ def main():
     os.makedirs(a.models, exist_ok=True)
     min_bytes = a.min_mib * 2**20 if a.min_mib > 0 else max(3 * last_level_cache_bytes(), 512 * 2**20)
 
-    def read_bytes_of(path):  # every weight tensor but token_embd (one row of it is read per token)
+    def read_bytes_of(path):  # every weight tensor but token_embd (one row of it), unless it is the output too
         rows = json.loads(run([f"{B}/loom-gguf", "info", "--json", path]))["tensors"]
-        return sum(r["nbytes"] for r in rows if r["name"] != "token_embd.weight")
+        tied = not any(r["name"] == "output.weight" for r in rows)
+        return sum(r["nbytes"] for r in rows if tied or r["name"] != "token_embd.weight")
 
     def make(t, n_layer, path):  # F16 with n_layer layers, then --pure quantization to t
         if os.path.exists(path):
@@ -96,7 +101,13 @@ def main():
         return path
 
     paths, read_bytes = {}, {}
-    for t in types:
+    if a.files:
+        types = []
+        for f in a.files.split(","):
+            name = os.path.basename(f).removesuffix(".gguf")
+            types.append(name)
+            paths[name], read_bytes[name] = f, read_bytes_of(f)
+    for t in [] if a.files else types:
         # two layer counts give the bytes per layer and the rest (output, norms)
         b1 = read_bytes_of(make(t, 1, os.path.join(a.models, f"{prefix}l1-{t}.gguf")))
         b2 = read_bytes_of(make(t, 2, os.path.join(a.models, f"{prefix}l2-{t}.gguf")))
