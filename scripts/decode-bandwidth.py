@@ -101,21 +101,19 @@ def main():
         return path
 
     paths, read_bytes = {}, {}
-    if a.files:
-        types = []
-        for f in a.files.split(","):
-            name = os.path.basename(f).removesuffix(".gguf")
-            types.append(name)
-            paths[name], read_bytes[name] = f, read_bytes_of(f)
-    for t in [] if a.files else types:
-        # two layer counts give the bytes per layer and the rest (output, norms)
-        b1 = read_bytes_of(make(t, 1, os.path.join(a.models, f"{prefix}l1-{t}.gguf")))
-        b2 = read_bytes_of(make(t, 2, os.path.join(a.models, f"{prefix}l2-{t}.gguf")))
-        n_layer = max(2, math.ceil((min_bytes - (2 * b1 - b2)) / (b2 - b1)))
-        paths[t] = os.path.join(a.models, f"{prefix}l{n_layer}-{t}.gguf")
-        if not os.path.exists(paths[t]):
-            print(time.strftime("%H:%M:%S"), f"writing {paths[t]}", flush=True)
-        make(t, n_layer, paths[t])
+    if a.files:  # given files, named by their file names
+        files = a.files.split(",")
+        types = [os.path.basename(f).removesuffix(".gguf") for f in files]
+        paths = dict(zip(types, files))
+    for t in types:
+        if t not in paths:  # two layer counts give the bytes per layer and the rest (output, norms)
+            b1 = read_bytes_of(make(t, 1, os.path.join(a.models, f"{prefix}l1-{t}.gguf")))
+            b2 = read_bytes_of(make(t, 2, os.path.join(a.models, f"{prefix}l2-{t}.gguf")))
+            n_layer = max(2, math.ceil((min_bytes - (2 * b1 - b2)) / (b2 - b1)))
+            paths[t] = os.path.join(a.models, f"{prefix}l{n_layer}-{t}.gguf")
+            if not os.path.exists(paths[t]):
+                print(time.strftime("%H:%M:%S"), f"writing {paths[t]}", flush=True)
+            make(t, n_layer, paths[t])
         read_bytes[t] = read_bytes_of(paths[t])
     print(f"bytes/token MiB (at least {min_bytes / 2**20:.0f}): " +
           ", ".join(f"{t} {b / 2**20:.2f}" for t, b in read_bytes.items()), flush=True)

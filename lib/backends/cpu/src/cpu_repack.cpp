@@ -303,13 +303,12 @@ void unpack_blocks(DType type, const uint8_t* group, int i, int64_t b0, int64_t 
 }
 
 void unpack_tensor_row(const Tensor& t, int64_t r, int64_t i2, void* out) {
-  const size_t lda = t.nb[1], gbb = repack_group_block_bytes(t.type);
-  const int64_t groups = t.ne[1] / kRepackRows;
-  const R8Group at = r8_group(r / kRepackRows, groups, lda, gbb, t.has_flag(kFlagRepackedPairs));
-  const auto* matrix = static_cast<const uint8_t*>(t.data) + (size_t)i2 * t.nb[2];
-  const int64_t nblk = t.ne[0] / block_values(t.type);
-  for (int64_t b = 0; b < nblk; ++b)
-    get_block(t.type, matrix + at.at + (size_t)b * at.stride, (int)(r % kRepackRows),
+  const int64_t row = i2 * t.ne[1] + r;  // in the stack, as repack_weight laid it out
+  const R8Group at = group_at(row / kRepackRows, t.ne[1] * t.ne[2], t.nb[1], repack_group_block_bytes(t.type),
+                              t.has_flag(kFlagRepackedPairs), t.ne[1]);
+  const auto* base = static_cast<const uint8_t*>(t.data);
+  for (int64_t b = 0; b < t.ne[0] / block_values(t.type); ++b)
+    get_block(t.type, base + at.at + (size_t)b * at.stride, (int)(row % kRepackRows),
               static_cast<uint8_t*>(out) + (size_t)b * block_bytes(t.type));
 }
 
