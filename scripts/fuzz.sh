@@ -4,6 +4,7 @@
 # (checkpoint_fuzz: a checkpoint made by build/bin/loom-train).
 # Usage: scripts/fuzz.sh [SECONDS] [TARGET=gguf_reader_fuzz]. Crashes land in build-fuzz/crashes/.
 # grammar_fuzz: hand-written GBNF seeds (loom-run --grammar). task_files_fuzz: one seed per task file kind.
+# imatrix_fuzz: an importance matrix in each of llama-imatrix's formats.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
@@ -74,6 +75,27 @@ if [ "$target" = task_files_fuzz ]; then
   printf '\x00ctx: a man walks\n2\nin.\nout.\nup.\ndown.\n' >"$corpus/seed-hellaswag"
   printf '\x05index,sentence\n0,"Sarah, not Maria, so _ won.",Sarah,Maria,1\n1,The _ sat.,cat,dog,2\n' >"$corpus/seed-winogrande"
   printf '\x02\x01\x00\x00\x00\x08\x00\x00\x00\x01\x00\x00\x00Q\x02\x00\x00\x00\x01\x00\x00\x00a\x01\x00\x00\x00b\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00' >"$corpus/seed-mc"
+fi
+
+if [ "$target" = imatrix_fuzz ]; then
+  # Seeds: llama-imatrix's binary form (two entries, the chunk count and the dataset's name) and
+  # its GGUF form (one entry: blk.0.attn_q.weight.in_sum2 [2, 1] and .counts [1, 1]).
+  python3 - "$corpus" <<'PY'
+import struct, sys
+d = sys.argv[1]
+def s(x): return struct.pack("<i", len(x)) + x
+b = struct.pack("<i", 2) + s(b"blk.0.attn_q.weight") + struct.pack("<ii2f", 4, 2, 4.0, 8.0)
+b += s(b"blk.1.ffn_down.weight") + struct.pack("<ii1f", 0, 1, 3.0) + struct.pack("<i", 10) + s(b"calib.txt")
+open(d + "/seed-legacy.dat", "wb").write(b)
+def gs(x): return struct.pack("<Q", len(x)) + x
+kv = gs(b"imatrix.datasets") + struct.pack("<iiQ", 9, 8, 1) + gs(b"calib.txt")
+kv += gs(b"imatrix.chunk_count") + struct.pack("<iI", 4, 10) + gs(b"imatrix.chunk_size") + struct.pack("<iI", 4, 512)
+ti = gs(b"blk.0.attn_q.weight.in_sum2") + struct.pack("<IQQiQ", 2, 2, 1, 0, 0)
+ti += gs(b"blk.0.attn_q.weight.counts") + struct.pack("<IQQiQ", 2, 1, 1, 0, 32)
+h = b"GGUF" + struct.pack("<IQQ", 3, 2, 3) + kv + ti
+h += b"\0" * (-len(h) % 32)
+open(d + "/seed.gguf", "wb").write(h + struct.pack("<2f", 4.0, 8.0) + b"\0" * 24 + struct.pack("<f", 4.0))
+PY
 fi
 
 max_len=65536

@@ -4,6 +4,11 @@
 // differ and each side's relative RMSE against the f32 rows. Rows: 64 x 4096 (a real model's
 // width), normal (sigma 1 and 0.02) and heavy-tailed (Student t, 4 degrees: real weights have
 // outliers). Exit 0 when nothing differs.
+// With --imatrix: the importance-weighted quantizers instead (llama-quantize --imatrix): the same
+// rows (64 x 4096, Student t) and importance (log-normal per column, sigma 1.5) through loom's
+// importance_quantizer and libggml's ggml_quantize_chunk, each side's weighted relative error
+// sqrt(sum imp (y - x)^2 / sum imp x^2) and the reference's without a matrix per type. Exit 1 when
+// loom's is more than 3% above libggml's for a type.
 #include <dlfcn.h>
 
 #include <cmath>
@@ -14,6 +19,7 @@
 #include <vector>
 
 #include "loom/core/dtype.h"
+#include "loom/core/quants.h"
 
 namespace {
 
@@ -27,11 +33,60 @@ struct GgmlTraits {
   void (*to_float)(const void*, float*, int64_t);
 };
 
+using QuantizeChunk = size_t (*)(int, const float*, void*, int64_t, int64_t, int64_t, const float*);
+
+int compare_importance(QuantizeChunk quantize_chunk, void (*quantize_init)(int),
+                       const GgmlTraits* (*type_traits)(int)) {
+  constexpr int64_t K = 4096, R = 64;
+  std::mt19937 rng(42);
+  std::student_t_distribution<float> heavy(4.0f);
+  std::lognormal_distribution<float> spread(0.0f, 1.5f);
+  std::vector<float> x(K * R), imp(K);
+  for (float& v : x) v = 0.02f * heavy(rng);
+  for (float& v : imp) v = spread(rng);
+  auto weighted_error = [&](const std::vector<float>& y) {
+    double e = 0, s = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double w = imp[i % K];
+      e += w * (y[i] - x[i]) * (y[i] - x[i]);
+      s += w * x[i] * x[i];
+    }
+    return std::sqrt(e / s);
+  };
+  int worse = 0;
+  std::printf("%-8s %12s %12s %12s %8s\n", "type", "no matrix", "loom", "llama.cpp", "ratio");
+  for (loom::DType t : loom::kAllDTypes) {
+    const loom::FromFloatImportanceFn ours = loom::importance_quantizer(t);
+    if (!ours) continue;
+    const loom::DTypeInfo& info = loom::dtype_info(t);
+    const GgmlTraits* tr = type_traits((int)t);
+    quantize_init((int)t);
+    const size_t rb = loom::row_size(t, K);
+    std::vector<uint8_t> plain(rb * R), q_ours(rb * R), q_theirs(rb * R);
+    for (int64_t r = 0; r < R; ++r) {
+      info.from_float(x.data() + r * K, plain.data() + r * rb, K);
+      ours(x.data() + r * K, q_ours.data() + r * rb, K, imp.data());
+    }
+    quantize_chunk((int)t, x.data(), q_theirs.data(), 0, R, K, imp.data());
+    std::vector<float> y(K * R);
+    info.to_float(plain.data(), y.data(), K * R);
+    const double e_plain = weighted_error(y);
+    info.to_float(q_ours.data(), y.data(), K * R);
+    const double e_ours = weighted_error(y);
+    tr->to_float(q_theirs.data(), y.data(), K * R);
+    const double e_theirs = weighted_error(y);
+    std::printf("%-8s %12.5f %12.5f %12.5f %8.3f\n", info.name, e_plain, e_ours, e_theirs, e_ours / e_theirs);
+    worse += e_ours > 1.03 * e_theirs;
+  }
+  return worse ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s libggml-base.so\n", argv[0]);
+  const bool importance = argc == 3 && std::strcmp(argv[2], "--imatrix") == 0;
+  if (argc != 2 && !importance) {
+    std::fprintf(stderr, "usage: %s libggml-base.so [--imatrix]\n", argv[0]);
     return 2;
   }
   void* lib = dlopen(argv[1], RTLD_NOW);
@@ -39,7 +94,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dlopen: %s\n", dlerror());
     return 2;
   }
-  using QuantizeChunk = size_t (*)(int, const float*, void*, int64_t, int64_t, int64_t, const float*);
   auto quantize_chunk = reinterpret_cast<QuantizeChunk>(dlsym(lib, "ggml_quantize_chunk"));
   auto quantize_init = reinterpret_cast<void (*)(int)>(dlsym(lib, "ggml_quantize_init"));
   auto type_traits = reinterpret_cast<const GgmlTraits* (*)(int)>(dlsym(lib, "ggml_get_type_traits"));
@@ -47,6 +101,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s lacks ggml_quantize_chunk / ggml_quantize_init / ggml_get_type_traits\n", argv[1]);
     return 2;
   }
+  if (importance) return compare_importance(quantize_chunk, quantize_init, type_traits);
   constexpr int64_t K = 4096, R = 64;
   int differing = 0;
   for (int dist_kind = 0; dist_kind < 3; ++dist_kind) {
@@ -60,7 +115,8 @@ int main(int argc, char** argv) {
       for (int j = 0; j < 40; ++j) x[r * K + 256 * r + j] = 0.0f;
     for (loom::DType t : loom::kAllDTypes) {
       const loom::DTypeInfo& info = loom::dtype_info(t);
-      if (!info.is_quantized) continue;
+      // the i-quants' quantizer is loom's own (docs/QUANTS.md), and libggml's needs a matrix
+      if (!info.is_quantized || loom::is_iq_grid_type(t)) continue;
       const GgmlTraits* tr = type_traits((int)t);
       if (tr->type_size != info.type_size || tr->blck_size != info.block_size) {
         std::printf("%-7s block %lld x %zu bytes, ggml %s %lld x %zu\n", info.name, (long long)info.block_size,

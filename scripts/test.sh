@@ -15,3 +15,5 @@ cd "$(dirname "$0")/.."
 ./scripts/fuzz.sh "${LOOM_FUZZ_GRAMMAR_SECONDS:-20}" grammar_fuzz
 # The task files of --hellaswag, --winogrande and --multiple-choice (10 s).
 ./scripts/fuzz.sh "${LOOM_FUZZ_TASKS_SECONDS:-10}" task_files_fuzz
+# Importance matrices of loom-gguf quantize --imatrix (10 s: both of llama-imatrix's formats).
+./scripts/fuzz.sh "${LOOM_FUZZ_IMATRIX_SECONDS:-10}" imatrix_fuzz

@@ -2,7 +2,7 @@
 // each file read back (types per tensor, file type id) and run by loom-run; the exit codes for a
 // missing output folder (3, no file), an unknown type (2), requantizing without the flag (2) and
 // a source block with a NaN scale (3, naming the tensor); no temporary file left behind; gpt-oss's
-// experts kept MXFP4 in every mix.
+// experts kept MXFP4 in every mix; --imatrix with a llama-imatrix .dat file and its flags.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -218,6 +218,70 @@ TEST_F(QuantizeTool, ExitCodesAndNoPartialFiles) {
   EXPECT_NE(r.err.find("blk.1.ffn_up.weight"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("NaN"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(file("y.gguf")));
+  EXPECT_TRUE(no_leftovers());
+}
+
+// --imatrix as llama-quantize takes it: a .dat file from llama-imatrix (written here), recorded in
+// the output's metadata, used for the i-quants without the no-matrix warning; the include and
+// exclude filters; a truncated file or one for another model is exit 3 with no output.
+TEST_F(QuantizeTool, ImportanceMatrixFlags) {
+  // one entry per weight matrix of the tiny llama (width 256, ffn 512), mean squares 1..2
+  std::string dat;
+  auto i32 = [&](int32_t v) { dat.append(reinterpret_cast<const char*>(&v), 4); };
+  std::vector<std::pair<std::string, int>> entries;
+  for (int l = 0; l < 2; ++l)
+    for (const char* n : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"})
+      entries.emplace_back("blk." + std::to_string(l) + "." + n + ".weight", std::string(n) == "ffn_down" ? 512 : 256);
+  i32((int32_t)entries.size());
+  for (const auto& [name, n] : entries) {
+    i32((int32_t)name.size());
+    dat += name;
+    i32(1);
+    i32(n);
+    for (int i = 0; i < n; ++i) {
+      const float v = 1.0f + (float)(i % 7) / 7.0f;
+      dat.append(reinterpret_cast<const char*>(&v), 4);
+    }
+  }
+  i32(3);
+  i32(8);
+  dat += "calib.md";
+  const std::string im = file("m.imatrix");
+  std::ofstream(im, std::ios::binary) << dat;
+
+  const std::string out = file("iq2.gguf");
+  auto r = run("loom-gguf", "quantize --imatrix " + quote(im) + " " + quote(f16_) + " " + quote(out) + " IQ2_XXS");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("14 of 14 entries used, computed on 3 chunks"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("warning"), std::string::npos) << r.out;
+  {
+    auto f = loom::gguf::File::open(out);
+    EXPECT_EQ(f->get_string("quantize.imatrix.dataset"), "calib.md");
+    EXPECT_EQ(f->get_int("quantize.imatrix.entries_count"), 14);
+    EXPECT_EQ(f->get_int("quantize.imatrix.chunks_count"), 3);
+  }
+  EXPECT_EQ(run("loom-run", "-m " + quote(out) + " -p hello -n 4 --temp 0").rc, 0);
+  r = run("loom-gguf", "quantize --imatrix " + quote(im) + " --include-weights attn_v --include-weights ffn_down " +
+                           quote(f16_) + " " + quote(file("q4.gguf")) + " Q4_0");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("4 of 14 entries used"), std::string::npos) << r.out;
+  r = run("loom-gguf", "quantize --imatrix " + quote(im) + " --include-weights a --exclude-weights b " + quote(f16_) +
+                           " " + quote(file("x.gguf")) + " Q4_0");
+  EXPECT_EQ(r.rc, 2) << r.err;
+  r = run("loom-gguf", "quantize --exclude-weights b " + quote(f16_) + " " + quote(file("x.gguf")) + " Q4_0");
+  EXPECT_EQ(r.rc, 2) << r.err;
+  std::ofstream(file("cut.imatrix"), std::ios::binary) << dat.substr(0, dat.size() / 2);
+  r = run("loom-gguf", "quantize --imatrix " + quote(file("cut.imatrix")) + " " + quote(f16_) + " " +
+                           quote(file("x.gguf")) + " Q4_0");
+  EXPECT_EQ(r.rc, 3) << r.err;
+  EXPECT_NE(r.err.find("cut.imatrix"), std::string::npos) << r.err;
+  // a matrix for a wider model
+  const std::string wide = file("wide.gguf");
+  ASSERT_EQ(run("loom-gguf", "new --arch llama --preset tiny --n-embd 512 --type f16 -o " + quote(wide)).rc, 0);
+  r = run("loom-gguf", "quantize --imatrix " + quote(im) + " " + quote(wide) + " " + quote(file("x.gguf")) + " Q4_K_M");
+  EXPECT_EQ(r.rc, 3) << r.err;
+  EXPECT_NE(r.err.find("the tensor needs"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(file("x.gguf")));
   EXPECT_TRUE(no_leftovers());
 }
 

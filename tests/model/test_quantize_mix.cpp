@@ -115,6 +115,32 @@ TEST(QuantizeMix, IQuantMixes) {
   EXPECT_EQ(types.at("blk.4.ffn_up.weight"), DType::IQ3_XXS);
 }
 
+// With an importance matrix llama.cpp keeps IQ3_XXS for attn_v and ffn_down and IQ4_XS for the
+// first eighth of ffn_down, and guards Q4_0's / Q5_0's first eighth with Q4_1 / Q5_1.
+TEST(QuantizeMix, WithAnImportanceMatrix) {
+  ImportanceMatrix m;
+  m.entries["blk.0.attn_q.weight"] = std::vector<float>(256, 1.0f);
+  QuantizeOptions o;
+  o.imatrix = &m;
+  auto types = choose("IQ3_XXS", llama(16, true), llama_model(16), o);
+  EXPECT_EQ(types.at("blk.4.attn_v.weight"), DType::IQ3_XXS);
+  EXPECT_EQ(types.at("blk.1.ffn_down.weight"), DType::IQ3_XXS);
+  EXPECT_EQ(types.at("blk.4.ffn_down.weight"), DType::IQ3_XXS);
+  EXPECT_EQ(types.at("blk.4.attn_output.weight"), DType::IQ3_S);  // as without
+  types = choose("IQ4_XS", llama(16, true), llama_model(16), o);
+  EXPECT_EQ(types.at("blk.1.ffn_down.weight"), DType::IQ4_XS);
+  EXPECT_EQ(choose("IQ4_XS", llama(16, true), llama_model(16)).at("blk.1.ffn_down.weight"), DType::Q5_K);
+  types = choose("Q4_0", llama(16, true), llama_model(16), o);
+  EXPECT_EQ(types.at("blk.1.ffn_down.weight"), DType::Q4_1);
+  EXPECT_EQ(types.at("blk.2.ffn_down.weight"), DType::Q4_0);
+  EXPECT_EQ(types.at("blk.1.ffn_up.weight"), DType::Q4_0);
+  EXPECT_EQ(choose("Q4_0", llama(16, true), llama_model(16)).at("blk.1.ffn_down.weight"), DType::Q4_0);
+  EXPECT_EQ(choose("Q5_0", llama(16, true), llama_model(16), o).at("blk.0.ffn_down.weight"), DType::Q5_1);
+  // an empty matrix (every entry filtered out) is no matrix
+  m.entries.clear();
+  EXPECT_EQ(choose("Q4_0", llama(16, true), llama_model(16), o).at("blk.1.ffn_down.weight"), DType::Q4_0);
+}
+
 TEST(QuantizeMix, OrderIsLlamaCpps) {
   const auto ts = llama(12, true);
   const auto order = quantize_order(ts);

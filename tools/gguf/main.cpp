@@ -16,6 +16,7 @@
 #include "loom/gguf/gguf.h"
 #include "loom/model/arch.h"
 #include "loom/model/control_vector.h"
+#include "loom/model/imatrix.h"
 #include "loom/model/lora.h"
 #include "loom/model/model_file.h"
 #include "loom/model/quantize.h"
@@ -43,7 +44,9 @@ struct Options {
   uint64_t seed = 42;
   // quantize
   loom::QuantizeOptions q;
-  std::string q_output_type, q_embd_type;
+  std::string q_output_type, q_embd_type, q_imatrix;
+  std::vector<std::string> q_include, q_exclude;
+  loom::ImportanceMatrix q_matrix;
   // new-lora
   loom::NewLoraOptions lora;
   std::string lora_type = "f32";
@@ -160,6 +163,19 @@ int run_quantize(Options& o) {
   };
   o.q.output_tensor_type = type_flag(o.q_output_type, "--output-tensor-type");
   o.q.token_embedding_type = type_flag(o.q_embd_type, "--token-embedding-type");
+  LOOM_CHECK(o.q_include.empty() || o.q_exclude.empty(), usage,
+             "--include-weights and --exclude-weights cannot be used together");
+  LOOM_CHECK(!o.q_imatrix.empty() || (o.q_include.empty() && o.q_exclude.empty()), usage,
+             "--include-weights / --exclude-weights need --imatrix");
+  if (!o.q_imatrix.empty()) {
+    o.q_matrix = loom::read_importance_matrix(o.q_imatrix);
+    const size_t n_read = o.q_matrix.entries.size();
+    loom::filter_importance_matrix(o.q_matrix, o.q_include, o.q_exclude);
+    if (o.q.log)
+      std::fprintf(o.q.log, "importance matrix %s: %zu of %zu entries used, computed on %lld chunks\n",
+                   o.q_imatrix.c_str(), o.q_matrix.entries.size(), n_read, (long long)o.q_matrix.chunks);
+    o.q.imatrix = &o.q_matrix;
+  }
   return loom::quantize_model(o.q).exit_code;
 }
 
@@ -237,6 +253,13 @@ int main(int argc, char** argv) {
   qz->add_option("--output-tensor-type", o.q_output_type, "type of output.weight");
   qz->add_option("--token-embedding-type", o.q_embd_type, "type of token_embd.weight");
   qz->add_flag("--allow-requantize", o.q.allow_requantize, "convert tensors that are already quantized");
+  qz->add_option("--imatrix", o.q_imatrix, "importance matrix from llama-imatrix (GGUF or .dat)");
+  qz->add_option("--include-weights", o.q_include,
+                 "use the matrix only for tensors whose name contains this (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  qz->add_option("--exclude-weights", o.q_exclude,
+                 "do not use the matrix for tensors whose name contains this (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 
   return loom::tools::run_main("gguf", argc, argv, app, [&]() -> int {
     if (qz->parsed()) return run_quantize(o);

@@ -50,6 +50,49 @@ const DTypeInfo& dtype_info(DType type) {
   return kTable[0];
 }
 
+FromFloatImportanceFn importance_quantizer(DType type) {
+  switch (type) {
+    case DType::Q4_0:
+      return quantize_q4_0_row_imp;
+    case DType::Q4_1:
+      return quantize_q4_1_row_imp;
+    case DType::Q5_0:
+      return quantize_q5_0_row_imp;
+    case DType::Q5_1:
+      return quantize_q5_1_row_imp;
+    case DType::Q2_K:
+      return quantize_q2_k_row_imp;
+    case DType::Q3_K:
+      return quantize_q3_k_row_imp;
+    case DType::Q4_K:
+      return quantize_q4_k_row_imp;
+    case DType::Q5_K:
+      return quantize_q5_k_row_imp;
+    case DType::Q6_K:
+      return quantize_q6_k_row_imp;
+    case DType::IQ4_NL:
+      return quantize_iq4_nl_row_imp;
+    case DType::IQ4_XS:
+      return quantize_iq4_xs_row_imp;
+    case DType::IQ2_XXS:
+      return quantize_iq2_xxs_row_imp;
+    case DType::IQ2_XS:
+      return quantize_iq2_xs_row_imp;
+    case DType::IQ2_S:
+      return quantize_iq2_s_row_imp;
+    case DType::IQ3_XXS:
+      return quantize_iq3_xxs_row_imp;
+    case DType::IQ3_S:
+      return quantize_iq3_s_row_imp;
+    case DType::IQ1_S:
+      return quantize_iq1_s_row_imp;
+    case DType::IQ1_M:
+      return quantize_iq1_m_row_imp;
+    default:
+      return nullptr;
+  }
+}
+
 std::optional<DType> dtype_from_id(int64_t id) {
   for (const DTypeInfo& info : kTable)
     if ((int64_t)info.type == id) return info.type;

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "loom/core/error.h"
+#include "quants_fit.h"
 
 namespace loom {
 
@@ -58,11 +59,20 @@ void dequantize_q8_0_row(const void* src, float* dst, int64_t n) {
 // ---- Q4_0: 32 x 4-bit, offset 8, one f16 scale ------------------------------------------------
 // qs[j] holds element j in its low nibble and element j + 16 in its high nibble.
 
-void quantize_q4_0_row(const float* src, void* dst, int64_t n) {
+void quantize_q4_0_row(const float* src, void* dst, int64_t n) { quantize_q4_0_row_imp(src, dst, n, nullptr); }
+
+void quantize_q4_0_row_imp(const float* src, void* dst, int64_t n, const float* imp) {
   LOOM_ASSERT(n % kQK4_0 == 0, "q4_0 row of {} elements", n);
   auto* blocks = static_cast<BlockQ4_0*>(dst);
   for (int64_t b = 0; b < n / kQK4_0; ++b) {
     const float* x = src + b * kQK4_0;
+    float w[kQK4_0];
+    if (detail::importance_weights(kQK4_0, x, imp ? imp + b * kQK4_0 : nullptr, w)) {
+      uint8_t q[kQK4_0];  // levels 0..15 = l + 8
+      blocks[b].d = f32_to_fp16(detail::fit_symmetric(kQK4_0, 8, x, q, w));
+      for (int j = 0; j < kQK4_0 / 2; ++j) blocks[b].qs[j] = (uint8_t)(q[j] | (q[j + kQK4_0 / 2] << 4));
+      continue;
+    }
     // The signed value of largest magnitude maps to q = 0 (i.e. -8), which uses the one extra
     // negative level; the other side then reaches at most +7.
     float amax = 0.0f, extreme = 0.0f;

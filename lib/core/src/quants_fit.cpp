@@ -10,8 +10,8 @@ namespace loom::detail {
 // (nmax + rmin + rdelta * step) steps, takes the least-squares (scale, offset) for each level
 // assignment and keeps it when the error drops. Like ggml's make_qkx2_quants, each grid spans
 // from the best offset so far to the max, which keeps the bytes equal to llama.cpp's.
-AffineFit fit_affine(int n, int nmax, const float* x, const float* w, uint8_t* q, float rmin, float rdelta,
-                     int nstep, bool use_mad) {
+AffineFit fit_affine(int n, int nmax, const float* x, const float* w, uint8_t* q, float rmin, float rdelta, int nstep,
+                     bool use_mad, bool free_offset) {
   float lo = x[0], hi = x[0];
   float sum_w = w[0], sum_wx = w[0] * x[0];
   for (int i = 1; i < n; ++i) {
@@ -20,7 +20,7 @@ AffineFit fit_affine(int n, int nmax, const float* x, const float* w, uint8_t* q
     sum_w += w[i];
     sum_wx += w[i] * x[i];
   }
-  lo = std::min(lo, 0.0f);  // the offset can only subtract
+  if (!free_offset) lo = std::min(lo, 0.0f);  // the offset can only subtract
   if (hi == lo) {
     std::fill(q, q + n, 0);
     return {0.0f, -lo};
@@ -51,7 +51,7 @@ AffineFit fit_affine(int n, int nmax, const float* x, const float* w, uint8_t* q
     if (!(det > 0.0f)) continue;
     float s = (sum_w * sum_xl - sum_wx * sum_l) / det;
     float o = (sum_l2 * sum_wx - sum_l * sum_xl) / det;
-    if (o > 0.0f) {  // offset must stay <= 0: refit the scale alone
+    if (o > 0.0f && !free_offset) {  // offset must stay <= 0: refit the scale alone
       o = 0.0f;
       s = sum_xl / sum_l2;
     }
@@ -71,11 +71,11 @@ AffineFit fit_affine(int n, int nmax, const float* x, const float* w, uint8_t* q
 }
 
 // Fits x[i] ~ scale * l[i], l[i] integer in [-nmax, nmax - 1], weighting by x^2 so the large
-// values fit best; stores q[i] = l[i] + nmax. Starts from the grid that maps the value of largest
-// magnitude to -nmax (the extra negative level), then tries 18 grids of nmax +- 0.1..0.9 steps,
-// keeping the least-squares scale of the best one (ggml's make_qx_quants, rmse_type 1). The
-// scale's sign is opposite to that value's.
-float fit_symmetric(int n, int nmax, const float* x, uint8_t* q) {
+// values fit best (or by the given weights); stores q[i] = l[i] + nmax. Starts from the grid that maps the value of
+// largest magnitude to -nmax (the extra negative level), then tries 18 grids of nmax +- 0.1..0.9 steps, keeping the
+// least-squares scale of the best one (ggml's make_qx_quants, rmse_type 1). The scale's sign is opposite to that
+// value's.
+float fit_symmetric(int n, int nmax, const float* x, uint8_t* q, const float* weights) {
   float amax = 0.0f, extreme = 0.0f;
   for (int i = 0; i < n; ++i) {
     if (std::fabs(x[i]) > amax) {
@@ -92,7 +92,7 @@ float fit_symmetric(int n, int nmax, const float* x, uint8_t* q) {
     sum_lx = sum_l2 = 0.0f;
     for (int i = 0; i < n; ++i) {
       const int l = nearest_clamped(inv * x[i], -nmax, nmax - 1);
-      const float w = x[i] * x[i];
+      const float w = weights ? weights[i] : x[i] * x[i];
       sum_lx += w * x[i] * l;
       sum_l2 += w * l * l;
     }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "loom/core/error.h"
+#include "quants_fit.h"
 
 namespace loom {
 namespace {
@@ -74,8 +75,8 @@ struct Codebook {
   }
 
   // The grid point nearest to t[0, coords) among the candidates of t rounded to the levels; its
-  // squared error in t's units.
-  int nearest(const float* t, float* err) const {
+  // squared error in t's units (weighted by w[0, coords) when given).
+  int nearest(const float* t, float* err, const float* w = nullptr) const {
     int code = 0, mul = 1;
     for (int j = 0; j < coords; ++j, mul *= n_levels) {
       int k = 0;  // the nearest level: how many midpoints lie below t (ties go down)
@@ -87,7 +88,7 @@ struct Codebook {
     for (uint16_t i : near[(size_t)code]) {
       const float* q = fpts[i].data();
       float e = 0.0f;
-      for (int j = 0; j < coords; ++j) e += (t[j] - q[j]) * (t[j] - q[j]);
+      for (int j = 0; j < coords; ++j) e += (w ? w[j] : 1.0f) * (t[j] - q[j]) * (t[j] - q[j]);
       if (e < best_e) best_e = e, best_i = i;
     }
     *err = best_e;
@@ -150,12 +151,15 @@ struct IqType {
 };
 
 // Squared error of x[0, n) (n = span) quantized at scale u with the choices written to c from value
-// offset e0 on; the grid points are chosen here.
-float choose_span(const IqType& ty, const Codebook& cb, const float* x, int n, int e0, float u, IqChoice& c) {
+// offset e0 on; the grid points are chosen here. w[0, n): the values' importance weights, or
+// nullptr (all 1).
+float choose_span(const IqType& ty, const Codebook& cb, const float* x, int n, int e0, float u, IqChoice& c,
+                  const float* w) {
+  auto weight = [w](int j) { return w ? w[j] : 1.0f; };
   if (u <= 0.0f) {  // an all-zero span (or block): every point decodes to 0
     for (int g = 0; g < n / cb.coords; ++g) c.idx[e0 / cb.coords + g] = 0;
     float e = 0.0f;
-    for (int j = 0; j < n; ++j) e += x[j] * x[j];
+    for (int j = 0; j < n; ++j) e += weight(j) * x[j] * x[j];
     return e;
   }
   float total = 0.0f;
@@ -163,14 +167,15 @@ float choose_span(const IqType& ty, const Codebook& cb, const float* x, int n, i
     for (int g = 0; g < n / cb.coords; ++g) {
       float t[8], err;
       for (int j = 0; j < cb.coords; ++j) t[j] = std::fabs(x[g * cb.coords + j]) / u;
-      c.idx[e0 / cb.coords + g] = cb.nearest(t, &err);
+      c.idx[e0 / cb.coords + g] = cb.nearest(t, &err, w ? w + g * cb.coords : nullptr);
       total += err * u * u;
     }
     // A sign the parity rule got wrong costs (|x| + q)^2 instead of (|x| - q)^2, i.e. 4 |x| q more.
     for (int g = e0 / 8; g < (e0 + n) / 8 && ty.parity; ++g) {
       if (c.flipped[g] < 0) continue;
       const int e = 8 * g + c.flipped[g];
-      total += 4.0f * std::fabs(x[e - e0]) * u * cb.fpts[(size_t)c.idx[e / cb.coords]][(size_t)(e % cb.coords)];
+      total += 4.0f * weight(e - e0) * std::fabs(x[e - e0]) * u *
+               cb.fpts[(size_t)c.idx[e / cb.coords]][(size_t)(e % cb.coords)];
     }
     return total;
   }
@@ -186,7 +191,7 @@ float choose_span(const IqType& ty, const Codebook& cb, const float* x, int n, i
       for (int g = 0; g < ty.shift_span / 8; ++g) {
         float t[8], err;
         for (int j = 0; j < 8; ++j) t[j] = (x[s0 + 8 * g + j] / u - shift) / 8.0f;
-        idx[g] = cb.nearest(t, &err);
+        idx[g] = cb.nearest(t, &err, w ? w + s0 + 8 * g : nullptr);
         e_all += err * 64.0f * u * u;
       }
       if (e_all < best) {
@@ -206,7 +211,8 @@ float choose_span(const IqType& ty, const Codebook& cb, const float* x, int n, i
 // The largest coordinate a point can have, in v's units.
 float top_level(const IqType& ty, const Codebook& cb) { return ty.iq1 ? 9.0f : (float)cb.level.back(); }
 
-void choose_block(const IqType& ty, const float* x, IqChoice& c) {
+// w: the block's 256 importance weights, or nullptr.
+void choose_block(const IqType& ty, const float* x, IqChoice& c, const float* w) {
   const Codebook& cb = codebook(ty.type);
   c = IqChoice{};
   for (int e = 0; e < 256; ++e)
@@ -215,8 +221,10 @@ void choose_block(const IqType& ty, const float* x, IqChoice& c) {
     c.flipped[g] = -1;
     if (ty.parity && (std::popcount(c.sign[g]) & 1)) {
       int m = 8 * g;
+      // the sign flipped is the one whose error costs least
+      auto cost = [&](int e) { return (w ? w[e] : 1.0f) * std::fabs(x[e]); };
       for (int e = 8 * g; e < 8 * g + 8; ++e)
-        if (std::fabs(x[e]) < std::fabs(x[m])) m = e;
+        if (cost(e) < cost(m)) m = e;
       c.sign[g] ^= (uint8_t)(1 << (m % 8));
       c.flipped[g] = (int8_t)(m % 8);
     }
@@ -248,7 +256,7 @@ void choose_block(const IqType& ty, const float* x, IqChoice& c) {
     float best = INFINITY;
     for (int k = 0; k < n_us && amax > 0.0f; ++k) {
       const float u = us[k];
-      const float e = choose_span(ty, cb, xs, ty.span, sp * ty.span, u, scratch);
+      const float e = choose_span(ty, cb, xs, ty.span, sp * ty.span, u, scratch, w ? w + sp * ty.span : nullptr);
       if (e < best) best = e, best_u[sp] = u;
     }
   }
@@ -263,11 +271,12 @@ void choose_block(const IqType& ty, const float* x, IqChoice& c) {
     float best = INFINITY;
     int best_s = s;
     for (int cand = std::max(0, s - 1); cand <= std::min(ty.max_s, s + 1); ++cand) {
-      const float e =
-          choose_span(ty, cb, x + sp * ty.span, ty.span, sp * ty.span, c.unit * (float)(2 * cand + 1), scratch);
+      const float e = choose_span(ty, cb, x + sp * ty.span, ty.span, sp * ty.span, c.unit * (float)(2 * cand + 1),
+                                  scratch, w ? w + sp * ty.span : nullptr);
       if (e < best) best = e, best_s = cand;
     }
-    choose_span(ty, cb, x + sp * ty.span, ty.span, sp * ty.span, c.unit * (float)(2 * best_s + 1), c);
+    choose_span(ty, cb, x + sp * ty.span, ty.span, sp * ty.span, c.unit * (float)(2 * best_s + 1), c,
+                w ? w + sp * ty.span : nullptr);
     for (int k = 0; k < ty.span / 16; ++k) c.s[sp * ty.span / 16 + k] = best_s;
   }
 }
@@ -367,12 +376,14 @@ void pack(const IqChoice& c, BlockIQ1_M& b) {
 }
 
 template <class Block>
-void quantize_iq(const IqType& ty, const float* src, void* dst, int64_t n) {
+void quantize_iq(const IqType& ty, const float* src, void* dst, int64_t n, const float* imp) {
   LOOM_ASSERT(n % 256 == 0, "i-quant row of {} elements", n);
   auto* blocks = static_cast<Block*>(dst);
   IqChoice c;
+  float w[256];
   for (int64_t b = 0; b < n / 256; ++b) {
-    choose_block(ty, src + 256 * b, c);
+    const bool weighted = detail::importance_weights(256, src + 256 * b, imp ? imp + 256 * b : nullptr, w);
+    choose_block(ty, src + 256 * b, c, weighted ? w : nullptr);
     pack(c, blocks[b]);
   }
 }
@@ -387,12 +398,47 @@ void dequantize_iq3_s_row(const void* src, float* dst, int64_t n) { dequantize_i
 void dequantize_iq1_s_row(const void* src, float* dst, int64_t n) { dequantize_iq<BlockIQ1_S>(src, dst, n); }
 void dequantize_iq1_m_row(const void* src, float* dst, int64_t n) { dequantize_iq<BlockIQ1_M>(src, dst, n); }
 
-void quantize_iq2_xxs_row(const float* src, void* dst, int64_t n) { quantize_iq<BlockIQ2_XXS>(kIq2xxs, src, dst, n); }
-void quantize_iq2_xs_row(const float* src, void* dst, int64_t n) { quantize_iq<BlockIQ2_XS>(kIq2xs, src, dst, n); }
-void quantize_iq2_s_row(const float* src, void* dst, int64_t n) { quantize_iq<BlockIQ2_S>(kIq2s, src, dst, n); }
-void quantize_iq3_xxs_row(const float* src, void* dst, int64_t n) { quantize_iq<BlockIQ3_XXS>(kIq3xxs, src, dst, n); }
-void quantize_iq3_s_row(const float* src, void* dst, int64_t n) { quantize_iq<BlockIQ3_S>(kIq3s, src, dst, n); }
-void quantize_iq1_s_row(const float* src, void* dst, int64_t n) { quantize_iq<BlockIQ1_S>(kIq1s, src, dst, n); }
-void quantize_iq1_m_row(const float* src, void* dst, int64_t n) { quantize_iq<BlockIQ1_M>(kIq1m, src, dst, n); }
+void quantize_iq2_xxs_row(const float* src, void* dst, int64_t n) {
+  quantize_iq<BlockIQ2_XXS>(kIq2xxs, src, dst, n, nullptr);
+}
+void quantize_iq2_xxs_row_imp(const float* src, void* dst, int64_t n, const float* imp) {
+  quantize_iq<BlockIQ2_XXS>(kIq2xxs, src, dst, n, imp);
+}
+void quantize_iq2_xs_row(const float* src, void* dst, int64_t n) {
+  quantize_iq<BlockIQ2_XS>(kIq2xs, src, dst, n, nullptr);
+}
+void quantize_iq2_xs_row_imp(const float* src, void* dst, int64_t n, const float* imp) {
+  quantize_iq<BlockIQ2_XS>(kIq2xs, src, dst, n, imp);
+}
+void quantize_iq2_s_row(const float* src, void* dst, int64_t n) {
+  quantize_iq<BlockIQ2_S>(kIq2s, src, dst, n, nullptr);
+}
+void quantize_iq2_s_row_imp(const float* src, void* dst, int64_t n, const float* imp) {
+  quantize_iq<BlockIQ2_S>(kIq2s, src, dst, n, imp);
+}
+void quantize_iq3_xxs_row(const float* src, void* dst, int64_t n) {
+  quantize_iq<BlockIQ3_XXS>(kIq3xxs, src, dst, n, nullptr);
+}
+void quantize_iq3_xxs_row_imp(const float* src, void* dst, int64_t n, const float* imp) {
+  quantize_iq<BlockIQ3_XXS>(kIq3xxs, src, dst, n, imp);
+}
+void quantize_iq3_s_row(const float* src, void* dst, int64_t n) {
+  quantize_iq<BlockIQ3_S>(kIq3s, src, dst, n, nullptr);
+}
+void quantize_iq3_s_row_imp(const float* src, void* dst, int64_t n, const float* imp) {
+  quantize_iq<BlockIQ3_S>(kIq3s, src, dst, n, imp);
+}
+void quantize_iq1_s_row(const float* src, void* dst, int64_t n) {
+  quantize_iq<BlockIQ1_S>(kIq1s, src, dst, n, nullptr);
+}
+void quantize_iq1_s_row_imp(const float* src, void* dst, int64_t n, const float* imp) {
+  quantize_iq<BlockIQ1_S>(kIq1s, src, dst, n, imp);
+}
+void quantize_iq1_m_row(const float* src, void* dst, int64_t n) {
+  quantize_iq<BlockIQ1_M>(kIq1m, src, dst, n, nullptr);
+}
+void quantize_iq1_m_row_imp(const float* src, void* dst, int64_t n, const float* imp) {
+  quantize_iq<BlockIQ1_M>(kIq1m, src, dst, n, imp);
+}
 
 }  // namespace loom

@@ -25,10 +25,10 @@ void pack_2bit(const uint8_t* q, uint8_t* qs) {
     }
 }
 
-// Q3_K's fit of 16 values to s * l, l in [-nmax, nmax - 1] (x^2-weighted): the grid that maps the
+// Q3_K's fit of 16 values to s * l, l in [-nmax, nmax - 1] (x^2-weighted, or by `weights`): the grid that maps the
 // value of largest magnitude to -nmax, then up to 5 passes moving single levels while the
 // weighted cosine improves (ggml's make_q3_quants with rmse). Stores q = l + nmax.
-float fit_q3_levels(const float* x, uint8_t* q) {
+float fit_q3_levels(const float* x, uint8_t* q, const float* weights) {
   constexpr int n = 16, nmax = 4;
   float amax = 0.0f, extreme = 0.0f;
   for (int i = 0; i < n; ++i)
@@ -45,14 +45,14 @@ float fit_q3_levels(const float* x, uint8_t* q) {
   float sum_lx = 0.0f, sum_l2 = 0.0f;
   for (int i = 0; i < n; ++i) {
     l[i] = nearest_clamped(inv * x[i], -nmax, nmax - 1);
-    const float w = x[i] * x[i];
+    const float w = weights ? weights[i] : x[i] * x[i];
     sum_lx += w * x[i] * l[i];
     sum_l2 += w * l[i] * l[i];
   }
   for (int pass = 0; pass < 5; ++pass) {
     int changed = 0;
     for (int i = 0; i < n; ++i) {
-      const float w = x[i] * x[i];
+      const float w = weights ? weights[i] : x[i] * x[i];
       float slx = sum_lx - w * x[i] * l[i];
       if (!(slx > 0.0f)) continue;
       float sl2 = sum_l2 - w * l[i] * l[i];
@@ -77,7 +77,9 @@ float fit_q3_levels(const float* x, uint8_t* q) {
 
 // ---- Q2_K: x = d * (sc & 15) * q - dmin * (sc >> 4) per 16 values ------------------------------
 
-void quantize_q2_k_row(const float* src, void* dst, int64_t n) {
+void quantize_q2_k_row(const float* src, void* dst, int64_t n) { quantize_q2_k_row_imp(src, dst, n, nullptr); }
+
+void quantize_q2_k_row_imp(const float* src, void* dst, int64_t n, const float* imp) {
   LOOM_ASSERT(n % kQK_K == 0, "q2_k row of {} elements", n);
   auto* blocks = static_cast<BlockQ2_K*>(dst);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
@@ -85,36 +87,46 @@ void quantize_q2_k_row(const float* src, void* dst, int64_t n) {
     BlockQ2_K& blk = blocks[b];
     uint8_t q[kQK_K];
     float sub_scale[16], sub_min[16], max_scale = 0.0f, max_min = 0.0f;
+    float iw[kQK_K];  // with an importance matrix: its weights and a squared-error fit
+    const bool weighted = detail::importance_weights(kQK_K, x, imp ? imp + b * kQK_K : nullptr, iw);
     for (int j = 0; j < 16; ++j) {
       float w[16];  // |x|, absolute-error fit
-      for (int l = 0; l < 16; ++l) w[l] = std::fabs(x[16 * j + l]);
-      const AffineFit fit = fit_affine(16, 3, x + 16 * j, w, q + 16 * j, -0.5f, 0.1f, 15, true);
+      for (int l = 0; l < 16; ++l) w[l] = weighted ? iw[16 * j + l] : std::fabs(x[16 * j + l]);
+      const AffineFit fit = fit_affine(16, 3, x + 16 * j, w, q + 16 * j, -0.5f, 0.1f, 15, !weighted);
       sub_scale[j] = fit.scale;
       sub_min[j] = fit.neg_min;
       max_scale = std::max(max_scale, fit.scale);
       max_min = std::max(max_min, fit.neg_min);
     }
-    std::memset(blk.scales, 0, sizeof(blk.scales));
-    blk.d = f32_to_fp16(0.0f);
-    blk.dmin = f32_to_fp16(0.0f);
-    if (max_scale > 0.0f) {
-      const float inv = 15.0f / max_scale;
-      for (int j = 0; j < 16; ++j) blk.scales[j] = (uint8_t)nearest_clamped(inv * sub_scale[j], 0, 15);
-      blk.d = f32_to_fp16(max_scale / 15.0f);
-    }
-    if (max_min > 0.0f) {
-      const float inv = 15.0f / max_min;
-      for (int j = 0; j < 16; ++j) blk.scales[j] |= (uint8_t)(nearest_clamped(inv * sub_min[j], 0, 15) << 4);
-      blk.dmin = f32_to_fp16(max_min / 15.0f);
-    }
-    const float d = fp16_to_f32(blk.d), dmin = fp16_to_f32(blk.dmin);
-    for (int j = 0; j < 16; ++j) {
-      const float ds = d * (blk.scales[j] & 15);
-      if (ds == 0.0f) continue;
-      const float ms = dmin * (blk.scales[j] >> 4);
-      for (int l = 0; l < 16; ++l) q[16 * j + l] = (uint8_t)nearest_clamped((x[16 * j + l] + ms) / ds, 0, 3);
-    }
-    pack_2bit(q, blk.qs);
+    // 4-bit sub-scales and sub-mins relative to the largest ones (the scales' times f), then the
+    // levels against them as stored.
+    auto pack = [&](float f, BlockQ2_K& out) {
+      std::memset(out.scales, 0, sizeof(out.scales));
+      out.d = f32_to_fp16(0.0f);
+      out.dmin = f32_to_fp16(0.0f);
+      if (max_scale > 0.0f) {
+        const float inv = 15.0f / (max_scale * f);
+        for (int j = 0; j < 16; ++j) out.scales[j] = (uint8_t)nearest_clamped(inv * sub_scale[j], 0, 15);
+        out.d = f32_to_fp16(max_scale * f / 15.0f);
+      }
+      if (max_min > 0.0f) {
+        const float inv = 15.0f / max_min;
+        for (int j = 0; j < 16; ++j) out.scales[j] |= (uint8_t)(nearest_clamped(inv * sub_min[j], 0, 15) << 4);
+        out.dmin = f32_to_fp16(max_min / 15.0f);
+      }
+      uint8_t qo[kQK_K];
+      std::copy(q, q + kQK_K, qo);
+      const float d = fp16_to_f32(out.d), dmin = fp16_to_f32(out.dmin);
+      for (int j = 0; j < 16; ++j) {
+        const float ds = d * (out.scales[j] & 15);
+        if (ds == 0.0f) continue;
+        const float ms = dmin * (out.scales[j] >> 4);
+        for (int l = 0; l < 16; ++l) qo[16 * j + l] = (uint8_t)nearest_clamped((x[16 * j + l] + ms) / ds, 0, 3);
+      }
+      pack_2bit(qo, out.qs);
+    };
+    pack(1.0f, blk);
+    if (weighted) detail::refine_block_scale(blk, x, iw, pack, dequantize_q2_k_row);
   }
 }
 
@@ -140,7 +152,9 @@ void dequantize_q2_k_row(const void* src, float* dst, int64_t n) {
 
 // ---- Q3_K: x = d * (s - 32) * (q - 4) per 16 values ---------------------------------------------
 
-void quantize_q3_k_row(const float* src, void* dst, int64_t n) {
+void quantize_q3_k_row(const float* src, void* dst, int64_t n) { quantize_q3_k_row_imp(src, dst, n, nullptr); }
+
+void quantize_q3_k_row_imp(const float* src, void* dst, int64_t n, const float* imp) {
   LOOM_ASSERT(n % kQK_K == 0, "q3_k row of {} elements", n);
   auto* blocks = static_cast<BlockQ3_K*>(dst);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
@@ -148,34 +162,58 @@ void quantize_q3_k_row(const float* src, void* dst, int64_t n) {
     BlockQ3_K& blk = blocks[b];
     uint8_t q[kQK_K];
     float sub_scale[16], max_scale = 0.0f, amax = 0.0f;
+    float w[kQK_K];
+    const bool weighted = detail::importance_weights(kQK_K, x, imp ? imp + b * kQK_K : nullptr, w);
     for (int j = 0; j < 16; ++j) {
-      sub_scale[j] = fit_q3_levels(x + 16 * j, q + 16 * j);
+      sub_scale[j] = fit_q3_levels(x + 16 * j, q + 16 * j, weighted ? w + 16 * j : nullptr);
+      if (weighted) {  // the weighted grid search too, where it fits better
+        uint8_t alt[16];
+        const float s_alt = detail::fit_symmetric(16, 4, x + 16 * j, alt, w + 16 * j);
+        auto err = [&](float sc, const uint8_t* lv) {
+          float e = 0.0f;
+          for (int l = 0; l < 16; ++l) {
+            const float diff = sc * (lv[l] - 4) - x[16 * j + l];
+            e += w[16 * j + l] * diff * diff;
+          }
+          return e;
+        };
+        if (err(s_alt, alt) < err(sub_scale[j], q + 16 * j)) {
+          sub_scale[j] = s_alt;
+          std::copy(alt, alt + 16, q + 16 * j);
+        }
+      }
       if (std::fabs(sub_scale[j]) > amax) {
         amax = std::fabs(sub_scale[j]);
         max_scale = sub_scale[j];
       }
     }
-    // 6-bit signed sub-scales: the one of largest magnitude maps to -32.
-    std::memset(blk.scales, 0, sizeof(blk.scales));
-    blk.d = f32_to_fp16(0.0f);
-    if (max_scale != 0.0f) {
-      const float inv = -32.0f / max_scale;
-      for (int j = 0; j < 16; ++j) {
-        const int s = nearest_clamped(inv * sub_scale[j], -32, 31) + 32;
-        blk.scales[j % 8] |= (uint8_t)((s & 15) << (4 * (j / 8)));
-        blk.scales[8 + j % 4] |= (uint8_t)((s >> 4) << (2 * (j / 4)));
+    // 6-bit signed sub-scales: the one of largest magnitude maps to -32 (times f).
+    auto pack = [&](float f, BlockQ3_K& out) {
+      uint8_t qo[kQK_K];
+      std::copy(q, q + kQK_K, qo);
+      std::memset(out.scales, 0, sizeof(out.scales));
+      out.d = f32_to_fp16(0.0f);
+      if (max_scale != 0.0f) {
+        const float inv = -32.0f / (max_scale * f);
+        for (int j = 0; j < 16; ++j) {
+          const int s = nearest_clamped(inv * sub_scale[j], -32, 31) + 32;
+          out.scales[j % 8] |= (uint8_t)((s & 15) << (4 * (j / 8)));
+          out.scales[8 + j % 4] |= (uint8_t)((s >> 4) << (2 * (j / 4)));
+        }
+        out.d = f32_to_fp16(1.0f / inv);
       }
-      blk.d = f32_to_fp16(1.0f / inv);
-    }
-    const float d = fp16_to_f32(blk.d);
-    for (int j = 0; j < 16; ++j) {
-      const float ds = d * (float)(q3_k_scale(blk.scales, j) - 32);
-      if (ds == 0.0f) continue;
-      for (int l = 0; l < 16; ++l) q[16 * j + l] = (uint8_t)(nearest_clamped(x[16 * j + l] / ds, -4, 3) + 4);
-    }
-    std::memset(blk.hmask, 0, sizeof(blk.hmask));
-    for (int e = 0; e < kQK_K; ++e) blk.hmask[e % 32] |= (uint8_t)((q[e] >> 2) << (e / 32));
-    pack_2bit(q, blk.qs);
+      const float d = fp16_to_f32(out.d);
+      for (int j = 0; j < 16; ++j) {
+        const float ds = d * (float)(q3_k_scale(out.scales, j) - 32);
+        if (ds == 0.0f) continue;
+        for (int l = 0; l < 16; ++l) qo[16 * j + l] = (uint8_t)(nearest_clamped(x[16 * j + l] / ds, -4, 3) + 4);
+      }
+      std::memset(out.hmask, 0, sizeof(out.hmask));
+      for (int e = 0; e < kQK_K; ++e) out.hmask[e % 32] |= (uint8_t)((qo[e] >> 2) << (e / 32));
+      pack_2bit(qo, out.qs);
+    };
+    pack(1.0f, blk);
+    if (weighted) detail::refine_block_scale(blk, x, w, pack, dequantize_q3_k_row);
   }
 }
 

@@ -56,6 +56,18 @@ void affine_levels(const float* x, float& d, float& m, uint8_t* q) {
   for (int j = 0; j < 32; ++j) q[j] = (uint8_t)std::min(Nmax, (int)((x[j] - lo) * id + 0.5f));
 }
 
+// The importance-weighted affine fit of Q4_1 / Q5_1 (the grids of ggml's make_qkx3_quants for
+// them); false where the weights are unusable.
+template <int Nmax>
+bool weighted_affine_levels(const float* x, const float* imp, float& d, float& m, uint8_t* q) {
+  float w[32];
+  if (!detail::importance_weights(32, x, imp, w)) return false;
+  const detail::AffineFit fit = detail::fit_affine(32, Nmax, x, w, q, -0.9f, 0.05f, 36, false, true);
+  d = fit.scale;
+  m = -fit.neg_min;
+  return true;
+}
+
 // Symmetric 5-bit fit: the value of largest magnitude maps to level 0 (-16).
 float q5_0_levels(const float* x, uint8_t* q) {
   float amax = 0.0f, extreme = 0.0f;
@@ -80,9 +92,10 @@ int nearest_in_grid(const int8_t* grid, float v) {
   return idx;
 }
 
-// IQ4_NL / IQ4_XS: per 32-value sub-block the x^2-weighted least-squares scale over 15 grids
-// around "largest magnitude -> the grid's end" (ggml's quantize_row_iq4_nl_impl, ntry 7).
-float iq4_sub_scale(const float* x, uint8_t* q) {
+// IQ4_NL / IQ4_XS: per 32-value sub-block the x^2-weighted (or weights-weighted) least-squares
+// scale over 15 grids around "largest magnitude -> the grid's end" (ggml's
+// quantize_row_iq4_nl_impl, ntry 7).
+float iq4_sub_scale(const float* x, uint8_t* q, const float* weights = nullptr) {
   constexpr int kTries = 7;
   float amax = 0.0f, extreme = 0.0f;
   for (int j = 0; j < 32; ++j)
@@ -97,14 +110,14 @@ float iq4_sub_scale(const float* x, uint8_t* q) {
     for (int j = 0; j < 32; ++j) {
       const int l = nearest_in_grid(v, id * x[j]);
       if (store) q[j] = (uint8_t)l;
-      const float w = x[j] * x[j], ql = v[l];
+      const float w = weights ? weights[j] : x[j] * x[j], ql = v[l];
       sqx += w * ql * x[j];
       sq2 += w * ql * ql;
     }
   };
   float sqx, sq2;
   sums(1.0f / (-extreme / v[0]), sqx, sq2, true);
-  float d = sqx / sq2, best = d * sqx;
+  float d = sq2 > 0.0f ? sqx / sq2 : 0.0f, best = d * sqx;
   for (int t = -kTries; t <= kTries; ++t) {
     sums((t + v[0]) / extreme, sqx, sq2, false);
     if (sq2 > 0.0f && sqx * sqx > best * sq2) {
@@ -119,13 +132,16 @@ float iq4_sub_scale(const float* x, uint8_t* q) {
 
 // ---- Q4_1 / Q5_0 / Q5_1 -----------------------------------------------------------------------
 
-void quantize_q4_1_row(const float* src, void* dst, int64_t n) {
+void quantize_q4_1_row(const float* src, void* dst, int64_t n) { quantize_q4_1_row_imp(src, dst, n, nullptr); }
+
+void quantize_q4_1_row_imp(const float* src, void* dst, int64_t n, const float* imp) {
   LOOM_ASSERT(n % kQK4_1 == 0, "q4_1 row of {} elements", n);
   auto* blocks = static_cast<BlockQ4_1*>(dst);
   for (int64_t b = 0; b < n / kQK4_1; ++b) {
     float d, m;
     uint8_t q[32];
-    affine_levels<15>(src + 32 * b, d, m, q);
+    if (!weighted_affine_levels<15>(src + 32 * b, imp ? imp + 32 * b : nullptr, d, m, q))
+      affine_levels<15>(src + 32 * b, d, m, q);
     blocks[b].d = f32_to_fp16(d);
     blocks[b].m = f32_to_fp16(m);
     pack_nibbles(q, blocks[b].qs);
@@ -143,12 +159,17 @@ void dequantize_q4_1_row(const void* src, float* dst, int64_t n) {
   }
 }
 
-void quantize_q5_0_row(const float* src, void* dst, int64_t n) {
+void quantize_q5_0_row(const float* src, void* dst, int64_t n) { quantize_q5_0_row_imp(src, dst, n, nullptr); }
+
+void quantize_q5_0_row_imp(const float* src, void* dst, int64_t n, const float* imp) {
   LOOM_ASSERT(n % kQK5_0 == 0, "q5_0 row of {} elements", n);
   auto* blocks = static_cast<BlockQ5_0*>(dst);
   for (int64_t b = 0; b < n / kQK5_0; ++b) {
     uint8_t q[32];
-    blocks[b].d = f32_to_fp16(q5_0_levels(src + 32 * b, q));
+    float w[32];
+    const bool weighted = detail::importance_weights(32, src + 32 * b, imp ? imp + 32 * b : nullptr, w);
+    blocks[b].d =
+        f32_to_fp16(weighted ? detail::fit_symmetric(32, 16, src + 32 * b, q, w) : q5_0_levels(src + 32 * b, q));
     pack_nibbles(q, blocks[b].qs);
     pack_high_bits(q, blocks[b].qh);
   }
@@ -165,13 +186,16 @@ void dequantize_q5_0_row(const void* src, float* dst, int64_t n) {
   }
 }
 
-void quantize_q5_1_row(const float* src, void* dst, int64_t n) {
+void quantize_q5_1_row(const float* src, void* dst, int64_t n) { quantize_q5_1_row_imp(src, dst, n, nullptr); }
+
+void quantize_q5_1_row_imp(const float* src, void* dst, int64_t n, const float* imp) {
   LOOM_ASSERT(n % kQK5_1 == 0, "q5_1 row of {} elements", n);
   auto* blocks = static_cast<BlockQ5_1*>(dst);
   for (int64_t b = 0; b < n / kQK5_1; ++b) {
     float d, m;
     uint8_t q[32];
-    affine_levels<31>(src + 32 * b, d, m, q);
+    if (!weighted_affine_levels<31>(src + 32 * b, imp ? imp + 32 * b : nullptr, d, m, q))
+      affine_levels<31>(src + 32 * b, d, m, q);
     blocks[b].d = f32_to_fp16(d);
     blocks[b].m = f32_to_fp16(m);
     pack_nibbles(q, blocks[b].qs);
@@ -236,13 +260,17 @@ void dequantize_mxfp4_row(const void* src, float* dst, int64_t n) {
 
 // ---- IQ4_NL / IQ4_XS ----------------------------------------------------------------------------
 
-void quantize_iq4_nl_row(const float* src, void* dst, int64_t n) {
+void quantize_iq4_nl_row(const float* src, void* dst, int64_t n) { quantize_iq4_nl_row_imp(src, dst, n, nullptr); }
+
+void quantize_iq4_nl_row_imp(const float* src, void* dst, int64_t n, const float* imp) {
   LOOM_ASSERT(n % kQK4_NL == 0, "iq4_nl row of {} elements", n);
   auto* blocks = static_cast<BlockIQ4_NL*>(dst);
   for (int64_t b = 0; b < n / kQK4_NL; ++b) {
     const float* x = src + 32 * b;
     uint8_t q[32];
-    const float d = iq4_sub_scale(x, q);
+    float w[32];
+    const bool weighted = detail::importance_weights(32, x, imp ? imp + 32 * b : nullptr, w);
+    const float d = iq4_sub_scale(x, q, weighted ? w : nullptr);
     blocks[b].d = f32_to_fp16(d);
     // Levels against the f32 scale found (as ggml does), not its f16 rounding.
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
@@ -265,7 +293,9 @@ void dequantize_iq4_nl_row(const void* src, float* dst, int64_t n) {
 }
 
 // The sub-block scales become 6-bit multiples (-32..31) of d = -(scale of largest magnitude) / 32.
-void quantize_iq4_xs_row(const float* src, void* dst, int64_t n) {
+void quantize_iq4_xs_row(const float* src, void* dst, int64_t n) { quantize_iq4_xs_row_imp(src, dst, n, nullptr); }
+
+void quantize_iq4_xs_row_imp(const float* src, void* dst, int64_t n, const float* imp) {
   LOOM_ASSERT(n % kQK_K == 0, "iq4_xs row of {} elements", n);
   auto* blocks = static_cast<BlockIQ4_XS*>(dst);
   for (int64_t b = 0; b < n / kQK_K; ++b) {
@@ -273,9 +303,11 @@ void quantize_iq4_xs_row(const float* src, void* dst, int64_t n) {
     BlockIQ4_XS& blk = blocks[b];
     float scales[8];
     uint8_t q[32];
+    float w[kQK_K];
+    const bool weighted = detail::importance_weights(kQK_K, x, imp ? imp + kQK_K * b : nullptr, w);
     float max_scale = 0.0f, amax_scale = 0.0f;
     for (int j = 0; j < 8; ++j) {
-      scales[j] = iq4_sub_scale(x + 32 * j, q);
+      scales[j] = iq4_sub_scale(x + 32 * j, q, weighted ? w + 32 * j : nullptr);
       if (std::fabs(scales[j]) > amax_scale) {
         amax_scale = std::fabs(scales[j]);
         max_scale = scales[j];

@@ -57,16 +57,20 @@ void check_blocks(DType type, const uint8_t* p, size_t nbytes, const std::string
 }
 
 // Converts rows of one tensor: src rows of type `from` -> dst rows of type `to`, split between
-// the pool's threads (one f32 row buffer each).
+// the pool's threads (one f32 row buffer each). imp: the tensor's importance (ne0 values per
+// matrix of a stack), or nullptr.
 class RowConverter {
  public:
   RowConverter(ThreadPool& pool, int64_t ne0) : pool_(pool), bufs_((size_t)pool.size()) {
     for (auto& b : bufs_) b.resize((size_t)ne0);
   }
-  void run(const gguf::TensorInfo& src, DType to, const uint8_t* in, uint8_t* out, int64_t n_rows) {
+  // Rows row0 .. row0 + n_rows of the tensor, from `in` to `out`.
+  void run(const gguf::TensorInfo& src, DType to, const float* imp, const uint8_t* in, uint8_t* out, int64_t row0,
+           int64_t n_rows) {
     const DTypeInfo& fi = dtype_info(src.type);
     const DTypeInfo& ti = dtype_info(to);
-    const int64_t ne0 = src.ne[0];
+    const FromFloatImportanceFn weighted = imp ? importance_quantizer(to) : nullptr;
+    const int64_t ne0 = src.ne[0], ne1 = src.ne[1];
     const size_t in_row = row_size(src.type, ne0), out_row = row_size(to, ne0);
     pool_.run([&](int ith, int) {
       float* f = bufs_[(size_t)ith].data();
@@ -74,7 +78,10 @@ class RowConverter {
       while (pool_.claim(n_rows, 1, first, last))
         for (int64_t r = first; r < last; ++r) {
           fi.to_float(in + (size_t)r * in_row, f, ne0);
-          ti.from_float(f, out + (size_t)r * out_row, ne0);
+          if (weighted)  // rows of matrix k of a stack take the k-th run of the importance
+            weighted(f, out + (size_t)r * out_row, ne0, imp + (row0 + r) / ne1 * ne0);
+          else
+            ti.from_float(f, out + (size_t)r * out_row, ne0);
         }
     });
   }
@@ -83,6 +90,26 @@ class RowConverter {
   ThreadPool& pool_;
   std::vector<std::vector<float>> bufs_;
 };
+
+// Each tensor's importance, where the matrix has an entry for it and its new type uses one;
+// an entry of another size than the tensor's columns (times its matrices) is an error, as in
+// llama-quantize.
+std::vector<const float*> importance_of(const QuantizeOptions& o, const std::vector<const gguf::TensorInfo*>& order,
+                                        const std::vector<DType>& types) {
+  std::vector<const float*> out(order.size(), nullptr);
+  if (!o.imatrix) return out;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const gguf::TensorInfo& t = *order[i];
+    const auto it = o.imatrix->entries.find(t.name);
+    if (it == o.imatrix->entries.end() || types[i] == t.type || !importance_quantizer(types[i])) continue;
+    const int64_t want = t.ne[0] * t.ne[2] * t.ne[3];
+    LOOM_CHECK((int64_t)it->second.size() == want, invalid_input,
+               "importance matrix '{}': entry {} has {} values, the tensor needs {} (another model's matrix?)",
+               o.imatrix->path, t.name, it->second.size(), want);
+    out[i] = it->second.data();
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -113,18 +140,31 @@ QuantizeResult quantize_model(const QuantizeOptions& o) {
                src.name);
   }
 
-  // llama-quantize asks for an importance matrix for the i-quants; loom has none to read.
-  if (o.log && std::any_of(types.begin(), types.end(), [](DType t) { return is_iq_grid_type(t); }))
+  const std::vector<const float*> importance = importance_of(o, order, types);
+  // llama-quantize refuses the i-quants without an importance matrix; loom writes them, saying so.
+  const bool has_imatrix = o.imatrix && !o.imatrix->entries.empty();
+  if (o.log && !has_imatrix && std::any_of(types.begin(), types.end(), [](DType t) { return is_iq_grid_type(t); }))
     std::fprintf(o.log,
                  "warning: %s quantizes without an importance matrix: expect more error than llama-quantize --imatrix "
                  "gives (docs/QUANTS.md)\n",
                  ft->name);
+  for (size_t i = 0; i < order.size() && has_imatrix && o.log; ++i)
+    if (is_iq_grid_type(types[i]) && types[i] != order[i]->type && !importance[i])
+      std::fprintf(o.log, "warning: no importance matrix entry for %s: %s without one\n", order[i]->name.c_str(),
+                   dtype_name(types[i]));
 
   gguf::Writer w;
   for (const auto& [key, value] : in->metadata())
     if (key.rfind("split.", 0) != 0) w.set(key, value);
   w.set("general.quantization_version", gguf::Value::u32(2));
   w.set("general.file_type", gguf::Value::u32((uint32_t)ft->id));
+  if (has_imatrix) {  // as llama-quantize records it (strings cut at 127 bytes)
+    w.set("quantize.imatrix.file", gguf::Value::string(o.imatrix->path.substr(0, 127)));
+    if (!o.imatrix->datasets.empty())
+      w.set("quantize.imatrix.dataset", gguf::Value::string(o.imatrix->datasets[0].substr(0, 127)));
+    w.set("quantize.imatrix.entries_count", gguf::Value::u32((uint32_t)o.imatrix->entries.size()));
+    if (o.imatrix->chunks > 0) w.set("quantize.imatrix.chunks_count", gguf::Value::u32((uint32_t)o.imatrix->chunks));
+  }
 
   const int nth = o.n_threads > 0 ? o.n_threads : ThreadPool::default_threads();
   ThreadPool pool(nth);
@@ -140,7 +180,9 @@ QuantizeResult quantize_model(const QuantizeOptions& o) {
     const size_t in_row = t.ne[1] * t.ne[2] * t.ne[3] > 0 ? t.nbytes / (size_t)(t.ne[1] * t.ne[2] * t.ne[3]) : 0;
     const size_t out_row = row_size(to, t.ne[0]);
     auto converter = std::make_shared<RowConverter>(pool, to != t.type ? t.ne[0] : 0);
-    auto fill = [&, i, to, data, in_row, out_row, converter, out_bytes](uint8_t* dst, int64_t row0, int64_t n_rows) {
+    const float* imp = importance[i];
+    auto fill = [&, i, to, imp, data, in_row, out_row, converter, out_bytes](uint8_t* dst, int64_t row0,
+                                                                             int64_t n_rows) {
       if (g_quantize_signal) throw Interrupted{};
       if (row0 == 0 && o.log) {
         const std::string conv = to == t.type ? "" : fmt::format(", converting to {}", dtype_name(to));
@@ -155,7 +197,7 @@ QuantizeResult quantize_model(const QuantizeOptions& o) {
         std::memcpy(dst, src, (size_t)n_rows * in_row);
         return;
       }
-      converter->run(t, to, src, dst, n_rows);
+      converter->run(t, to, imp, src, dst, row0, n_rows);
       check_blocks(to, dst, (size_t)n_rows * out_row, t.name, "converted");
     };
     w.add_tensor_rows(t.name, to, t.n_dims, t.ne, fill);

@@ -101,6 +101,7 @@ struct MixState {
   int64_t n_attn_v = 0, i_attn_v = 0, i_ffn_down = 0, i_ffn_gate = 0, i_ffn_up = 0;
   int n_fallback = 0;
 
+  bool has_imatrix() const { return o.imatrix != nullptr && !o.imatrix->entries.empty(); }
   int64_t n_gqa() const { return m.n_head_kv > 0 ? m.n_head / m.n_head_kv : 1; }
   bool is_70b() const { return m.arch == "llama" && m.n_layer == 80; }  // llama.cpp's LLM_TYPE_70B
 
@@ -137,10 +138,10 @@ DType MixState::mixed(DType t, const gguf::TensorInfo& info, Category c) {
   }
   if (low_bit_iq(f)) return mixed_low_bit(t, info, c);
   if (is_attn_v_like(c)) {
-    if (f == kQ2_K) t = n_gqa() >= 4 ? DType::Q4_K : DType::Q3_K;
-    // (IQ3_XXS: llama.cpp's choice without an importance matrix, the only kind loom writes)
+    if (f == kQ2_K)
+      t = n_gqa() >= 4 ? DType::Q4_K : DType::Q3_K;
     else if (f == kIQ3_XXS)
-      t = n_gqa() >= 4 ? DType::Q4_K : DType::IQ3_S;
+      t = n_gqa() >= 4 ? DType::Q4_K : has_imatrix() ? DType::IQ3_XXS : DType::IQ3_S;
     else if ((f == kIQ3_XS || f == kIQ3_S) && n_gqa() >= 4)
       t = DType::Q4_K;
     else if (f == kIQ3_M)
@@ -167,8 +168,8 @@ DType MixState::mixed(DType t, const gguf::TensorInfo& info, Category c) {
   } else if (c == Category::ffn_down) {
     const int64_t i = ffn_layer(i_ffn_down, info.name), n = m.n_layer;
     if (f == kQ2_K) t = DType::Q3_K;
-    else if (f == kIQ3_XXS)
-      t = i < n / 8 ? DType::Q4_K : DType::Q3_K;  // (no importance matrix)
+    else if (f == kIQ3_XXS && !has_imatrix())
+      t = i < n / 8 ? DType::Q4_K : DType::Q3_K;
     else if (f == kIQ3_M && (i < n / 8 || (m.n_expert == 8 && use_more_bits(i, n))))
       t = DType::Q4_K;
     else if (f == kQ3_K_M) t = i < n / 16 ? DType::Q5_K : m.arch != "falcon" || use_more_bits(i, n) ? DType::Q4_K : DType::Q3_K;
@@ -176,9 +177,14 @@ DType MixState::mixed(DType t, const gguf::TensorInfo& info, Category c) {
     else if (f == kQ4_K_M) {
       if (m.arch == "falcon") t = i < n / 16 ? DType::Q6_K : use_more_bits(i, n) ? DType::Q5_K : DType::Q4_K;
       else if (use_more_bits(i, n)) t = DType::Q6_K;
-    } else if (i < n / 8 && (f == kIQ4_NL || f == kIQ4_XS)) t = DType::Q5_K;  // (no importance matrix)
+    } else if (i < n / 8 && (f == kIQ4_NL || f == kIQ4_XS) && !has_imatrix())
+      t = DType::Q5_K;
     else if (f == kQ5_K_M && use_more_bits(i, n)) t = DType::Q6_K;
     else if (f == kQ4_K_S && m.arch != "falcon" && i < n / 8) t = DType::Q5_K;
+    // llama.cpp guards the first eighth with the _1 types only when an importance matrix is given,
+    // so that a run without one keeps its old choice
+    else if ((f == kQ4_0 || f == kQ5_0) && has_imatrix() && i < n / 8)
+      t = f == kQ4_0 ? DType::Q4_1 : DType::Q5_1;
     ++i_ffn_down;
   } else if (c == Category::attn_output) {
     if (m.arch != "falcon") {

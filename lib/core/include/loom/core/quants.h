@@ -212,4 +212,24 @@ void quantize_q3_k_row(const float* src, void* dst, int64_t n);
 void dequantize_q5_k_row(const void* src, float* dst, int64_t n);
 void quantize_q5_k_row(const float* src, void* dst, int64_t n);
 
+// Importance-weighted quantization (llama-quantize --imatrix): importance[0, n) holds, per column
+// of the row, the mean square of the activations that column meets (>= 0); each block's scale
+// search minimises its error weighted by it. A block whose importance is all zero takes the
+// reference search. The _imp quantizers with importance == nullptr are the reference ones.
+using FromFloatImportanceFn = void (*)(const float* src, void* dst, int64_t n, const float* importance);
+// nullptr for the types that have no use for an importance matrix, as in llama.cpp: F32, F16,
+// BF16, I32, Q8_0 and MXFP4 (their scales follow from each block's largest value).
+FromFloatImportanceFn importance_quantizer(DType type);
+void quantize_q4_0_row_imp(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_q4_1_row_imp(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_q5_0_row_imp(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_q5_1_row_imp(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_iq4_nl_row_imp(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_iq4_xs_row_imp(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_q2_k_row_imp(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_q3_k_row_imp(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_q4_k_row_imp(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_q5_k_row_imp(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_q6_k_row_imp(const float* src, void* dst, int64_t n, const float* importance);
+
 }  // namespace loom

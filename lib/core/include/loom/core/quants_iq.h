@@ -220,7 +220,7 @@ inline void iq_unpack(const BlockIQ1_M& b, IqInts& o) {
 }
 
 // Reference rows, n a multiple of 256: dequantize (x = unit * sc * v) and quantize (a search over
-// each group's grid points; no importance matrix).
+// each group's grid points, unweighted).
 void dequantize_iq2_xxs_row(const void* src, float* dst, int64_t n);
 void dequantize_iq2_xs_row(const void* src, float* dst, int64_t n);
 void dequantize_iq2_s_row(const void* src, float* dst, int64_t n);
@@ -235,5 +235,13 @@ void quantize_iq3_xxs_row(const float* src, void* dst, int64_t n);
 void quantize_iq3_s_row(const float* src, void* dst, int64_t n);
 void quantize_iq1_s_row(const float* src, void* dst, int64_t n);
 void quantize_iq1_m_row(const float* src, void* dst, int64_t n);
+// The same searches weighting each value's error by its column's importance (quants.h).
+void quantize_iq2_xxs_row_imp(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_iq2_xs_row_imp(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_iq2_s_row_imp(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_iq3_xxs_row_imp(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_iq3_s_row_imp(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_iq1_s_row_imp(const float* src, void* dst, int64_t n, const float* importance);
+void quantize_iq1_m_row_imp(const float* src, void* dst, int64_t n, const float* importance);
 
 }  // namespace loom

@@ -2,7 +2,8 @@
 // does: the same file-type names (Q4_K_M, Q3_K_S, IQ4_XS, ...), the same choice of type per
 // tensor for each mix (llama.cpp's llama_tensor_get_type: output and some attn_v / ffn_down
 // rows get more bits), the same fallbacks for rows the type's block does not divide, and the
-// reference quantizers of lib/core (no importance matrix).
+// quantizers of lib/core: the reference ones, or with an importance matrix (imatrix.h) the
+// searches weighted by it.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@
 
 #include "loom/core/dtype.h"
 #include "loom/gguf/gguf.h"
+#include "loom/model/imatrix.h"
 
 namespace loom {
 
@@ -37,6 +39,10 @@ struct QuantizeOptions {
   bool allow_requantize = false;  // convert tensors that are already quantized (quality loss)
   std::optional<DType> output_tensor_type;
   std::optional<DType> token_embedding_type;
+  // llama-quantize --imatrix (already filtered by --include-weights / --exclude-weights): a tensor
+  // with an entry quantizes weighted by it, and the mix takes llama.cpp's choices for a run with
+  // an importance matrix. nullptr or no entries: none.
+  const ImportanceMatrix* imatrix = nullptr;
   std::FILE* log = stdout;  // one progress line per tensor and a summary; nullptr: quiet
 };
 
