@@ -285,4 +285,41 @@ TEST_F(QuantizeTool, ImportanceMatrixFlags) {
   EXPECT_TRUE(no_leftovers());
 }
 
+// The whole loop without llama.cpp: loom-run --perplexity --imatrix-out computes a matrix over a
+// text, loom-gguf quantize --imatrix reads it; the flags' misuses are usage errors.
+TEST_F(QuantizeTool, ImatrixFromLoomRunFeedsQuantize) {
+  std::string text;
+  for (int i = 0; i < 60; ++i) text += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + ". ";
+  std::ofstream(file("text.txt")) << text;
+  const std::string im = file("run.imatrix");
+  auto r = run("loom-run", "-m " + quote(f16_) + " --perplexity -f " + quote(file("text.txt")) +
+                               " -c 64 --chunks 3 --imatrix-out " + quote(im));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("14 entries from 3 chunks of 64 tokens"), std::string::npos) << r.err;
+  {
+    auto f = loom::gguf::File::open(im);
+    EXPECT_EQ(f->get_string("general.type"), "imatrix");
+    EXPECT_EQ(f->get_int("imatrix.chunk_count"), 3);
+    const auto* counts = f->find_tensor("blk.0.ffn_down.weight.counts");
+    ASSERT_NE(counts, nullptr);
+    float n = 0;
+    std::memcpy(&n, f->tensor_data(*counts), 4);
+    EXPECT_EQ(n, 3 * 64);  // every token of the 3 chunks
+  }
+  r = run("loom-gguf",
+          "quantize --imatrix " + quote(im) + " " + quote(f16_) + " " + quote(file("q.gguf")) + " IQ3_XXS");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("14 of 14 entries used, computed on 3 chunks"), std::string::npos) << r.out;
+  EXPECT_EQ(run("loom-run", "-m " + quote(file("q.gguf")) + " -p hello -n 4 --temp 0").rc, 0);
+  // misuses: without --perplexity, --process-output alone, -sm tensor
+  EXPECT_EQ(run("loom-run", "-m " + quote(f16_) + " -p hi -n 2 --imatrix-out " + quote(file("x.imatrix"))).rc, 2);
+  EXPECT_EQ(
+      run("loom-run", "-m " + quote(f16_) + " --perplexity -f " + quote(file("text.txt")) + " --process-output").rc, 2);
+  EXPECT_EQ(run("loom-run", "-m " + quote(f16_) + " --perplexity -f " + quote(file("text.txt")) +
+                                " -c 64 -sm tensor --sim-devices 2x256MiB --imatrix-out " + quote(file("x.imatrix")))
+                .rc,
+            2);
+  EXPECT_FALSE(fs::exists(file("x.imatrix")));
+}
+
 }  // namespace

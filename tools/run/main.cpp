@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/core/error.h"
+#include "loom/core/files.h"
 #include "loom/core/log.h"
 #include "loom/core/thread_pool.h"
 #include "loom/model/generate.h"
@@ -116,6 +117,16 @@ int main(int argc, char** argv) {
       params.n_ctx = strided_perplexity_ctx(params.n_ctx > 0 ? params.n_ctx : model->hparams().n_ctx_train,
                                             params.n_batch, ro.ppl_stride, fa == "on" || fa == "1" || fa == "true");
     }
+    std::optional<ImatrixCollector> imatrix;
+    if (!ro.imatrix_out.empty()) {
+      LOOM_CHECK(ro.perplexity && ro.ppl_stride == 0 && ro.kl_base.empty(), usage,
+                 "--imatrix-out: with --perplexity -f TEXT (not --ppl-stride or --kl-divergence-base)");
+      LOOM_CHECK(common.split_mode != SplitMode::tensor, usage, "--imatrix-out: not with -sm tensor");
+      check_output_path(ro.imatrix_out, "--imatrix-out");
+      imatrix.emplace(ro.process_output);
+      params.imatrix = &*imatrix;
+    }
+    LOOM_CHECK(!ro.process_output || imatrix, usage, "--process-output: with --imatrix-out FILE");
     Session session(*model, params);
     tools::log_session(session);
     const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -176,6 +187,11 @@ int main(int argc, char** argv) {
         fmt::print("{}\n", perplexity_json(r, session, secs).dump(2));
       } else {
         fmt::print("\nFinal estimate: PPL = {:.4f} +/- {:.5f}\n", r.ppl, r.ppl_err);
+      }
+      if (imatrix) {
+        imatrix->write(ro.imatrix_out, {ro.prompt_file}, (int64_t)r.running_ppl.size(), session.n_ctx());
+        fmt::print(stderr, "imatrix: {} entries from {} chunks of {} tokens written to {}\n", imatrix->n_entries(),
+                   r.running_ppl.size(), session.n_ctx(), ro.imatrix_out);
       }
       return 0;
     }

@@ -7,6 +7,7 @@
 #include "loom/core/error.h"
 #include "loom/core/quants.h"
 #include "loom/core/quants_iq.h"
+#include "quants_fit.h"
 
 namespace loom {
 namespace {
@@ -50,30 +51,42 @@ const DTypeInfo& dtype_info(DType type) {
   return kTable[0];
 }
 
+namespace {
+
+// A type's weighted search, then its blocks scaled back to the originals' size (quants_fit.h).
+template <class Block, FromFloatImportanceFn Search, ToFloatFn Decode, int64_t BlockN>
+void weighted_quantizer(const float* src, void* dst, int64_t n, const float* importance) {
+  Search(src, dst, n, importance);
+  if (importance) detail::keep_blocks_size(static_cast<Block*>(dst), n, BlockN, src, importance, Decode);
+}
+
+}  // namespace
+
 FromFloatImportanceFn importance_quantizer(DType type) {
   switch (type) {
     case DType::Q4_0:
-      return quantize_q4_0_row_imp;
+      return weighted_quantizer<BlockQ4_0, quantize_q4_0_row_imp, dequantize_q4_0_row, kQK4_0>;
     case DType::Q4_1:
-      return quantize_q4_1_row_imp;
+      return weighted_quantizer<BlockQ4_1, quantize_q4_1_row_imp, dequantize_q4_1_row, kQK4_1>;
     case DType::Q5_0:
-      return quantize_q5_0_row_imp;
+      return weighted_quantizer<BlockQ5_0, quantize_q5_0_row_imp, dequantize_q5_0_row, kQK5_0>;
     case DType::Q5_1:
-      return quantize_q5_1_row_imp;
+      return weighted_quantizer<BlockQ5_1, quantize_q5_1_row_imp, dequantize_q5_1_row, kQK5_1>;
     case DType::Q2_K:
-      return quantize_q2_k_row_imp;
+      return weighted_quantizer<BlockQ2_K, quantize_q2_k_row_imp, dequantize_q2_k_row, kQK_K>;
     case DType::Q3_K:
-      return quantize_q3_k_row_imp;
+      return weighted_quantizer<BlockQ3_K, quantize_q3_k_row_imp, dequantize_q3_k_row, kQK_K>;
     case DType::Q4_K:
-      return quantize_q4_k_row_imp;
+      return weighted_quantizer<BlockQ4_K, quantize_q4_k_row_imp, dequantize_q4_k_row, kQK_K>;
     case DType::Q5_K:
-      return quantize_q5_k_row_imp;
+      return weighted_quantizer<BlockQ5_K, quantize_q5_k_row_imp, dequantize_q5_k_row, kQK_K>;
     case DType::Q6_K:
-      return quantize_q6_k_row_imp;
+      return weighted_quantizer<BlockQ6_K, quantize_q6_k_row_imp, dequantize_q6_k_row, kQK_K>;
     case DType::IQ4_NL:
-      return quantize_iq4_nl_row_imp;
+      return weighted_quantizer<BlockIQ4_NL, quantize_iq4_nl_row_imp, dequantize_iq4_nl_row, kQK4_NL>;
     case DType::IQ4_XS:
-      return quantize_iq4_xs_row_imp;
+      return weighted_quantizer<BlockIQ4_XS, quantize_iq4_xs_row_imp, dequantize_iq4_xs_row, kQK_K>;
+    // the i-quants scale their unit back inside their search (quants_iq.cpp), with or without a matrix
     case DType::IQ2_XXS:
       return quantize_iq2_xxs_row_imp;
     case DType::IQ2_XS:

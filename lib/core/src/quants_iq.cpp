@@ -385,6 +385,24 @@ void quantize_iq(const IqType& ty, const float* src, void* dst, int64_t n, const
     const bool weighted = detail::importance_weights(256, src + 256 * b, imp ? imp + 256 * b : nullptr, w);
     choose_block(ty, src + 256 * b, c, weighted ? w : nullptr);
     pack(c, blocks[b]);
+    // The searches minimise the squared error, which shrinks a block: at 2 bits its decoded values
+    // meet the originals at ~0.9 of their size, and a model feels that as every product scaled
+    // down (on a trained 2-layer llama, KL divergence 0.166 -> 0.101 for IQ2_XXS once undone). So
+    // the unit is scaled back until the decoded block's projection on the original (weighted by
+    // the importance, where given) is its size.
+    float y[256];
+    dequantize_iq<Block>(&blocks[b], y, 256);
+    const float* x = src + 256 * b;
+    double xy = 0.0, xx = 0.0;
+    const float* im = weighted ? imp + 256 * b : nullptr;  // with importance: the size the activations see
+    for (int i = 0; i < 256; ++i) {
+      const double a = im ? im[i] : 1.0;
+      xy += a * x[i] * y[i], xx += a * x[i] * x[i];
+    }
+    if (xy > 0.0) {
+      c.unit *= (float)(xx / xy);
+      pack(c, blocks[b]);
+    }
   }
 }
 

@@ -59,6 +59,7 @@ SessionMember::SessionMember(MemberSetup setup, const SessionParams& params, boo
     mark_inputs_refilled(in);  // as in every step: set_inputs fills them before each compute
     Graph g;
     build_graph(g, in);
+    if (params.imatrix) params.imatrix->probe(ctx, g);  // their outputs count in the sizes
     sched::ExecutionPlan plan = sched::plan(g, s_.devices, policy_);
     for (size_t d = 0; d < n_dev; ++d) compute_bytes_[d] = std::max(compute_bytes_[d], plan.compute_bytes((int)d));
     if (exec_) {
@@ -95,10 +96,11 @@ bool SessionMember::prepare(const ForwardShape& shape) {
                     last_->shape.flash_attn == shape.flash_attn;
   if (!same) {
     last_.reset();
-    Step st{shape, std::make_unique<Context>(), {}, std::make_unique<Graph>(), nullptr};
+    Step st{shape, std::make_unique<Context>(), {}, std::make_unique<Graph>(), nullptr, {}};
     st.in = build_forward(*st.ctx, s_.fm, kv_, shape);
     mark_inputs_refilled(st.in);
     build_graph(*st.graph, st.in);
+    if (params_.imatrix) st.probes = params_.imatrix->probe(*st.ctx, *st.graph);
     st.plan = std::make_unique<sched::ExecutionPlan>(sched::plan(*st.graph, s_.devices, policy_));
     last_ = std::move(st);
   }
@@ -126,7 +128,11 @@ void SessionMember::set_inputs(std::span<const int32_t> tokens, int64_t n_past, 
   }
 }
 
-Status SessionMember::compute() { return exec_->compute(*last_->graph, *last_->plan); }
+Status SessionMember::compute() {
+  Status st = exec_->compute(*last_->graph, *last_->plan);
+  if (st.is_ok() && params_.imatrix) params_.imatrix->accumulate(last_->probes);
+  return st;
+}
 
 bool SessionMember::read_logits(float* out) const {
   const Tensor* t = last_->in.logits;

@@ -67,6 +67,7 @@ class SessionMember {
     ForwardInputs in;
     std::unique_ptr<Graph> graph;
     std::unique_ptr<sched::ExecutionPlan> plan;
+    std::vector<ImatrixProbe> probes;  // SessionParams::imatrix: what compute() reads back
   };
   MemberSetup s_;
   SessionParams params_;

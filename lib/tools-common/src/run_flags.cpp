@@ -32,6 +32,10 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
   app.add_option("--kl-divergence-base,--save-all-logits", o.kl_base,
                  "--perplexity: also write every scored distribution to FILE (llama-perplexity's format); "
                  "--kl-divergence: read it");
+  app.add_option("--imatrix-out", o.imatrix_out,
+                 "--perplexity: also compute an importance matrix over -f TEXT and write it to FILE "
+                 "(llama-imatrix's GGUF, for loom-gguf quantize --imatrix)");
+  app.add_flag("--process-output", o.process_output, "--imatrix-out: include output.weight (llama-imatrix's flag)");
   app.add_flag("--hellaswag", o.hellaswag,
                "HellaSwag acc_norm over -f TASKS (llama-perplexity's file layout and order)");
   app.add_option("--hellaswag-tasks", o.hellaswag_tasks, "--hellaswag: tasks to score (default 400)");

@@ -214,8 +214,10 @@ void quantize_q5_k_row(const float* src, void* dst, int64_t n);
 
 // Importance-weighted quantization (llama-quantize --imatrix): importance[0, n) holds, per column
 // of the row, the mean square of the activations that column meets (>= 0); each block's scale
-// search minimises its error weighted by it. A block whose importance is all zero takes the
-// reference search. The _imp quantizers with importance == nullptr are the reference ones.
+// search minimises its error weighted by it, and the blocks are then scaled back to the
+// originals' size (least squares shrinks them; quants_fit.h). A block whose importance is all
+// zero keeps the reference bytes. The _imp functions are the searches alone; with importance ==
+// nullptr they are the reference quantizers.
 using FromFloatImportanceFn = void (*)(const float* src, void* dst, int64_t n, const float* importance);
 // nullptr for the types that have no use for an importance matrix, as in llama.cpp: F32, F16,
 // BF16, I32, Q8_0 and MXFP4 (their scales follow from each block's largest value).

@@ -1,7 +1,8 @@
 // Importance matrices (`loom-gguf quantize --imatrix FILE`): per weight matrix, the mean square of
 // the activations each of its columns met over a calibration text, as llama-imatrix writes them.
 // Both of its formats are read: the GGUF one (`<tensor>.in_sum2` and `<tensor>.counts` tensors,
-// `imatrix.*` keys) and the older binary `.dat` one. docs/QUANTS.md has the details.
+// `imatrix.*` keys) and the older binary `.dat` one. ImatrixCollector computes them while a
+// session runs (`loom-run --perplexity --imatrix-out FILE`). docs/QUANTS.md has the details.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,10 @@
 #include <vector>
 
 namespace loom {
+
+class Context;
+class Graph;
+struct Tensor;
 
 struct ImportanceMatrix {
   // Tensor name -> its columns' importance (>= 0, finite); an expert stack [n_embd, n_ff, n_expert]
@@ -32,5 +37,46 @@ ImportanceMatrix parse_importance_matrix(std::string_view bytes, const std::stri
 // one of `include` (when given), then drops those containing one of `exclude`.
 void filter_importance_matrix(ImportanceMatrix& m, const std::vector<std::string>& include,
                               const std::vector<std::string>& exclude);
+
+// What a step's graph exposes for one product with a model weight: a dense product's column sums
+// of squares (`stat`, F32 {1, K}), or an expert stack's input and expert ids (`x` {K, n, T},
+// `ids` I32 {n_used, T}), all marked as graph outputs.
+struct ImatrixProbe {
+  std::string weight;
+  int64_t n_mat = 1;  // experts in the stack
+  Tensor* stat = nullptr;
+  Tensor* x = nullptr;
+  Tensor* ids = nullptr;
+};
+
+// llama-imatrix's statistics, gathered while a session runs (SessionParams::imatrix): per weight
+// matrix the sums of the squared activations each column met and how many (per expert).
+class ImatrixCollector {
+ public:
+  // process_output: also output.weight (llama-imatrix leaves it out unless asked).
+  explicit ImatrixCollector(bool process_output = false) : process_output_(process_output) {}
+  // Appends to g, for each product of a model weight (a named .weight leaf) with an F32 input, the
+  // nodes that reduce the input to sums of squares per column (or keep an expert stack's input
+  // and ids for the host), flagged as outputs.
+  std::vector<ImatrixProbe> probe(Context& c, Graph& g) const;
+  // After a compute of the graph those probes came from: adds its activations.
+  void accumulate(const std::vector<ImatrixProbe>& probes);
+  size_t n_entries() const { return entries_.size(); }
+  // The means (sums / counts; 1 where a matrix saw nothing), as read_importance_matrix gives them.
+  ImportanceMatrix result() const;
+  // llama-imatrix's GGUF: NAME.in_sum2 / NAME.counts, general.type imatrix, imatrix.datasets,
+  // imatrix.chunk_count, imatrix.chunk_size; written atomically.
+  void write(const std::string& path, const std::vector<std::string>& datasets, int64_t chunk_count,
+             int64_t chunk_size) const;
+
+ private:
+  struct Entry {
+    int64_t n_col = 0;
+    std::vector<double> sums;     // n_col per matrix
+    std::vector<int64_t> counts;  // per matrix
+  };
+  bool process_output_;
+  std::map<std::string, Entry> entries_;
+};
 
 }  // namespace loom

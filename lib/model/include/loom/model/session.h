@@ -10,8 +10,9 @@
 #include <string_view>
 #include <vector>
 
-#include "loom/model/model.h"
 #include "loom/backend/comm.h"
+#include "loom/model/imatrix.h"
+#include "loom/model/model.h"
 #include "loom/sched/plan.h"
 
 namespace loom {
@@ -38,6 +39,9 @@ struct SessionParams {
   Communicator* comm = nullptr;
   // split mode tensor: AllReduce tensors of at least this many elements travel as BF16 (0: all)
   size_t reduce_bf16_min = SIZE_MAX;
+  // llama-imatrix's statistics of every step's products are added to it (not owned; one member:
+  // not with split mode tensor). Null: none.
+  ImatrixCollector* imatrix = nullptr;
 };
 
 // KV cache types (-ctk/-ctv), as llama.cpp offers them: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,

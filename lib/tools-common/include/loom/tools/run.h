@@ -32,6 +32,8 @@ struct RunOptions {
   int ppl_output_type = 0;     // --ppl-output-type 0|1: "[i]ppl," or "start  ppl" lines
   std::string kl_base;         // --kl-divergence-base FILE: written by --perplexity, read by --kl-divergence
   bool kl_divergence = false;  // --kl-divergence: the model's distributions against kl_base's
+  std::string imatrix_out;     // --imatrix-out FILE: --perplexity also writes llama-imatrix's matrix
+  bool process_output = false;  // --process-output: ... including output.weight's
   bool hellaswag = false;      // --hellaswag: acc_norm over -f's tasks (llama-perplexity's)
   int64_t hellaswag_tasks = 400;
   bool winogrande = false;       // --winogrande: the Winogrande score over -f's CSV (llama-perplexity's)
