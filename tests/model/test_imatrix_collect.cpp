@@ -26,10 +26,11 @@ std::string temp_path(const std::string& tag) {
   return (std::filesystem::temp_directory_path() / ("loom-imc-" + std::to_string(getpid()) + "-" + tag)).string();
 }
 
-std::string make_model(Arch arch, const std::string& tag) {
+std::string make_model(Arch arch, const std::string& tag, bool tied = false) {
   NewModelOptions o;
   o.type = DType::F32;
   o.hparams = preset_hparams(arch, "tiny");
+  o.hparams.tied_embeddings = o.hparams.tied_embeddings || tied;
   o.seed = 21;
   o.output = temp_path(tag + ".gguf");
   make_random_model(o);
@@ -96,6 +97,19 @@ TEST(ImatrixCollect, FirstLayerSumsAreTheNormedEmbeddings) {
     for (size_t i = 0; i < v.size(); ++i) EXPECT_NEAR(w[i], v[i], 1e-6f * std::fabs(v[i]) + 1e-12f) << name;
   }
   std::filesystem::remove(file);
+  std::filesystem::remove(path);
+}
+
+// As llama-imatrix: only the layers' matrices (and output.weight when asked); a tied embedding's
+// output product is not collected, even with --process-output.
+TEST(ImatrixCollect, TiedEmbeddingIsNotCollected) {
+  const std::string path = make_model(Arch::llama, "tied", true);
+  auto model = Model::load(path);
+  ImatrixCollector c(true);
+  collect(*model, c);
+  const ImportanceMatrix m = c.result();
+  EXPECT_EQ(m.entries.size(), 7u * (size_t)model->hparams().n_layer);
+  for (const auto& [name, v] : m.entries) EXPECT_EQ(name.rfind("blk.", 0), 0u) << name;
   std::filesystem::remove(path);
 }
 

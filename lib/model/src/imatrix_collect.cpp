@@ -59,8 +59,10 @@ std::vector<ImatrixProbe> ImatrixCollector::probe(Context& c, Graph& g) const {
     if (n->op != OpKind::MUL_MAT && n->op != OpKind::MUL_MAT_ID) continue;
     const Tensor* w = n->src[0];
     Tensor* x = n->src[1];
+    // as llama-imatrix: the blocks' matrices, output.weight when asked (a tied embedding's product
+    // is not collected)
     if (!is_model_weight(w) || x->type != DType::F32) continue;
-    if (w->name == "output.weight" && !process_output_) continue;
+    if (w->name.rfind("blk.", 0) != 0 && !(process_output_ && w->name == "output.weight")) continue;
     ImatrixProbe p;
     p.weight = w->name;
     if (n->op == OpKind::MUL_MAT) {

@@ -55,9 +55,9 @@ class ImatrixCollector {
  public:
   // process_output: also output.weight (llama-imatrix leaves it out unless asked).
   explicit ImatrixCollector(bool process_output = false) : process_output_(process_output) {}
-  // Appends to g, for each product of a model weight (a named .weight leaf) with an F32 input, the
-  // nodes that reduce the input to sums of squares per column (or keep an expert stack's input
-  // and ids for the host), flagged as outputs.
+  // Appends to g, for each product of a layer's weight (a blk.* .weight leaf; output.weight with
+  // process_output) with an F32 input, the nodes that reduce the input to sums of squares per
+  // column (or keep an expert stack's input and ids for the host), flagged as outputs.
   std::vector<ImatrixProbe> probe(Context& c, Graph& g) const;
   // After a compute of the graph those probes came from: adds its activations.
   void accumulate(const std::vector<ImatrixProbe>& probes);
