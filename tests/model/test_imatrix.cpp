@@ -175,6 +175,11 @@ TEST(ImportanceMatrix, HostileFilesEndInOneError) {
   }
   write_gguf_imatrix(path, {});
   EXPECT_NE(read_error(path).second.find("no entries"), std::string::npos);
+  AtomicFile::write_file(path, std::string("GGUF\x03\0\0\0garbage", 15));  // GGUF's magic, then nonsense
+  const auto [kind, message] = read_error(path);
+  EXPECT_EQ(kind, ErrorKind::invalid_input) << message;
+  EXPECT_NE(message.find("importance matrix '"), std::string::npos) << message;
+  EXPECT_NE(message.find("truncated"), std::string::npos) << message;
   std::filesystem::remove(path);
   EXPECT_EQ(read_error(path).first, ErrorKind::io);
 }

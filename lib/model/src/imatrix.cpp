@@ -91,7 +91,8 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 // `NAME.counts` (f32 [1, n_mat]: how many it summed); a matrix that saw no input counts 0 and
 // weighs 1 everywhere, as llama-quantize reads it.
 ImportanceMatrix read_gguf(const std::string& path, std::string_view bytes) {
-  const std::unique_ptr<gguf::File> f = gguf::File::open_memory(bytes.data(), bytes.size(), path);
+  const std::unique_ptr<gguf::File> f =
+      gguf::File::open_memory(bytes.data(), bytes.size(), fmt::format("importance matrix '{}'", path));
   ImportanceMatrix m;
   const gguf::Value* datasets = f->find("imatrix.datasets");
   LOOM_CHECK(datasets && f->find_int("imatrix.chunk_count") && f->find_int("imatrix.chunk_size"), invalid_input,
