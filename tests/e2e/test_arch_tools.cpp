@@ -89,6 +89,42 @@ TEST_F(ArchTools, NewTiedLlamaHasNoOutputMatrixAndRuns) {
   }
 }
 
+// --n-rot: Phi-4-mini's partial rotary embeddings (3/4 of each head), the RoPE factors as long as
+// the rotated pairs; --n-ctx-train moves phi3's original context to a quarter of it. The text is
+// the same on one device, over a layer split and under -sm tensor; only phi3 takes --n-rot.
+TEST_F(ArchTools, NewPhi4MiniShapeRunsEverywhere) {
+  const std::string path = (dir_ / "phi4-mini.gguf").string();
+  Result r = run_tool("loom-gguf new --arch phi3 --preset tiny --n-rot 24 --n-ctx-train 2048 --tied -o " + quote(path));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  r = run_tool("loom-gguf info --json " + quote(path));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["metadata"]["phi3.rope.dimension_count"], 24);
+  EXPECT_EQ(j["metadata"]["phi3.rope.scaling.original_context_length"], 512);
+  int factors = 0;
+  for (const auto& t : j["tensors"]) {
+    if (t["name"].get<std::string>().rfind("rope_factors_", 0) == 0) {
+      EXPECT_EQ(t["shape"], nlohmann::json::array({12}));
+      ++factors;
+    }
+  }
+  EXPECT_EQ(factors, 2);
+  const std::string base = "loom-run -m " + quote(path) + " -p 'hello world' -n 16 --temp 0";
+  const Result one = run_tool(base);
+  ASSERT_EQ(one.rc, 0) << one.err;
+  for (const char* mode : {" --sim-devices 2x1GiB -ngl 99 -ts 1,1", " -sm tensor --sim-devices 2x64MiB -ts 1,1"}) {
+    r = run_tool(base + mode);
+    ASSERT_EQ(r.rc, 0) << mode << ": " << r.err;
+    EXPECT_EQ(r.out, one.out) << mode;
+  }
+  for (const char* bad : {"--arch phi3 --n-rot 25", "--arch phi3 --n-rot 34", "--arch llama --n-rot 16"}) {
+    r = run_tool(std::string("loom-gguf new --preset tiny ") + bad + " -o " + quote((dir_ / "bad.gguf").string()));
+    EXPECT_EQ(r.rc, 2) << bad;
+    EXPECT_NE(r.err.find("n_rot"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(dir_ / "bad.gguf")) << bad;
+  }
+}
+
 TEST_F(ArchTools, GreedyTextIsTheSameInEverySplitMode) {
   for (const ArchCase& c : kCases) {
     SCOPED_TRACE(c.arch);

@@ -118,15 +118,15 @@ TEST(Arch, HParamsRoundTripThroughAFile) {
   }
 }
 
-gguf::Writer minimal_llama() {
+gguf::Writer minimal_llama(const std::string& a = "llama") {
   gguf::Writer w;
-  w.set("general.architecture", Value::string("llama"));
-  w.set("llama.context_length", Value::u32(4096));
-  w.set("llama.embedding_length", Value::u32(4096));
-  w.set("llama.block_count", Value::u32(32));
-  w.set("llama.feed_forward_length", Value::u32(11008));
-  w.set("llama.attention.head_count", Value::u32(32));
-  w.set("llama.attention.layer_norm_rms_epsilon", Value::f32(1e-6f));
+  w.set("general.architecture", Value::string(a));
+  w.set(a + ".context_length", Value::u32(4096));
+  w.set(a + ".embedding_length", Value::u32(4096));
+  w.set(a + ".block_count", Value::u32(32));
+  w.set(a + ".feed_forward_length", Value::u32(11008));
+  w.set(a + ".attention.head_count", Value::u32(32));
+  w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(1e-6f));
   w.set("tokenizer.ggml.tokens", Value::string_array(std::vector<std::string>(32000, "x")));
   return w;
 }
@@ -184,6 +184,34 @@ TEST(Arch, ReadHParamsRejectsBadFiles) {
   w = minimal_llama();
   w.set("llama.block_count", Value::string("32"));
   expect_read_error(w, ErrorKind::invalid_input, "llama.block_count");
+
+  // partial rotary embeddings: phi3's only (llama.cpp's other graphs here assert whole heads);
+  // never odd or past the head
+  for (const std::string a : {"llama", "qwen2", "gemma2"}) {
+    w = minimal_llama(a);
+    w.set(a + ".rope.dimension_count", Value::u32(96));
+    expect_read_error(w, ErrorKind::invalid_input, "only phi3 rotates part of each head");
+  }
+  for (uint32_t bad : {0u, 95u, 130u}) {
+    w = minimal_llama("phi3");
+    w.set("phi3.rope.dimension_count", Value::u32(bad));
+    expect_read_error(w, ErrorKind::invalid_input, "rope.dimension_count");
+  }
+}
+
+TEST(Arch, PartialRotaryEmbeddingsAreRead) {
+  test::ScratchDir dir("arch");
+  gguf::Writer w = minimal_llama("phi3");
+  w.set("phi3.rope.dimension_count", Value::u32(96));
+  w.write(dir.file("m.gguf"));
+  const HParams read = read_hparams(*gguf::File::open(dir.file("m.gguf")));
+  EXPECT_EQ(read.head_dim, 128);
+  EXPECT_EQ(read.rot_dims(), 96);
+  HParams hp = preset_hparams(Arch::phi3, "tiny");
+  hp.n_rot = 24;  // the RoPE factors cover the rotated pairs only
+  for (const TensorSpec& t : arch_tensors(hp)) {
+    if (t.role == TensorRole::rope_factors_long || t.role == TensorRole::rope_factors_short) EXPECT_EQ(t.ne[0], 12);
+  }
 }
 
 TEST(ModelFile, Q4KFollowsTheQ4KMMix) {

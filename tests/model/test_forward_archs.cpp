@@ -32,28 +32,30 @@ struct RopeSpec {
   const Tensor* factors;
 };
 
-// ggml's rotation (with YaRN's ramp and magnitude) of every head of v at position pos.
-void rope(Vec& v, int64_t n_heads, int64_t hd, int64_t pos, bool neox, const RopeSpec& r) {
+// ggml's rotation (with YaRN's ramp and magnitude) of the first n_rot dims of every head of v at
+// position pos; the rest of each head passes through.
+void rope(Vec& v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, bool neox, const RopeSpec& r) {
   double lo = 0, hi = 0, m = r.attn_factor;
   if (r.yarn) {
     auto corr = [&](double rot) {
-      return hd * std::log(r.n_ctx_orig / (rot * 2 * std::numbers::pi)) / (2 * std::log(r.base));
+      return n_rot * std::log(r.n_ctx_orig / (rot * 2 * std::numbers::pi)) / (2 * std::log(r.base));
     };
     lo = std::max(0.0, std::floor(corr(32)));
-    hi = std::min(hd - 1.0, std::ceil(corr(1)));
+    hi = std::min(n_rot - 1.0, std::ceil(corr(1)));
     m *= 1 + 0.1 * std::log(1.0 / r.freq_scale);
   }
-  const Vec ff = r.factors ? weight_row(r.factors, 0) : Vec((size_t)hd / 2, 1.0);
+  const Vec ff = r.factors ? weight_row(r.factors, 0) : Vec((size_t)n_rot / 2, 1.0);
+  EXPECT_EQ(ff.size(), (size_t)n_rot / 2);
   for (int64_t h = 0; h < n_heads; ++h)
-    for (int64_t i = 0; i < hd / 2; ++i) {
-      const double e = (double)pos * std::pow(r.base, -2.0 * (double)i / (double)hd) / ff[(size_t)i];
+    for (int64_t i = 0; i < n_rot / 2; ++i) {
+      const double e = (double)pos * std::pow(r.base, -2.0 * (double)i / (double)n_rot) / ff[(size_t)i];
       double theta = r.freq_scale * e;
       if (r.yarn) {
         const double ramp = 1 - std::clamp((i - lo) / std::max(0.001, hi - lo), 0.0, 1.0);
         theta = theta * (1 - ramp) + e * ramp;
       }
       const size_t a = (size_t)(h * hd + (neox ? i : 2 * i));
-      const size_t b = (size_t)(h * hd + (neox ? i + hd / 2 : 2 * i + 1));
+      const size_t b = (size_t)(h * hd + (neox ? i + n_rot / 2 : 2 * i + 1));
       const double x0 = v[a], x1 = v[b];
       v[a] = (x0 * std::cos(theta) - x1 * std::sin(theta)) * m;
       v[b] = (x0 * std::sin(theta) + x1 * std::cos(theta)) * m;
@@ -157,8 +159,8 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
           std::copy(n.begin(), n.end(), k[i].begin() + h2 * hd);
         }
       }
-      rope(q[i], hp.n_head, hd, i, neox, rs);
-      rope(k[i], hp.n_head_kv, hd, i, neox, rs);
+      rope(q[i], hp.n_head, hd, hp.rot_dims(), i, neox, rs);
+      rope(k[i], hp.n_head_kv, hd, hp.rot_dims(), i, neox, rs);
     }
     const Vec sinks = l.sinks ? weight_row(l.sinks, 0) : Vec();
     for (int64_t i = 0; i < T; ++i) {
@@ -215,12 +217,14 @@ struct Case {
   Arch arch;
   bool rope_freqs = false;
   int64_t n_expert = 0;  // llama: Mixtral-shaped
+  int64_t n_rot = 0;     // partial rotary embeddings (Phi-4-mini: 3/4 of each head)
 };
 
 HParams case_hparams(const Case& c) {
   HParams hp = preset_hparams(c.arch, "tiny");
   if (hp.n_swa > 0) hp.n_swa = 4;  // the window cuts into the 11-token sequence
   hp.rope_freqs = c.rope_freqs;
+  hp.n_rot = c.n_rot;
   if (c.n_expert > 0) {
     hp.n_expert = c.n_expert;
     hp.n_expert_used = 2;
@@ -278,13 +282,15 @@ TEST_P(ArchForwardTest, LogitsMatchDoubleReference) {
 INSTANTIATE_TEST_SUITE_P(Archs, ArchForwardTest,
                          ::testing::Values(Case{"gemma2", Arch::gemma2}, Case{"gemma3", Arch::gemma3},
                                            Case{"phi3", Arch::phi3}, Case{"gpt_oss", Arch::gpt_oss},
-                                           Case{"llama3", Arch::llama, true}, Case{"mixtral", Arch::llama, false, 4}),
+                                           Case{"llama3", Arch::llama, true}, Case{"mixtral", Arch::llama, false, 4},
+                                           Case{"phi4_mini", Arch::phi3, false, 0, 24}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // The hyper-parameters survive the file: what write_hparams wrote, read_hparams reads back.
 TEST(ArchHParams, RoundTripThroughTheFile) {
   for (const Case& c : {Case{"rt-gemma2", Arch::gemma2}, Case{"rt-gemma3", Arch::gemma3}, Case{"rt-phi3", Arch::phi3},
-                        Case{"rt-gpt_oss", Arch::gpt_oss}, Case{"rt-llama3", Arch::llama, true}}) {
+                        Case{"rt-gpt_oss", Arch::gpt_oss}, Case{"rt-llama3", Arch::llama, true},
+                        Case{"rt-phi4_mini", Arch::phi3, false, 0, 24}}) {
     const std::string path = make_model(c);
     const HParams want = case_hparams(c);
     const HParams got = Model::load(path)->hparams();
@@ -301,6 +307,7 @@ TEST(ArchHParams, RoundTripThroughTheFile) {
     EXPECT_EQ(got.rope_freqs, want.rope_freqs) << c.name;
     EXPECT_EQ(got.rope_long_short, want.rope_long_short) << c.name;
     EXPECT_EQ(got.n_ff_exp, want.n_ff_exp) << c.name;
+    EXPECT_EQ(got.n_rot, want.n_rot) << c.name;
     std::filesystem::remove(path);
   }
 }

@@ -31,6 +31,7 @@ HParams odd_hparams(Arch arch) {
   hp.n_ff = 224;
   hp.n_vocab = 301;
   hp.n_ctx_train = 128;
+  if (arch == Arch::phi3) hp.n_rot = 12;  // Phi-4-mini: 3/4 of each head rotates
   if (arch_is_moe(arch)) {
     hp.n_expert = 5;
     hp.n_expert_used = 2;

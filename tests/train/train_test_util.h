@@ -48,6 +48,7 @@ inline HParams small_hparams(Arch arch, int64_t n_layer = 1) {
   if (hp.n_swa > 0) hp.n_swa = 4;
   if (hp.swa_period > 1) hp.n_layer = std::max(hp.n_layer, hp.swa_period);
   if (hp.n_ctx_orig > 0) hp.n_ctx_orig = 8;
+  if (arch == Arch::phi3) hp.n_rot = 12;  // Phi-4-mini: 3/4 of each head rotates (the others rotate all)
   return hp;
 }
 

@@ -53,7 +53,7 @@ struct Options {
   // new-control-vector
   std::string cvec_base, cvec_output;
   float cvec_sigma = 0.05f;
-  int64_t n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_expert = 0,
+  int64_t n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0, n_ff = 0, n_expert = 0,
           n_expert_used = 0, n_ff_exp = 0, n_vocab = 0, n_ctx_train = 0;
 };
 
@@ -106,6 +106,7 @@ int run_new(const Options& o, const CLI::App& cmd) {
   take("--n-ff-exp", o.n_ff_exp, hp.n_ff_exp);
   take("--n-vocab", o.n_vocab, hp.n_vocab);
   take("--n-ctx-train", o.n_ctx_train, hp.n_ctx_train);
+  if (cmd.count("--n-ctx-train") > 0 && hp.n_ctx_orig > 0) loom::set_original_context(hp);
   if (o.rope_freqs) {  // Llama 3: its RoPE base and the per-pair divisors of its long-context scaling
     hp.rope_freqs = true;
     hp.rope_theta = 500000.0f;
@@ -122,6 +123,8 @@ int run_new(const Options& o, const CLI::App& cmd) {
                "--n-embd {} is not a multiple of --n-head {} (or give --head-dim)", hp.n_embd, hp.n_head);
     hp.head_dim = hp.n_embd / hp.n_head;
   }
+  take("--n-rot", o.n_rot, hp.n_rot);
+  if (hp.n_rot == hp.head_dim) hp.n_rot = 0;
   try {
     loom::validate_hparams(hp);
   } catch (const loom::Error& e) {
@@ -207,6 +210,7 @@ int main(int argc, char** argv) {
   nw->add_option("--n-head", o.n_head, "attention heads");
   nw->add_option("--n-head-kv", o.n_head_kv, "key/value heads");
   nw->add_option("--head-dim", o.head_dim, "head size (default n_embd / n_head when those change)");
+  nw->add_option("--n-rot", o.n_rot, "dims rotated per head (rope.dimension_count; default the head size)");
   nw->add_option("--n-ff", o.n_ff, "feed-forward width");
   nw->add_option("--n-expert", o.n_expert, "experts (qwen3moe, gpt-oss; a llama with experts is Mixtral-shaped)");
   nw->add_option("--n-expert-used", o.n_expert_used, "experts used per token");

@@ -57,6 +57,12 @@ float HParams::attn_scale() const {
   return 1.0f / std::sqrt(gemma_27b ? (float)(n_embd / n_head) : (float)head_dim);
 }
 
+void set_original_context(HParams& hp) {
+  hp.n_ctx_orig = std::max<int64_t>(hp.n_ctx_train / 4, 2);
+  // Phi-3's LongRoPE magnitude for a 4x extension
+  if (hp.rope_long_short) hp.rope_attn_factor = std::sqrt(1.0f + std::log(4.0f) / std::log((float)hp.n_ctx_orig));
+}
+
 namespace {
 
 // What makes the newer architectures themselves, at a preset's size: the sliding window
@@ -84,8 +90,7 @@ void add_arch_features(HParams& hp, int64_t n_swa) {
       break;
     case Arch::phi3:  // Phi-3-128k's long/short factors over a quarter of the training context
       hp.rope_long_short = true;
-      hp.n_ctx_orig = hp.n_ctx_train / 4;
-      hp.rope_attn_factor = std::sqrt(1.0f + std::log(4.0f) / std::log((float)hp.n_ctx_orig));
+      set_original_context(hp);
       hp.rms_eps = 1e-5f;
       break;
     case Arch::gpt_oss:  // alternating local/global layers with sinks, YaRN 4x, biased experts
@@ -96,7 +101,7 @@ void add_arch_features(HParams& hp, int64_t n_swa) {
       hp.rope_scaling = RopeScaling::yarn;
       hp.rope_freq_scale = 0.25f;
       hp.rope_freq_scale_swa = 0.25f;
-      hp.n_ctx_orig = hp.n_ctx_train / 4;
+      set_original_context(hp);
       hp.rms_eps = 1e-5f;
       break;
     default: break;
@@ -319,6 +324,10 @@ void validate_hparams(const HParams& hp) {
   LOOM_CHECK(!hp.rope_freqs || hp.arch == Arch::llama, invalid_input, "{}: rope_freqs.weight is a llama tensor", a);
   LOOM_CHECK(!hp.rope_long_short || hp.arch == Arch::phi3, invalid_input, "{}: long/short RoPE factors are phi3's", a);
   LOOM_CHECK(hp.head_dim % 2 == 0, invalid_input, "{}: head_dim = {} must be even for RoPE", a, hp.head_dim);
+  in_range("n_rot", hp.n_rot, 0, hp.head_dim);
+  LOOM_CHECK(hp.n_rot % 2 == 0, invalid_input, "{}: n_rot = {} must be even", a, hp.n_rot);
+  LOOM_CHECK(hp.arch == Arch::phi3 || hp.rot_dims() == hp.head_dim, invalid_input,
+             "{}: only phi3 rotates part of each head (n_rot = {}, head_dim = {})", a, hp.n_rot, hp.head_dim);
   // Each range above keeps every product below 2^63; cap the whole model at 2^46 parameters.
   double total = 0;
   for (const TensorSpec& t : arch_tensors(hp)) total += (double)t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];

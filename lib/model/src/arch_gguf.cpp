@@ -40,7 +40,7 @@ void write_hparams(gguf::Writer& w, const HParams& hp) {
   u32("attention.head_count_kv", hp.n_head_kv);
   u32("attention.key_length", hp.head_dim);
   u32("attention.value_length", hp.head_dim);
-  u32("rope.dimension_count", hp.head_dim);
+  u32("rope.dimension_count", hp.rot_dims());
   f32("rope.freq_base", hp.rope_theta);
   f32("attention.layer_norm_rms_epsilon", hp.rms_eps);
   if (hp.is_moe()) {
@@ -164,8 +164,15 @@ HParams read_hparams(const gguf::File& f) {
   LOOM_CHECK(v_len == hp.head_dim, unsupported, "{}: key_length {} != value_length {} is not supported", f.path(),
              hp.head_dim, v_len);
   const int64_t rope_dims = f.find_int(a + "rope.dimension_count").value_or(hp.head_dim);
-  LOOM_CHECK(rope_dims == hp.head_dim, unsupported, "{}: partial rotary embeddings ({} of {} dims) are not supported",
-             f.path(), rope_dims, hp.head_dim);
+  // Partial rotary embeddings are phi3's (Phi-4-mini: 96 of 128 dims); llama.cpp's other graphs
+  // loom has assert whole heads.
+  LOOM_CHECK(rope_dims > 0 && rope_dims <= hp.head_dim && rope_dims % 2 == 0, invalid_input,
+             "{}: {}rope.dimension_count = {} must be even and in [2, key_length {}]", f.path(), a, rope_dims,
+             hp.head_dim);
+  LOOM_CHECK(rope_dims == hp.head_dim || hp.arch == Arch::phi3, invalid_input,
+             "{}: {}rope.dimension_count {} != key_length {}: only phi3 rotates part of each head", f.path(), a,
+             rope_dims, hp.head_dim);
+  hp.n_rot = rope_dims == hp.head_dim ? 0 : rope_dims;
   hp.rms_eps = (float)f.get_float(a + "attention.layer_norm_rms_epsilon");
   hp.rope_theta = (float)f.find_float(a + "rope.freq_base").value_or(10000.0);
   hp.n_expert = find_layer_int(f, a + "expert_count").value_or(0);

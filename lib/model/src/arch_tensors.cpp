@@ -79,7 +79,7 @@ std::vector<TensorSpec> arch_tensors(const HParams& hp) {
   };
   using R = TensorRole;
   const Arch a = hp.arch;
-  const int64_t n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv(), E = hp.n_embd, half_rot = hp.head_dim / 2;
+  const int64_t n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv(), E = hp.n_embd, half_rot = hp.rot_dims() / 2;
   if (hp.rope_freqs) add("rope_freqs.weight", R::rope_freqs, -1, {half_rot});
   add("token_embd.weight", R::token_embd, -1, {E, hp.n_vocab});
   for (int il = 0; il < (int)hp.n_layer; ++il) {

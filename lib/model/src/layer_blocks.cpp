@@ -11,7 +11,7 @@ Tensor* norm_mul(Context& c, Tensor* x, Tensor* w, float eps) { return mul(c, rm
 
 RopeParams rope_params(const HParams& hp, bool swa_layer) {
   RopeParams p;
-  p.n_dims = (int32_t)hp.head_dim;
+  p.n_dims = (int32_t)hp.rot_dims();
   p.mode = arch_rope_neox(hp.arch) ? kRopeNeox : kRopeNormal;
   p.n_ctx_orig = (int32_t)hp.n_ctx_orig_or_train();
   p.freq_base = swa_layer ? hp.rope_theta_swa : hp.rope_theta;

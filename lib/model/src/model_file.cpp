@@ -99,11 +99,11 @@ bool is_rope_factors(TensorRole role) {
 // original 8192 context: 1 for short wavelengths, 8 for long ones, smooth between), or
 // Phi-3-like long (1 -> 4) and short (1 -> 1.1) ramps.
 float rope_factor(TensorRole role, const HParams& hp, int64_t i) {
-  const int64_t half = hp.head_dim / 2;
+  const int64_t half = hp.rot_dims() / 2;
   if (role == TensorRole::rope_factors_long) return 1.0f + 3.0f * (float)i / (float)half;
   if (role == TensorRole::rope_factors_short) return 1.0f + 0.1f * (float)i / (float)half;
   constexpr double kFactor = 8, kLow = 1, kHigh = 4, kOrig = 8192, kTwoPi = 6.283185307179586476925;
-  const double wavelen = kTwoPi / std::pow((double)hp.rope_theta, -2.0 * (double)i / (double)hp.head_dim);
+  const double wavelen = kTwoPi / std::pow((double)hp.rope_theta, -2.0 * (double)i / (double)hp.rot_dims());
   if (wavelen < kOrig / kHigh) return 1.0f;
   if (wavelen > kOrig / kLow) return (float)kFactor;
   const double smooth = (kOrig / wavelen - kLow) / (kHigh - kLow);

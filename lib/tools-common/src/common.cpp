@@ -334,6 +334,7 @@ void log_model(const Model& model, const std::string& path) {
   log.info("load: n_layer = {}, n_embd = {}, n_head = {}, n_head_kv = {}, head_dim = {}, n_ff = {}, n_vocab = {}, "
            "n_ctx_train = {}", hp.n_layer, hp.n_embd, hp.n_head, hp.n_head_kv, hp.head_dim, hp.n_ff, hp.n_vocab,
            hp.n_ctx_train);
+  if (hp.n_rot > 0) log.info("load: n_rot = {} (rotated dims per head)", hp.n_rot);
   if (hp.n_expert > 0) log.info("load: n_expert = {}, n_expert_used = {}, n_ff_exp = {}", hp.n_expert, hp.n_expert_used, hp.n_ff_exp);
   std::map<std::string, int> types;
   for (const Tensor* t : model.weight_tensors()) ++types[dtype_name(t->type)];

@@ -37,6 +37,7 @@ struct HParams {
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;  // key_length == value_length
+  int64_t n_rot = 0;     // rope.dimension_count: dims rotated per head, the rest pass through (0: head_dim)
   int64_t n_ff = 0;      // dense FFN width (written for qwen3moe too, unused by its tensors)
   int64_t n_expert = 0;  // routed experts: qwen3moe, gpt-oss, a Mixtral-shaped llama
   int64_t n_expert_used = 0;
@@ -72,6 +73,7 @@ struct HParams {
   float final_softcap = 0.0f;  // gemma2: the same on the logits
 
   int64_t n_embd_q() const { return head_dim * n_head; }
+  int64_t rot_dims() const { return n_rot > 0 ? n_rot : head_dim; }
   int64_t n_embd_kv() const { return head_dim * n_head_kv; }
   int64_t n_ctx_orig_or_train() const { return n_ctx_orig > 0 ? n_ctx_orig : n_ctx_train; }
   bool is_moe() const { return n_expert > 0; }
@@ -87,6 +89,10 @@ struct HParams {
 // Throws usage naming the preset and listing the valid ones.
 HParams preset_hparams(Arch arch, std::string_view name);
 std::vector<std::string> preset_names(Arch arch);
+
+// The presets' long-context setup (phi3's long/short factors, gpt-oss's YaRN): an original context
+// of a quarter of n_ctx_train, and phi3's LongRoPE magnitude for it.
+void set_original_context(HParams& hp);
 
 // Throws invalid_input naming the first absurd or inconsistent value.
 void validate_hparams(const HParams& hp);
