@@ -31,9 +31,12 @@ const ArchCase kCases[] = {
     {"gemma2", "", {"blk.0.post_attention_norm.weight", "blk.1.post_ffw_norm.weight", "blk.0.ffn_gate.weight"}},
     {"gemma3", "", {"blk.5.attn_q_norm.weight", "blk.5.attn_k_norm.weight", "blk.0.post_ffw_norm.weight"}},
     {"phi3", "", {"blk.0.attn_qkv.weight", "rope_factors_long.weight", "rope_factors_short.weight", "output.weight"}},
-    {"gpt-oss", "", {"blk.1.attn_sinks.weight", "blk.0.attn_output.bias", "blk.0.ffn_gate_inp.bias",
-                     "blk.0.ffn_down_exps.bias", "blk.1.post_attention_norm.weight", "blk.0.attn_q.bias"}},
+    {"gpt-oss",
+     "",
+     {"blk.1.attn_sinks.weight", "blk.0.attn_output.bias", "blk.0.ffn_gate_inp.bias", "blk.0.ffn_down_exps.bias",
+      "blk.1.post_attention_norm.weight", "blk.0.attn_q.bias"}},
     {"llama", "--rope-freqs", {"rope_freqs.weight", "blk.0.ffn_gate.weight", "output.weight"}},
+    {"granite", "", {"blk.0.attn_q.weight", "blk.1.ffn_gate.weight", "token_embd.weight"}},
 };
 
 class ArchTools : public ::testing::Test {

@@ -89,10 +89,19 @@ TEST(ChatTemplate, GptOssHarmony) {
             "<|start|>assistant");
 }
 
+TEST(ChatTemplate, Granite) {
+  EXPECT_EQ(render("granite"),
+            "<|start_of_role|>system<|end_of_role|>You are helpful.<|end_of_text|>\n"
+            "<|start_of_role|>user<|end_of_role|>hello<|end_of_text|>\n"
+            "<|start_of_role|>assistant<|end_of_role|>hi there<|end_of_text|>\n"
+            "<|start_of_role|>user<|end_of_role|>how are you<|end_of_text|>\n"
+            "<|start_of_role|>assistant<|end_of_role|>\n");
+}
+
 TEST(ChatTemplate, EveryNameRoundTrips) {
   for (const char* n : {"chatml", "llama2", "llama2-sys", "llama2-sys-bos", "llama2-sys-strip", "mistral-v1",
                         "mistral-v3", "mistral-v3-tekken", "mistral-v7", "phi3", "phi4", "gemma", "llama3", "deepseek",
-                        "deepseek2", "deepseek3", "gpt-oss"}) {
+                        "deepseek2", "deepseek3", "gpt-oss", "granite"}) {
     auto t = loom::chat_template_from_name(n);
     ASSERT_TRUE(t.has_value()) << n;
     EXPECT_STREQ(loom::chat_template_name(*t), n);
@@ -120,6 +129,9 @@ TEST(ChatTemplate, DetectsFamiliesFromTemplateText) {
   EXPECT_EQ(detect("{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}"), "gemma");
   EXPECT_EQ(detect("{{'<|user|>' + '\\n' + message['content'] + '<|end|>' + '\\n' + '<|assistant|>' + '\\n'}}"), "phi3");
   EXPECT_EQ(detect("{{- '<|start|>assistant<|channel|>final<|message|>' + content + '<|end|>' }}"), "gpt-oss");
+  EXPECT_EQ(detect("{{- '<|start_of_role|>' + message['role'] + '<|end_of_role|>' + message['content'] + "
+                   "'<|end_of_text|>\n' }}"),
+            "granite");
   EXPECT_EQ(detect("{{'<｜User｜>' + content + '<｜Assistant｜>'}}{{ content + '<｜end▁of▁sentence｜>' }}"), "deepseek3");
   EXPECT_EQ(detect("{{ '### Instruction:\\n' + content + '\\n' }}{{ '### Response:\\n' + content + '\\n<|EOT|>\\n' }}"),
             "deepseek");

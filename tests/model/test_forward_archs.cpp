@@ -1,4 +1,4 @@
-// The newer architectures' forward (gemma2, gemma3, phi3, gpt-oss, Llama 3's rope_freqs,
+// The newer architectures' forward (gemma2, gemma3, phi3, gpt-oss, granite, Llama 3's rope_freqs,
 // Mixtral-shaped llama) against a double-precision reference written from llama.cpp's graphs:
 // scaled embeddings, GELU FFN, post norms, soft-capping, q/k norms, sliding windows with their
 // layer pattern and local RoPE base, RoPE divisors and YaRN, fused projections, sinks, biased
@@ -124,6 +124,8 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
     x.push_back(weight_row(m.tok_embd, t));
     if (gemma)
       for (double& e : x.back()) e *= std::sqrt((double)hp.n_embd);
+    if (hp.embedding_scale != 0)  // granite
+      for (double& e : x.back()) e *= hp.embedding_scale;
   }
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     const LayerWeights& l = m.layers[(size_t)il];
@@ -183,6 +185,8 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
       Vec a = matvec(l.wo, o);
       if (l.bo) add_to(a, weight_row(l.bo, 0));
       if (l.attn_post_norm) a = rms_norm(a, l.attn_post_norm, hp.rms_eps);
+      if (hp.residual_scale != 0)  // granite: each branch scaled before its residual add
+        for (double& e : a) e *= hp.residual_scale;
       add_to(x[i], a);
       Vec h = rms_norm(x[(size_t)i], l.ffn_norm, hp.rms_eps);
       Vec out;
@@ -200,13 +204,15 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
         out = matvec(l.ffn_down, g);
       }
       if (l.ffn_post_norm) out = rms_norm(out, l.ffn_post_norm, hp.rms_eps);
+      if (hp.residual_scale != 0)
+        for (double& e : out) e *= hp.residual_scale;
       add_to(x[i], out);
     }
   }
   std::vector<Vec> logits;
   for (int64_t i = 0; i < T; ++i) {
     Vec y = matvec(m.output, rms_norm(x[(size_t)i], m.output_norm, hp.rms_eps));
-    for (double& e : y) e = softcap(e, hp.final_softcap);
+    for (double& e : y) e = softcap(e, hp.final_softcap) / (hp.logit_scale != 0 ? hp.logit_scale : 1.0);
     logits.push_back(y);
   }
   return logits;
@@ -283,14 +289,14 @@ INSTANTIATE_TEST_SUITE_P(Archs, ArchForwardTest,
                          ::testing::Values(Case{"gemma2", Arch::gemma2}, Case{"gemma3", Arch::gemma3},
                                            Case{"phi3", Arch::phi3}, Case{"gpt_oss", Arch::gpt_oss},
                                            Case{"llama3", Arch::llama, true}, Case{"mixtral", Arch::llama, false, 4},
-                                           Case{"phi4_mini", Arch::phi3, false, 0, 24}),
+                                           Case{"phi4_mini", Arch::phi3, false, 0, 24}, Case{"granite", Arch::granite}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // The hyper-parameters survive the file: what write_hparams wrote, read_hparams reads back.
 TEST(ArchHParams, RoundTripThroughTheFile) {
   for (const Case& c : {Case{"rt-gemma2", Arch::gemma2}, Case{"rt-gemma3", Arch::gemma3}, Case{"rt-phi3", Arch::phi3},
                         Case{"rt-gpt_oss", Arch::gpt_oss}, Case{"rt-llama3", Arch::llama, true},
-                        Case{"rt-phi4_mini", Arch::phi3, false, 0, 24}}) {
+                        Case{"rt-phi4_mini", Arch::phi3, false, 0, 24}, Case{"rt-granite", Arch::granite}}) {
     const std::string path = make_model(c);
     const HParams want = case_hparams(c);
     const HParams got = Model::load(path)->hparams();
@@ -308,6 +314,10 @@ TEST(ArchHParams, RoundTripThroughTheFile) {
     EXPECT_EQ(got.rope_long_short, want.rope_long_short) << c.name;
     EXPECT_EQ(got.n_ff_exp, want.n_ff_exp) << c.name;
     EXPECT_EQ(got.n_rot, want.n_rot) << c.name;
+    EXPECT_FLOAT_EQ(got.embedding_scale, want.embedding_scale) << c.name;
+    EXPECT_FLOAT_EQ(got.residual_scale, want.residual_scale) << c.name;
+    EXPECT_FLOAT_EQ(got.attention_scale, want.attention_scale) << c.name;
+    EXPECT_FLOAT_EQ(got.logit_scale, want.logit_scale) << c.name;
     std::filesystem::remove(path);
   }
 }

@@ -14,8 +14,8 @@
 namespace loom {
 
 namespace {
-constexpr Arch kArchs[] = {Arch::llama,  Arch::qwen2,  Arch::qwen3, Arch::qwen3moe,
-                           Arch::gemma2, Arch::gemma3, Arch::phi3,  Arch::gpt_oss};
+constexpr Arch kArchs[] = {Arch::llama,  Arch::qwen2, Arch::qwen3,   Arch::qwen3moe, Arch::gemma2,
+                           Arch::gemma3, Arch::phi3,  Arch::gpt_oss, Arch::granite};
 }  // namespace
 
 const char* arch_name(Arch arch) {
@@ -28,6 +28,8 @@ const char* arch_name(Arch arch) {
     case Arch::gemma3: return "gemma3";
     case Arch::phi3: return "phi3";
     case Arch::gpt_oss: return "gpt-oss";
+    case Arch::granite:
+      return "granite";
   }
   return "?";
 }
@@ -47,10 +49,11 @@ std::string arch_names() {
 bool arch_is_moe(Arch arch) { return arch == Arch::qwen3moe || arch == Arch::gpt_oss; }
 bool arch_has_qk_norm(Arch arch) { return arch == Arch::qwen3 || arch == Arch::qwen3moe || arch == Arch::gemma3; }
 bool arch_has_qkv_bias(Arch arch) { return arch == Arch::qwen2 || arch == Arch::gpt_oss; }
-bool arch_rope_neox(Arch arch) { return arch != Arch::llama; }
+bool arch_rope_neox(Arch arch) { return arch != Arch::llama && arch != Arch::granite; }
 bool arch_is_gemma(Arch arch) { return arch == Arch::gemma2 || arch == Arch::gemma3; }
 
 float HParams::attn_scale() const {
+  if (arch == Arch::granite && attention_scale != 0.0f) return attention_scale;
   // gemma_pytorch's query_pre_attn_scalar: the 27B sizes scale by n_embd / n_head (llama.cpp
   // tells them by their layer count)
   const bool gemma_27b = (arch == Arch::gemma2 && n_layer == 46) || (arch == Arch::gemma3 && n_layer == 62);
@@ -103,6 +106,13 @@ void add_arch_features(HParams& hp, int64_t n_swa) {
       hp.rope_freq_scale_swa = 0.25f;
       set_original_context(hp);
       hp.rms_eps = 1e-5f;
+      break;
+    case Arch::granite:  // Granite 3.x's multipliers (8B: embeddings 12, residuals 0.22, logits / 16)
+      hp.embedding_scale = 12.0f;
+      hp.residual_scale = 0.22f;
+      hp.attention_scale = 1.0f / (float)hp.head_dim;
+      hp.logit_scale = 16.0f;
+      hp.tied_embeddings = true;
       break;
     default: break;
   }
@@ -324,6 +334,12 @@ void validate_hparams(const HParams& hp) {
   LOOM_CHECK(!hp.rope_freqs || hp.arch == Arch::llama, invalid_input, "{}: rope_freqs.weight is a llama tensor", a);
   LOOM_CHECK(!hp.rope_long_short || hp.arch == Arch::phi3, invalid_input, "{}: long/short RoPE factors are phi3's", a);
   LOOM_CHECK(hp.head_dim % 2 == 0, invalid_input, "{}: head_dim = {} must be even for RoPE", a, hp.head_dim);
+  for (float s : {hp.embedding_scale, hp.residual_scale, hp.attention_scale, hp.logit_scale})
+    LOOM_CHECK(std::isfinite(s) && s >= 0, invalid_input, "{}: a scale of {} must be finite and >= 0", a, s);
+  LOOM_CHECK(hp.arch == Arch::granite ||
+                 (hp.embedding_scale == 0 && hp.residual_scale == 0 && hp.attention_scale == 0 && hp.logit_scale == 0),
+             invalid_input, "{}: embedding, residual, attention and logit scales are granite's", a);
+  LOOM_CHECK(hp.arch != Arch::granite || hp.logit_scale > 0, invalid_input, "{}: logit_scale must be positive", a);
   in_range("n_rot", hp.n_rot, 0, hp.head_dim);
   LOOM_CHECK(hp.n_rot % 2 == 0, invalid_input, "{}: n_rot = {} must be even", a, hp.n_rot);
   LOOM_CHECK(hp.arch == Arch::phi3 || hp.rot_dims() == hp.head_dim, invalid_input,

@@ -60,6 +60,12 @@ void write_hparams(gguf::Writer& w, const HParams& hp) {
     f32("attn_logit_softcapping", hp.attn_softcap);
     f32("final_logit_softcapping", hp.final_softcap);
   }
+  if (hp.arch == Arch::granite) {
+    f32("logit_scale", hp.logit_scale);
+    if (hp.embedding_scale != 0.0f) f32("embedding_scale", hp.embedding_scale);
+    if (hp.residual_scale != 0.0f) f32("residual_scale", hp.residual_scale);
+    if (hp.attention_scale != 0.0f) f32("attention.scale", hp.attention_scale);
+  }
 }
 
 namespace {
@@ -123,6 +129,21 @@ void read_arch_features(const gguf::File& f, const std::string& a, HParams& hp) 
       hp.swa_period = find_layer_int(f, a + "attention.sliding_window_pattern").value_or(2);
       hp.rope_theta_swa = (float)f.find_float(a + "rope.freq_base_swa").value_or(hp.rope_theta);
       break;
+    case Arch::granite: {
+      // llama.cpp: logit_scale required, the others 0 (not applied) when absent; RoPE switched
+      // off by rope.scaling.finetuned = false, which loom does not support
+      LOOM_CHECK(f.find(a + "logit_scale") != nullptr, invalid_input, "{}: missing {}logit_scale", f.path(), a);
+      hp.logit_scale = (float)f.get_float(a + "logit_scale");
+      hp.embedding_scale = (float)f.find_float(a + "embedding_scale").value_or(0.0);
+      hp.residual_scale = (float)f.find_float(a + "residual_scale").value_or(0.0);
+      hp.attention_scale = (float)f.find_float(a + "attention.scale").value_or(0.0);
+      const gguf::Value* finetuned = f.find(a + "rope.scaling.finetuned");
+      LOOM_CHECK(!finetuned || f.get_bool(a + "rope.scaling.finetuned"), unsupported,
+                 "{}: {}rope.scaling.finetuned = false (no RoPE) is not supported", f.path(), a);
+      hp.n_swa = 0;
+      hp.swa_period = 0;
+      break;
+    }
     default:  // llama (Mistral) and phi3 carry a window llama.cpp does not apply: kept for info only
       hp.n_swa = swa.value_or(0);
       hp.swa_period = 0;

@@ -25,6 +25,7 @@ constexpr std::pair<const char*, ChatTemplate> kNames[] = {
     {"deepseek2", ChatTemplate::deepseek2},
     {"deepseek3", ChatTemplate::deepseek3},
     {"gpt-oss", ChatTemplate::gpt_oss},
+    {"granite", ChatTemplate::granite},
 };
 
 std::string trim(std::string_view s) {
@@ -149,6 +150,7 @@ std::optional<ChatTemplate> detect_chat_template(std::string_view text) {
   if (has("'Assistant: ' + message['content'] + eos_token")) return ChatTemplate::deepseek2;
   if (has("<｜Assistant｜>") && has("<｜User｜>") && has("<｜end▁of▁sentence｜>")) return ChatTemplate::deepseek3;
   if (has("<|channel|>") && has("<|start|>")) return ChatTemplate::gpt_oss;
+  if (has("<|start_of_role|>")) return ChatTemplate::granite;
   return std::nullopt;
 }
 
@@ -218,6 +220,11 @@ std::string render_chat(ChatTemplate t, std::span<const ChatMessage> messages, b
         else s += "<|start|>" + m.role + "<|message|>" + m.content + "<|end|>";
       }
       if (add_assistant) s += "<|start|>assistant";
+      break;
+    case ChatTemplate::granite:
+      for (const ChatMessage& m : messages)
+        s += "<|start_of_role|>" + m.role + "<|end_of_role|>" + m.content + "<|end_of_text|>\n";
+      if (add_assistant) s += "<|start_of_role|>assistant<|end_of_role|>\n";
       break;
   }
   return s;

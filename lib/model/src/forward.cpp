@@ -241,6 +241,7 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
   Tensor* x = get_rows(c, model.tok_embd, in.tokens);  // {n_embd, T}
   x->name = "inp_embd";
   if (gemma) x = scale(c, x, std::sqrt((float)hp.n_embd));
+  if (hp.embedding_scale != 0.0f) x = scale(c, x, hp.embedding_scale);  // granite
   const Join join{c, in, model.tensor_parallel};
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     const size_t first_tensor = c.size();
@@ -275,6 +276,7 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
       x = get_rows(c, x, in.out_rows);
     }
     if (l.attn_post_norm) cur = norm_mul(c, cur, l.attn_post_norm, hp.rms_eps);
+    if (hp.residual_scale != 0.0f) cur = scale(c, cur, hp.residual_scale);  // granite
     Tensor* ffn_in = add(c, cur, x);
     cur = norm_mul(c, ffn_in, l.ffn_norm, hp.rms_eps);
     cur->name = fmt::format("blk.{}.ffn_norm-out", il);
@@ -290,6 +292,7 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
     }
     cur = join(cur, l.ffn_down || l.ffn_down_exps ? model.first.embd : 0, hp.n_embd, il, "ffn_out_gather");
     if (l.ffn_post_norm) cur = norm_mul(c, cur, l.ffn_post_norm, hp.rms_eps);
+    if (hp.residual_scale != 0.0f) cur = scale(c, cur, hp.residual_scale);
     ffn_in->name = fmt::format("blk.{}.ffn_inp", il);
     x = add(c, cur, ffn_in);
     if (l.cvec) x = add(c, x, l.cvec);  // --control-vector
@@ -301,6 +304,7 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
   x->name = "result_norm";
   if (model.output) {
     in.logits = logit_softcap(c, lora_mm(c, model.output_lora, model.output, x), hp.final_softcap);
+    if (hp.logit_scale != 0.0f) in.logits = scale(c, in.logits, 1.0f / hp.logit_scale);  // granite
     in.logits->name = "logits";
     in.logits->flags |= kFlagOutput;
     in.last = in.logits;

@@ -91,7 +91,9 @@ void add_run_flags(CLI::App& app, RunOptions& o) {
   app.add_option("--in-prefix", o.in_prefix, "text before each user message");
   app.add_option("--in-suffix", o.in_suffix, "text after each user message");
   app.add_flag("--in-prefix-bos", o.in_prefix_bos, "a BOS token before each user message after the first");
-  app.add_option("--chat-template", o.chat_template, "chat template family (chatml, llama2, llama3, gemma, phi3, mistral-v7, deepseek3, gpt-oss, ...)");
+  app.add_option(
+      "--chat-template", o.chat_template,
+      "chat template family (chatml, llama2, llama3, gemma, phi3, mistral-v7, deepseek3, gpt-oss, granite, ...)");
   app.add_flag("--jinja", o.jinja, "Jinja chat templates (not supported: refused)");
   app.add_flag("--color", o.color, "color the prompt and input markers (a terminal only)");
   app.add_flag("--no-perf", o.no_perf, "do not print the loom_perf timing lines");

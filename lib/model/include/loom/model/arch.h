@@ -17,7 +17,7 @@ class Writer;
 
 namespace loom {
 
-enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, gpt_oss };
+enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, gpt_oss, granite };
 
 const char* arch_name(Arch arch);  // the general.architecture string ("gpt-oss" for gpt_oss)
 std::optional<Arch> arch_from_name(std::string_view name);
@@ -25,7 +25,7 @@ std::string arch_names();          // "llama, qwen2, ..." for messages
 bool arch_is_moe(Arch arch);        // always routed experts (qwen3moe, gpt-oss); llama may have them too
 bool arch_has_qk_norm(Arch arch);   // qwen3, qwen3moe, gemma3
 bool arch_has_qkv_bias(Arch arch);  // qwen2, gpt-oss
-bool arch_rope_neox(Arch arch);     // rotate halves (all but llama) instead of adjacent pairs (llama)
+bool arch_rope_neox(Arch arch);     // rotate halves instead of adjacent pairs (llama, granite)
 bool arch_is_gemma(Arch arch);      // gemma2, gemma3: scaled embeddings, GELU FFN, post norms, tied output
 
 enum class RopeScaling { none, linear, yarn };
@@ -69,6 +69,10 @@ struct HParams {
   int64_t swa_period = 0;
   float rope_theta_swa = 10000.0f;
   float rope_freq_scale_swa = 1.0f;
+  // granite: the embeddings times embedding_scale, each residual branch (attention, FFN) times
+  // residual_scale before its add, the scores times attention_scale instead of 1/sqrt(head_dim),
+  // the logits divided by logit_scale (0: not applied).
+  float embedding_scale = 0.0f, residual_scale = 0.0f, attention_scale = 0.0f, logit_scale = 0.0f;
   float attn_softcap = 0.0f;   // gemma2: c tanh(s / c) on attention scores (0: off)
   float final_softcap = 0.0f;  // gemma2: the same on the logits
 
@@ -79,7 +83,8 @@ struct HParams {
   bool is_moe() const { return n_expert > 0; }
   bool is_swa_layer(int64_t il) const { return n_swa > 0 && swa_period > 0 && il % swa_period < swa_period - 1; }
   bool has_swa() const { return n_swa > 0 && swa_period > 1; }
-  // The attention's score scale: 1/sqrt(head_dim), but gemma's 27B sizes use 1/sqrt(n_embd / n_head).
+  // The attention's score scale: 1/sqrt(head_dim), but gemma's 27B sizes use 1/sqrt(n_embd / n_head)
+  // and granite its attention_scale.
   float attn_scale() const;
 };
 

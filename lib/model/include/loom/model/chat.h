@@ -29,6 +29,7 @@ enum class ChatTemplate {
   deepseek2,          // User: ...\n\nAssistant:
   deepseek3,          // <｜User｜>...<｜Assistant｜>
   gpt_oss,            // OpenAI harmony: <|start|>role<|message|>...<|end|>
+  granite,            // IBM Granite: <|start_of_role|>role<|end_of_role|>...<|end_of_text|>\n
 };
 
 struct ChatMessage {
