@@ -37,6 +37,7 @@ const ArchCase kCases[] = {
       "blk.1.post_attention_norm.weight", "blk.0.attn_q.bias"}},
     {"llama", "--rope-freqs", {"rope_freqs.weight", "blk.0.ffn_gate.weight", "output.weight"}},
     {"granite", "", {"blk.0.attn_q.weight", "blk.1.ffn_gate.weight", "token_embd.weight"}},
+    {"gemma", "", {"blk.1.attn_k.weight", "blk.0.ffn_norm.weight", "token_embd.weight"}},
 };
 
 class ArchTools : public ::testing::Test {
@@ -67,9 +68,14 @@ TEST_F(ArchTools, NewWritesEachArchitecturesTensorSet) {
     for (const auto& t : j["tensors"]) names.insert(t["name"].get<std::string>());
     for (const std::string& n : c.must_have) EXPECT_TRUE(names.count(n)) << n;
   }
-  // gemma ties its output to the embeddings
-  const nlohmann::json g = nlohmann::json::parse(run_tool("loom-gguf info --json " + quote(model("gemma2"))).out);
-  for (const auto& t : g["tensors"]) EXPECT_NE(t["name"], "output.weight");
+  // gemma ties its output to the embeddings; Gemma 1 has no post norms
+  for (const char* arch : {"gemma", "gemma2"}) {
+    const nlohmann::json g = nlohmann::json::parse(run_tool("loom-gguf info --json " + quote(model(arch))).out);
+    for (const auto& t : g["tensors"]) {
+      EXPECT_NE(t["name"], "output.weight") << arch;
+      if (std::string(arch) == "gemma") EXPECT_EQ(t["name"].get<std::string>().find("post_"), std::string::npos);
+    }
+  }
 }
 
 // --tied: a llama without output.weight (Llama 3.2 1B/3B), its token embeddings the output matrix

@@ -1,4 +1,4 @@
-// The newer architectures' forward (gemma2, gemma3, phi3, gpt-oss, granite, Llama 3's rope_freqs,
+// The newer architectures' forward (gemma, gemma2, gemma3, phi3, gpt-oss, granite, Llama 3's rope_freqs,
 // Mixtral-shaped llama) against a double-precision reference written from llama.cpp's graphs:
 // scaled embeddings, GELU FFN, post norms, soft-capping, q/k norms, sliding windows with their
 // layer pattern and local RoPE base, RoPE divisors and YaRN, fused projections, sinks, biased
@@ -286,17 +286,19 @@ TEST_P(ArchForwardTest, LogitsMatchDoubleReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, ArchForwardTest,
-                         ::testing::Values(Case{"gemma2", Arch::gemma2}, Case{"gemma3", Arch::gemma3},
-                                           Case{"phi3", Arch::phi3}, Case{"gpt_oss", Arch::gpt_oss},
-                                           Case{"llama3", Arch::llama, true}, Case{"mixtral", Arch::llama, false, 4},
+                         ::testing::Values(Case{"gemma", Arch::gemma}, Case{"gemma2", Arch::gemma2},
+                                           Case{"gemma3", Arch::gemma3}, Case{"phi3", Arch::phi3},
+                                           Case{"gpt_oss", Arch::gpt_oss}, Case{"llama3", Arch::llama, true},
+                                           Case{"mixtral", Arch::llama, false, 4},
                                            Case{"phi4_mini", Arch::phi3, false, 0, 24}, Case{"granite", Arch::granite}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // The hyper-parameters survive the file: what write_hparams wrote, read_hparams reads back.
 TEST(ArchHParams, RoundTripThroughTheFile) {
-  for (const Case& c : {Case{"rt-gemma2", Arch::gemma2}, Case{"rt-gemma3", Arch::gemma3}, Case{"rt-phi3", Arch::phi3},
-                        Case{"rt-gpt_oss", Arch::gpt_oss}, Case{"rt-llama3", Arch::llama, true},
-                        Case{"rt-phi4_mini", Arch::phi3, false, 0, 24}, Case{"rt-granite", Arch::granite}}) {
+  for (const Case& c :
+       {Case{"rt-gemma", Arch::gemma}, Case{"rt-gemma2", Arch::gemma2}, Case{"rt-gemma3", Arch::gemma3},
+        Case{"rt-phi3", Arch::phi3}, Case{"rt-gpt_oss", Arch::gpt_oss}, Case{"rt-llama3", Arch::llama, true},
+        Case{"rt-phi4_mini", Arch::phi3, false, 0, 24}, Case{"rt-granite", Arch::granite}}) {
     const std::string path = make_model(c);
     const HParams want = case_hparams(c);
     const HParams got = Model::load(path)->hparams();

@@ -200,7 +200,8 @@ int main(int argc, char** argv) {
   tok->add_flag("--json", o.json, "{\"tokens\":[ids], \"pieces\":[text], \"n_tokens\"} on stdout");
 
   CLI::App* nw = app.add_subcommand("new", "write a random-init (or header-only) model");
-  nw->add_option("--arch", o.arch, "llama | qwen2 | qwen3 | qwen3moe | gemma2 | gemma3 | phi3 | gpt-oss | granite")
+  nw->add_option("--arch", o.arch,
+                 "llama | qwen2 | qwen3 | qwen3moe | gemma | gemma2 | gemma3 | phi3 | gpt-oss | granite")
       ->required();
   nw->add_option("--preset", o.preset,
                  "tiny | small | llama-8b | llama-70b | qwen3-8b | qwen3-30b-a3b | gemma3-27b | gpt-oss-20b")

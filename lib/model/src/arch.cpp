@@ -14,8 +14,8 @@
 namespace loom {
 
 namespace {
-constexpr Arch kArchs[] = {Arch::llama,  Arch::qwen2, Arch::qwen3,   Arch::qwen3moe, Arch::gemma2,
-                           Arch::gemma3, Arch::phi3,  Arch::gpt_oss, Arch::granite};
+constexpr Arch kArchs[] = {Arch::llama,  Arch::qwen2,  Arch::qwen3, Arch::qwen3moe, Arch::gemma,
+                           Arch::gemma2, Arch::gemma3, Arch::phi3,  Arch::gpt_oss,  Arch::granite};
 }  // namespace
 
 const char* arch_name(Arch arch) {
@@ -24,6 +24,8 @@ const char* arch_name(Arch arch) {
     case Arch::qwen2: return "qwen2";
     case Arch::qwen3: return "qwen3";
     case Arch::qwen3moe: return "qwen3moe";
+    case Arch::gemma:
+      return "gemma";
     case Arch::gemma2: return "gemma2";
     case Arch::gemma3: return "gemma3";
     case Arch::phi3: return "phi3";
@@ -50,7 +52,8 @@ bool arch_is_moe(Arch arch) { return arch == Arch::qwen3moe || arch == Arch::gpt
 bool arch_has_qk_norm(Arch arch) { return arch == Arch::qwen3 || arch == Arch::qwen3moe || arch == Arch::gemma3; }
 bool arch_has_qkv_bias(Arch arch) { return arch == Arch::qwen2 || arch == Arch::gpt_oss; }
 bool arch_rope_neox(Arch arch) { return arch != Arch::llama && arch != Arch::granite; }
-bool arch_is_gemma(Arch arch) { return arch == Arch::gemma2 || arch == Arch::gemma3; }
+bool arch_is_gemma(Arch arch) { return arch == Arch::gemma || arch == Arch::gemma2 || arch == Arch::gemma3; }
+bool arch_has_post_norms(Arch arch) { return arch == Arch::gemma2 || arch == Arch::gemma3; }
 
 float HParams::attn_scale() const {
   if (arch == Arch::granite && attention_scale != 0.0f) return attention_scale;
@@ -73,6 +76,9 @@ namespace {
 // long/short factors or YaRN, and tied embeddings for gemma. Experts as at the preset's size.
 void add_arch_features(HParams& hp, int64_t n_swa) {
   switch (hp.arch) {
+    case Arch::gemma:  // Gemma 1: gemma2 without post norms, soft-capping or windows
+      hp.tied_embeddings = true;
+      break;
     case Arch::gemma2:  // soft-capped, every other layer local
       hp.n_swa = n_swa;
       hp.swa_period = 2;

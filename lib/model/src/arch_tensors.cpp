@@ -106,7 +106,7 @@ std::vector<TensorSpec> arch_tensors(const HParams& hp) {
       add(blk("attn_output.bias"), R::attn_output_bias, il, {E});
       add(blk("attn_sinks.weight"), R::attn_sinks, il, {hp.n_head});
     }
-    if (arch_is_gemma(a)) add(blk("post_attention_norm.weight"), R::attn_post_norm, il, {E});
+    if (arch_has_post_norms(a)) add(blk("post_attention_norm.weight"), R::attn_post_norm, il, {E});
     // gpt-oss names its pre-FFN norm post_attention_norm (it has no ffn_norm)
     add(blk(a == Arch::gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), R::ffn_norm, il, {E});
     if (hp.is_moe()) {
@@ -129,7 +129,7 @@ std::vector<TensorSpec> arch_tensors(const HParams& hp) {
       add(blk("ffn_down.weight"), R::ffn_down, il, {hp.n_ff, E});
       add(blk("ffn_up.weight"), R::ffn_up, il, {E, hp.n_ff});
     }
-    if (arch_is_gemma(a)) add(blk("post_ffw_norm.weight"), R::ffn_post_norm, il, {E});
+    if (arch_has_post_norms(a)) add(blk("post_ffw_norm.weight"), R::ffn_post_norm, il, {E});
   }
   add("output_norm.weight", R::output_norm, -1, {E});
   if (!hp.tied_embeddings) add("output.weight", R::output, -1, {E, hp.n_vocab});

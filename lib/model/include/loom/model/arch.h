@@ -17,7 +17,7 @@ class Writer;
 
 namespace loom {
 
-enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, gpt_oss, granite };
+enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, gpt_oss, granite };
 
 const char* arch_name(Arch arch);  // the general.architecture string ("gpt-oss" for gpt_oss)
 std::optional<Arch> arch_from_name(std::string_view name);
@@ -26,7 +26,8 @@ bool arch_is_moe(Arch arch);        // always routed experts (qwen3moe, gpt-oss)
 bool arch_has_qk_norm(Arch arch);   // qwen3, qwen3moe, gemma3
 bool arch_has_qkv_bias(Arch arch);  // qwen2, gpt-oss
 bool arch_rope_neox(Arch arch);     // rotate halves instead of adjacent pairs (llama, granite)
-bool arch_is_gemma(Arch arch);      // gemma2, gemma3: scaled embeddings, GELU FFN, post norms, tied output
+bool arch_is_gemma(Arch arch);      // gemma, gemma2, gemma3: scaled embeddings, GELU FFN, tied output
+bool arch_has_post_norms(Arch arch);  // gemma2, gemma3: norms on the attention's and the FFN's outputs
 
 enum class RopeScaling { none, linear, yarn };
 
