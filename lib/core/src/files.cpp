@@ -227,6 +227,7 @@ void install_exit_on_signal() {
   struct sigaction sa {};
   sa.sa_handler = on_exit_signal;
   sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // a deferred signal must not fail the write to stdout in progress
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 }

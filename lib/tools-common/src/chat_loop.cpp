@@ -27,11 +27,13 @@ void on_sigint(int) {
   if (g_interrupts.fetch_add(1) >= 1) _exit(130);
 }
 
-void install_sigint() {
+// While reading input, no SA_RESTART: a Ctrl-C ends the read. While a reply is written, SA_RESTART:
+// a Ctrl-C must not fail the write in progress (stdio would keep the error and the exit would be 1).
+void install_sigint(bool restart) {
   struct sigaction sa {};
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: a Ctrl-C while reading input ends the read
+  sa.sa_flags = restart ? SA_RESTART : 0;
   sigaction(SIGINT, &sa, nullptr);
 }
 
@@ -120,7 +122,7 @@ int run_conversation(Session& session, RunOptions& o, const SamplerParams& sp, s
 
   const bool tty_in = isatty(STDIN_FILENO), tty_out = isatty(STDOUT_FILENO);
   const bool color = o.color && tty_out;
-  install_sigint();
+  install_sigint(true);
   std::string first = prompt_text(o);
   nlohmann::json turns = nlohmann::json::array();
   double prompt_ms = 0, eval_ms = 0;
@@ -136,7 +138,9 @@ int run_conversation(Session& session, RunOptions& o, const SamplerParams& sp, s
         std::fflush(stdout);
       }
       g_interrupts = 0;
-      const Input in = read_message(message);
+      install_sigint(false);
+      const Input in = g_interrupts ? Input::interrupted : read_message(message);
+      install_sigint(true);
       if (in == Input::interrupted) return 130;
       if (in == Input::eof) break;
       if (message.empty()) {
