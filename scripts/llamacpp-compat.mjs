@@ -17,7 +17,8 @@
 //   --inp FILE         extra test strings in llama.cpp's tests/*.inp format (default: the
 //                      repo's ../shared/data/vocab/ggml-vocab-gpt-2.gguf.inp when it exists)
 // Prints a JSON report on stdout and a summary on stderr. Exit 0 when every model passes: loads
-// with check_tensors, no warning/error log line, every tokenization identical, perplexity within
+// with check_tensors, no warning/error log line (but llama.cpp's "unused tensor" notes on the
+// multi-token-prediction layers it skips), every tokenization identical, perplexity within
 // 0.1%, and, for float weights (general.file_type F32/F16/BF16), every greedy generation identical;
 // 1 when one does not; 2 on a usage or setup error. Greedy tokens of quantized files are reported
 // but not required: llama.cpp rounds activations to 8 bits for quantized dot products where loom
@@ -281,9 +282,18 @@ async function checkModel(arg) {
         await model.dispose();
     }
     // every log line llama.cpp (and node-llama-cpp) wrote while loading, tokenizing and generating
-    const bad = logs.filter((l) => ["fatal", "error", "warn"].includes(l.level));
-    res.log = { lines: logs.length, warnings_errors: bad.length, warning_error_lines: bad.map((l) => `[${l.level}] ${l.line}`) };
+    // except llama.cpp's note on each tensor of the multi-token-prediction layers it skips (glm4moe's
+    // nextn_predict_layers, the last blocks: every GLM-4.5 download logs them)
     const info = run("loom-gguf", ["info", modelPath], 60000);
+    const key = (k) => Number((new RegExp(`\\.${k}\\s+\\S+\\s+=\\s+(\\d+)`).exec(info.stdout || "") || [])[1] ?? 0);
+    const firstSkipped = key("nextn_predict_layers") > 0 ? key("block_count") - key("nextn_predict_layers") : Infinity;
+    const skippedNote = (l) => {
+        const m = /^model has unused tensor blk\.(\d+)\./.exec(l.line);
+        return l.level === "warn" && m !== null && Number(m[1]) >= firstSkipped;
+    };
+    const bad = logs.filter((l) => ["fatal", "error", "warn"].includes(l.level) && !skippedNote(l));
+    res.log = { lines: logs.length, warnings_errors: bad.length, warning_error_lines: bad.map((l) => `[${l.level}] ${l.line}`),
+                skipped_layer_notes: logs.filter(skippedNote).length };
     const ftype = Number((/general\.file_type\s+\S+\s+=\s+(\d+)/.exec(info.stdout || "") || [])[1] ?? -1);
     res.float_weights = ftype === 0 || ftype === 1 || ftype === 32;  // llama_ftype ALL_F32, MOSTLY_F16, MOSTLY_BF16
     res.ok = res.load === "OK" && bad.length === 0 && res.tokenize.identical === res.tokenize.strings &&

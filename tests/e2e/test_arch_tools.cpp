@@ -38,6 +38,10 @@ const ArchCase kCases[] = {
     {"llama", "--rope-freqs", {"rope_freqs.weight", "blk.0.ffn_gate.weight", "output.weight"}},
     {"granite", "", {"blk.0.attn_q.weight", "blk.1.ffn_gate.weight", "token_embd.weight"}},
     {"gemma", "", {"blk.1.attn_k.weight", "blk.0.ffn_norm.weight", "token_embd.weight"}},
+    {"glm4moe",
+     "",
+     {"blk.0.ffn_gate.weight", "blk.1.exp_probs_b.bias", "blk.1.ffn_gate_shexp.weight", "blk.1.attn_q.bias",
+      "blk.2.nextn.eh_proj.weight", "blk.2.ffn_up_exps.weight"}},
 };
 
 class ArchTools : public ::testing::Test {

@@ -190,7 +190,7 @@ TEST(Arch, ReadHParamsRejectsBadFiles) {
   for (const std::string a : {"llama", "qwen2", "gemma2"}) {
     w = minimal_llama(a);
     w.set(a + ".rope.dimension_count", Value::u32(96));
-    expect_read_error(w, ErrorKind::invalid_input, "only phi3 rotates part of each head");
+    expect_read_error(w, ErrorKind::invalid_input, "only phi3 and glm4moe rotate part of each head");
   }
   for (uint32_t bad : {0u, 95u, 130u}) {
     w = minimal_llama("phi3");
@@ -212,6 +212,107 @@ TEST(Arch, PartialRotaryEmbeddingsAreRead) {
   for (const TensorSpec& t : arch_tensors(hp)) {
     if (t.role == TensorRole::rope_factors_long || t.role == TensorRole::rope_factors_short) EXPECT_EQ(t.ne[0], 12);
   }
+}
+
+// glm4moe's keys as llama.cpp's loader reads them (GLM-4.5-Air's values).
+gguf::Writer minimal_glm4moe() {
+  gguf::Writer w = minimal_llama("glm4moe");
+  const std::string a = "glm4moe.";
+  w.set(a + "block_count", Value::u32(47));
+  w.set(a + "attention.head_count", Value::u32(96));
+  w.set(a + "attention.head_count_kv", Value::u32(8));
+  w.set(a + "attention.key_length", Value::u32(128));
+  w.set(a + "attention.value_length", Value::u32(128));
+  w.set(a + "rope.dimension_count", Value::u32(64));
+  w.set(a + "expert_count", Value::u32(128));
+  w.set(a + "expert_used_count", Value::u32(8));
+  w.set(a + "expert_feed_forward_length", Value::u32(1408));
+  w.set(a + "expert_shared_count", Value::u32(1));
+  w.set(a + "leading_dense_block_count", Value::u32(1));
+  w.set(a + "expert_weights_scale", Value::f32(1.0f));
+  w.set(a + "expert_weights_norm", Value::boolean(true));
+  w.set(a + "expert_gating_func", Value::u32(2));
+  w.set(a + "nextn_predict_layers", Value::u32(1));
+  return w;
+}
+
+TEST(Arch, Glm4MoeKeysAreReadAsLlamaCppReadsThem) {
+  test::ScratchDir dir("arch");
+  minimal_glm4moe().write(dir.file("m.gguf"));
+  const HParams hp = read_hparams(*gguf::File::open(dir.file("m.gguf")));
+  EXPECT_EQ(hp.n_layer, 46);  // block_count counts the multi-token-prediction layer
+  EXPECT_EQ(hp.n_layer_nextn, 1);
+  EXPECT_EQ(hp.rot_dims(), 64);
+  EXPECT_EQ(hp.n_layer_dense_lead, 1);
+  EXPECT_EQ(hp.n_expert_shared, 1);
+  EXPECT_EQ(hp.n_ff_shexp(), 1408);
+  EXPECT_EQ(hp.expert_gating, ExpertGating::sigmoid);
+  EXPECT_TRUE(hp.expert_weights_norm);
+  EXPECT_FALSE(hp.qk_norm);  // no attn_q_norm tensor
+
+  gguf::Writer w = minimal_glm4moe();  // llama.cpp: sigmoid when the key is absent, norm off
+  w.remove("glm4moe.expert_gating_func");
+  w.remove("glm4moe.expert_weights_norm");
+  w.write(dir.file("d.gguf"));
+  const HParams d = read_hparams(*gguf::File::open(dir.file("d.gguf")));
+  EXPECT_EQ(d.expert_gating, ExpertGating::sigmoid);
+  EXPECT_FALSE(d.expert_weights_norm);
+
+  for (const char* key : {"expert_weights_scale", "expert_shared_count"}) {
+    w = minimal_glm4moe();
+    w.remove(std::string("glm4moe.") + key);
+    expect_read_error(w, ErrorKind::invalid_input, key);
+  }
+  w = minimal_glm4moe();
+  w.set("glm4moe.nextn_predict_layers", Value::u32(47));
+  expect_read_error(w, ErrorKind::invalid_input, "nextn_predict_layers");
+  w = minimal_glm4moe();
+  w.set("glm4moe.expert_gating_func", Value::u32(3));
+  expect_read_error(w, ErrorKind::unsupported, "expert_gating_func");
+  w = minimal_glm4moe();
+  w.set("glm4moe.rope.dimension_sections", Value::i32_array({8, 12, 12, 0}));
+  expect_read_error(w, ErrorKind::unsupported, "M-RoPE");
+  w = minimal_glm4moe();
+  w.set("glm4moe.leading_dense_block_count", Value::u32(47));
+  expect_read_error(w, ErrorKind::invalid_input, "n_layer_dense_lead");
+  w = minimal_glm4moe();
+  w.set("glm4moe.expert_weights_scale", Value::f32(0.0f));
+  expect_read_error(w, ErrorKind::invalid_input, "expert_weights_scale");
+}
+
+TEST(Arch, Glm4MoeTensorList) {
+  const HParams hp = preset_hparams(Arch::glm4moe, "glm-4.5-air");
+  std::map<std::string, TensorSpec> m;
+  for (const TensorSpec& t : arch_tensors(hp)) m[t.name] = t;
+  auto shape = [](const TensorSpec& t) { return std::vector<int64_t>(t.ne, t.ne + t.n_dims); };
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(shape(m.at("blk.0.ffn_gate.weight")), (V{4096, 10944}));  // the leading dense layer
+  EXPECT_EQ(m.count("blk.0.ffn_gate_inp.weight"), 0u);
+  EXPECT_EQ(shape(m.at("blk.1.attn_q.weight")), (V{4096, 12288}));
+  EXPECT_EQ(shape(m.at("blk.1.attn_q.bias")), (V{12288}));
+  EXPECT_EQ(shape(m.at("blk.1.exp_probs_b.bias")), (V{128}));
+  EXPECT_EQ(shape(m.at("blk.1.ffn_up_exps.weight")), (V{4096, 1408, 128}));
+  EXPECT_EQ(shape(m.at("blk.1.ffn_down_shexp.weight")), (V{1408, 4096}));
+  EXPECT_EQ(m.count("blk.1.post_attention_norm.weight"), 1u);  // the pre-FFN norm's name
+  EXPECT_EQ(m.count("blk.1.ffn_norm.weight"), 0u);
+  EXPECT_EQ(m.count("blk.1.attn_q_norm.weight"), 0u);  // Air has none
+  // the multi-token-prediction layer: a MoE layer and its own tensors, unused
+  const TensorSpec& eh = m.at("blk.46.nextn.eh_proj.weight");
+  EXPECT_EQ(shape(eh), (V{8192, 4096}));
+  EXPECT_TRUE(eh.unused);
+  EXPECT_FALSE(eh.optional);
+  EXPECT_TRUE(m.at("blk.46.ffn_up_exps.weight").unused);
+  EXPECT_TRUE(m.at("blk.46.nextn.shared_head_head.weight").optional);
+  EXPECT_FALSE(m.at("blk.45.ffn_up_exps.weight").unused);
+  // GLM-4.5-Air: 106B parameters in the 46 layers run (110B with the prediction layer and its
+  // optional head)
+  const double run = [&] {
+    double n = 0;
+    for (const TensorSpec& t : arch_tensors(hp))
+      if (!t.unused) n += (double)t.nelements();
+    return n;
+  }();
+  EXPECT_NEAR(run / 1e9, 106.0, 1.5);
 }
 
 TEST(ModelFile, Q4KFollowsTheQ4KMMix) {

@@ -98,10 +98,18 @@ TEST(ChatTemplate, Granite) {
             "<|start_of_role|>assistant<|end_of_role|>\n");
 }
 
+// GLM-4 / GLM-4.5 as llama.cpp's built-in chatglm4 renders it: no closing tag, the next role's tag
+// ends a turn.
+TEST(ChatTemplate, Chatglm4) {
+  EXPECT_EQ(render("chatglm4"),
+            "[gMASK]<sop><|system|>\nYou are helpful.<|user|>\nhello<|assistant|>\nhi there<|user|>\nhow are you"
+            "<|assistant|>\n");
+}
+
 TEST(ChatTemplate, EveryNameRoundTrips) {
   for (const char* n : {"chatml", "llama2", "llama2-sys", "llama2-sys-bos", "llama2-sys-strip", "mistral-v1",
                         "mistral-v3", "mistral-v3-tekken", "mistral-v7", "phi3", "phi4", "gemma", "llama3", "deepseek",
-                        "deepseek2", "deepseek3", "gpt-oss", "granite"}) {
+                        "deepseek2", "deepseek3", "gpt-oss", "granite", "chatglm4"}) {
     auto t = loom::chat_template_from_name(n);
     ASSERT_TRUE(t.has_value()) << n;
     EXPECT_STREQ(loom::chat_template_name(*t), n);
@@ -135,6 +143,10 @@ TEST(ChatTemplate, DetectsFamiliesFromTemplateText) {
   EXPECT_EQ(detect("{{'<｜User｜>' + content + '<｜Assistant｜>'}}{{ content + '<｜end▁of▁sentence｜>' }}"), "deepseek3");
   EXPECT_EQ(detect("{{ '### Instruction:\\n' + content + '\\n' }}{{ '### Response:\\n' + content + '\\n<|EOT|>\\n' }}"),
             "deepseek");
+  // GLM-4.5's template opens with [gMASK]<sop> and uses <|user|> / <|assistant|> without <|end|>
+  EXPECT_EQ(detect("[gMASK]<sop>{%- for m in messages %}{{ '<|' + m.role + '|>\n' + m.content }}{%- endfor %}"
+                   "{{ '<|assistant|>' }}"),
+            "chatglm4");
   EXPECT_EQ(detect("llama3"), "llama3") << "a name is accepted as the template";
   EXPECT_EQ(detect("{% for m in messages %}{{ m.content }}{% endfor %}"), "none");
 }

@@ -1,8 +1,9 @@
-// The newer architectures' forward (gemma, gemma2, gemma3, phi3, gpt-oss, granite, Llama 3's rope_freqs,
-// Mixtral-shaped llama) against a double-precision reference written from llama.cpp's graphs:
-// scaled embeddings, GELU FFN, post norms, soft-capping, q/k norms, sliding windows with their
-// layer pattern and local RoPE base, RoPE divisors and YaRN, fused projections, sinks, biased
-// experts with gpt-oss's gating. Small windows so the sliding mask cuts inside the sequence.
+// The newer architectures' forward (gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4moe, Llama 3's
+// rope_freqs, Mixtral-shaped llama) against a double-precision reference written from llama.cpp's
+// graphs: scaled embeddings, GELU FFN, post norms, soft-capping, q/k norms, sliding windows with
+// their layer pattern and local RoPE base, RoPE divisors and YaRN, fused projections, sinks, biased
+// experts with gpt-oss's gating, sigmoid routing with a selection bias and a shared expert. Small windows so the
+// sliding mask cuts inside the sequence.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -74,23 +75,36 @@ Vec softmax(Vec s) {
   return s;
 }
 
+// down(silu(gate h) * up h)
+Vec swiglu_ffn(const Tensor* gate, const Tensor* up, const Tensor* down, const Vec& h) {
+  Vec g = matvec(gate, h), u = matvec(up, h);
+  for (size_t j = 0; j < g.size(); ++j) g[j] = silu(g[j]) * u[j];
+  return matvec(down, g);
+}
+
 Vec moe(const Model& m, const LayerWeights& l, const Vec& h) {
   const HParams& hp = m.hparams();
   Vec logits = matvec(l.ffn_gate_inp, h);
   const bool oai = l.ffn_gate_inp_b != nullptr;
   if (oai) add_to(logits, weight_row(l.ffn_gate_inp_b, 0));
-  const Vec probs = oai ? logits : softmax(logits);
+  Vec probs = oai ? logits : softmax(logits);
+  if (hp.expert_gating == ExpertGating::sigmoid)
+    for (size_t e = 0; e < probs.size(); ++e) probs[e] = 1 / (1 + std::exp(-logits[e]));
+  Vec chosen_by = probs;  // glm4moe: the selection bias picks, the weights stay unbiased
+  if (l.exp_probs_b) add_to(chosen_by, weight_row(l.exp_probs_b, 0));
   std::vector<int> idx((size_t)hp.n_expert);
   std::iota(idx.begin(), idx.end(), 0);
-  std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return probs[(size_t)a] > probs[(size_t)b]; });
+  std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return chosen_by[(size_t)a] > chosen_by[(size_t)b]; });
   Vec w((size_t)hp.n_expert_used);
   for (int64_t e = 0; e < hp.n_expert_used; ++e) w[(size_t)e] = probs[(size_t)idx[(size_t)e]];
   if (oai) {
     w = softmax(w);
-  } else {
+  } else if (hp.expert_weights_norm) {
     const double sum = std::accumulate(w.begin(), w.end(), 0.0);
     for (double& x : w) x /= sum;
   }
+  if (hp.expert_weights_scale > 0)
+    for (double& x : w) x *= hp.expert_weights_scale;
   Vec out(h.size(), 0.0);
   for (int64_t e = 0; e < hp.n_expert_used; ++e) {
     const int ex = idx[(size_t)e];
@@ -192,6 +206,7 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
       Vec out;
       if (l.ffn_gate_inp) {
         out = moe(m, l, h);
+        if (l.ffn_up_shexp) add_to(out, swiglu_ffn(l.ffn_gate_shexp, l.ffn_up_shexp, l.ffn_down_shexp, h));
       } else if (!l.ffn_gate) {  // phi3: gate rows then up rows
         Vec gu = matvec(l.ffn_up, h);
         const size_t n_ff = gu.size() / 2;
@@ -223,14 +238,20 @@ struct Case {
   Arch arch;
   bool rope_freqs = false;
   int64_t n_expert = 0;  // llama: Mixtral-shaped
-  int64_t n_rot = 0;     // partial rotary embeddings (Phi-4-mini: 3/4 of each head)
+  int64_t n_rot = 0;     // partial rotary embeddings (Phi-4-mini: 3/4 of each head; 0: the preset's)
+  bool qk_norm = false;  // glm4moe: GLM-4.5's q/k norms, 3 layers, weights not renormalized
 };
 
 HParams case_hparams(const Case& c) {
   HParams hp = preset_hparams(c.arch, "tiny");
   if (hp.n_swa > 0) hp.n_swa = 4;  // the window cuts into the 11-token sequence
   hp.rope_freqs = c.rope_freqs;
-  hp.n_rot = c.n_rot;
+  if (c.n_rot > 0) hp.n_rot = c.n_rot;
+  if (c.qk_norm) {
+    hp.qk_norm = true;
+    hp.n_layer = 3;
+    hp.expert_weights_norm = false;
+  }
   if (c.n_expert > 0) {
     hp.n_expert = c.n_expert;
     hp.n_expert_used = 2;
@@ -290,7 +311,9 @@ INSTANTIATE_TEST_SUITE_P(Archs, ArchForwardTest,
                                            Case{"gemma3", Arch::gemma3}, Case{"phi3", Arch::phi3},
                                            Case{"gpt_oss", Arch::gpt_oss}, Case{"llama3", Arch::llama, true},
                                            Case{"mixtral", Arch::llama, false, 4},
-                                           Case{"phi4_mini", Arch::phi3, false, 0, 24}, Case{"granite", Arch::granite}),
+                                           Case{"phi4_mini", Arch::phi3, false, 0, 24}, Case{"granite", Arch::granite},
+                                           Case{"glm45_air", Arch::glm4moe},
+                                           Case{"glm45", Arch::glm4moe, false, 0, 0, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // The hyper-parameters survive the file: what write_hparams wrote, read_hparams reads back.
@@ -298,7 +321,8 @@ TEST(ArchHParams, RoundTripThroughTheFile) {
   for (const Case& c :
        {Case{"rt-gemma", Arch::gemma}, Case{"rt-gemma2", Arch::gemma2}, Case{"rt-gemma3", Arch::gemma3},
         Case{"rt-phi3", Arch::phi3}, Case{"rt-gpt_oss", Arch::gpt_oss}, Case{"rt-llama3", Arch::llama, true},
-        Case{"rt-phi4_mini", Arch::phi3, false, 0, 24}, Case{"rt-granite", Arch::granite}}) {
+        Case{"rt-phi4_mini", Arch::phi3, false, 0, 24}, Case{"rt-granite", Arch::granite},
+        Case{"rt-glm45_air", Arch::glm4moe}, Case{"rt-glm45", Arch::glm4moe, false, 0, 0, true}}) {
     const std::string path = make_model(c);
     const HParams want = case_hparams(c);
     const HParams got = Model::load(path)->hparams();
@@ -320,6 +344,14 @@ TEST(ArchHParams, RoundTripThroughTheFile) {
     EXPECT_FLOAT_EQ(got.residual_scale, want.residual_scale) << c.name;
     EXPECT_FLOAT_EQ(got.attention_scale, want.attention_scale) << c.name;
     EXPECT_FLOAT_EQ(got.logit_scale, want.logit_scale) << c.name;
+    EXPECT_EQ(got.n_layer, want.n_layer) << c.name;
+    EXPECT_EQ(got.n_layer_nextn, want.n_layer_nextn) << c.name;
+    EXPECT_EQ(got.n_layer_dense_lead, want.n_layer_dense_lead) << c.name;
+    EXPECT_EQ(got.n_expert_shared, want.n_expert_shared) << c.name;
+    EXPECT_EQ(got.expert_gating, want.expert_gating) << c.name;
+    EXPECT_EQ(got.expert_weights_norm, want.expert_weights_norm) << c.name;
+    EXPECT_FLOAT_EQ(got.expert_weights_scale, want.expert_weights_scale) << c.name;
+    EXPECT_EQ(got.qk_norm, want.qk_norm) << c.name;
     std::filesystem::remove(path);
   }
 }

@@ -32,6 +32,7 @@ HParams odd_hparams(Arch arch) {
   hp.n_vocab = 301;
   hp.n_ctx_train = 128;
   if (arch == Arch::phi3) hp.n_rot = 12;  // Phi-4-mini: 3/4 of each head rotates
+  if (arch == Arch::glm4moe) hp.n_rot = 8;  // GLM: half
   if (arch_is_moe(arch)) {
     hp.n_expert = 5;
     hp.n_expert_used = 2;
@@ -143,8 +144,11 @@ TEST_P(TensorParallel, SameTokensAndLogitsAsOneDevice) {
     EXPECT_EQ(got.tokens, want.tokens);
     // every result element is one member's whole dot product: the same bits as one device
     EXPECT_EQ(got.logits, want.logits);
-    // joins: attention heads, attn_output rows, FFN hidden rows, ffn_down rows
-    EXPECT_EQ(got.all_reduce_per_token, 4u * (uint64_t)m->hparams().n_layer);
+    // joins: attention heads, attn_output rows, FFN hidden rows, ffn_down rows; glm4moe's shared
+    // expert its own hidden rows
+    const HParams& hp = m->hparams();
+    const int64_t shared = hp.n_expert_shared > 0 ? hp.n_layer - hp.n_layer_dense_lead : 0;
+    EXPECT_EQ(got.all_reduce_per_token, (uint64_t)(4 * hp.n_layer + shared));
   }
 }
 
@@ -155,7 +159,8 @@ INSTANTIATE_TEST_SUITE_P(Archs, TensorParallel,
                                            Case{Arch::gemma3, DType::F32}, Case{Arch::phi3, DType::F32},
                                            Case{Arch::gpt_oss, DType::F32}, Case{Arch::qwen2, DType::Q4_0},
                                            Case{Arch::qwen3moe, DType::Q8_0}, Case{Arch::granite, DType::F32},
-                                           Case{Arch::gemma, DType::F32}),
+                                           Case{Arch::gemma, DType::F32}, Case{Arch::glm4moe, DType::F32},
+                                           Case{Arch::glm4moe, DType::Q8_0}),
                          [](const auto& info) {
                            std::string name = std::string(arch_name(info.param.arch)) + "_" + dtype_name(info.param.type);
                            std::replace(name.begin(), name.end(), '-', '_');  // "gpt-oss"

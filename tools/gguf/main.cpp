@@ -54,7 +54,9 @@ struct Options {
   std::string cvec_base, cvec_output;
   float cvec_sigma = 0.05f;
   int64_t n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0, n_ff = 0, n_expert = 0,
-          n_expert_used = 0, n_ff_exp = 0, n_vocab = 0, n_ctx_train = 0;
+          n_expert_used = 0, n_ff_exp = 0, n_vocab = 0, n_ctx_train = 0, n_expert_shared = 0, n_dense_lead = 0,
+          n_nextn = 0;
+  bool qk_norm = false;
 };
 
 int run_info(const Options& o) {
@@ -104,6 +106,10 @@ int run_new(const Options& o, const CLI::App& cmd) {
   take("--n-expert", o.n_expert, hp.n_expert);
   take("--n-expert-used", o.n_expert_used, hp.n_expert_used);
   take("--n-ff-exp", o.n_ff_exp, hp.n_ff_exp);
+  take("--n-expert-shared", o.n_expert_shared, hp.n_expert_shared);
+  take("--n-dense-lead", o.n_dense_lead, hp.n_layer_dense_lead);
+  take("--n-nextn", o.n_nextn, hp.n_layer_nextn);
+  if (o.qk_norm) hp.qk_norm = true;
   take("--n-vocab", o.n_vocab, hp.n_vocab);
   take("--n-ctx-train", o.n_ctx_train, hp.n_ctx_train);
   if (cmd.count("--n-ctx-train") > 0 && hp.n_ctx_orig > 0) loom::set_original_context(hp);
@@ -123,6 +129,7 @@ int run_new(const Options& o, const CLI::App& cmd) {
                "--n-embd {} is not a multiple of --n-head {} (or give --head-dim)", hp.n_embd, hp.n_head);
     hp.head_dim = hp.n_embd / hp.n_head;
   }
+  if (*arch == loom::Arch::glm4moe) hp.n_rot = hp.head_dim / 2;  // GLM rotates half of each head
   take("--n-rot", o.n_rot, hp.n_rot);
   if (hp.n_rot == hp.head_dim) hp.n_rot = 0;
   try {
@@ -201,10 +208,11 @@ int main(int argc, char** argv) {
 
   CLI::App* nw = app.add_subcommand("new", "write a random-init (or header-only) model");
   nw->add_option("--arch", o.arch,
-                 "llama | qwen2 | qwen3 | qwen3moe | gemma | gemma2 | gemma3 | phi3 | gpt-oss | granite")
+                 "llama | qwen2 | qwen3 | qwen3moe | gemma | gemma2 | gemma3 | phi3 | gpt-oss | granite | glm4moe")
       ->required();
-  nw->add_option("--preset", o.preset,
-                 "tiny | small | llama-8b | llama-70b | qwen3-8b | qwen3-30b-a3b | gemma3-27b | gpt-oss-20b")
+  nw->add_option(
+        "--preset", o.preset,
+        "tiny | small | llama-8b | llama-70b | qwen3-8b | qwen3-30b-a3b | gemma3-27b | gpt-oss-20b | glm-4.5-air")
       ->capture_default_str();
   nw->add_option("--n-layer", o.n_layer, "layers");
   nw->add_option("--n-embd", o.n_embd, "embedding width");
@@ -215,7 +223,11 @@ int main(int argc, char** argv) {
   nw->add_option("--n-ff", o.n_ff, "feed-forward width");
   nw->add_option("--n-expert", o.n_expert, "experts (qwen3moe, gpt-oss; a llama with experts is Mixtral-shaped)");
   nw->add_option("--n-expert-used", o.n_expert_used, "experts used per token");
-  nw->add_option("--n-ff-exp", o.n_ff_exp, "expert feed-forward width (qwen3moe, gpt-oss)");
+  nw->add_option("--n-ff-exp", o.n_ff_exp, "expert feed-forward width (qwen3moe, gpt-oss, glm4moe)");
+  nw->add_option("--n-expert-shared", o.n_expert_shared, "glm4moe: shared experts (one FFN n_ff_exp times as wide)");
+  nw->add_option("--n-dense-lead", o.n_dense_lead, "glm4moe: leading dense layers (leading_dense_block_count)");
+  nw->add_option("--n-nextn", o.n_nextn, "glm4moe: multi-token-prediction layers after the others (never run)");
+  nw->add_flag("--qk-norm", o.qk_norm, "glm4moe: attn_q_norm / attn_k_norm (GLM-4.5; Air has none)");
   nw->add_flag("--rope-freqs", o.rope_freqs, "llama: a Llama-3-shaped file (rope_freqs.weight, RoPE base 500000)");
   nw->add_flag("--tied", o.tied,
                "no output.weight: token_embd is also the output matrix (Llama 3.2 1B/3B; gemma always)");

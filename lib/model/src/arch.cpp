@@ -14,8 +14,8 @@
 namespace loom {
 
 namespace {
-constexpr Arch kArchs[] = {Arch::llama,  Arch::qwen2,  Arch::qwen3, Arch::qwen3moe, Arch::gemma,
-                           Arch::gemma2, Arch::gemma3, Arch::phi3,  Arch::gpt_oss,  Arch::granite};
+constexpr Arch kArchs[] = {Arch::llama,  Arch::qwen2, Arch::qwen3,   Arch::qwen3moe, Arch::gemma,  Arch::gemma2,
+                           Arch::gemma3, Arch::phi3,  Arch::gpt_oss, Arch::granite,  Arch::glm4moe};
 }  // namespace
 
 const char* arch_name(Arch arch) {
@@ -32,6 +32,8 @@ const char* arch_name(Arch arch) {
     case Arch::gpt_oss: return "gpt-oss";
     case Arch::granite:
       return "granite";
+    case Arch::glm4moe:
+      return "glm4moe";
   }
   return "?";
 }
@@ -48,9 +50,9 @@ std::string arch_names() {
   return out;
 }
 
-bool arch_is_moe(Arch arch) { return arch == Arch::qwen3moe || arch == Arch::gpt_oss; }
+bool arch_is_moe(Arch arch) { return arch == Arch::qwen3moe || arch == Arch::gpt_oss || arch == Arch::glm4moe; }
 bool arch_has_qk_norm(Arch arch) { return arch == Arch::qwen3 || arch == Arch::qwen3moe || arch == Arch::gemma3; }
-bool arch_has_qkv_bias(Arch arch) { return arch == Arch::qwen2 || arch == Arch::gpt_oss; }
+bool arch_has_qkv_bias(Arch arch) { return arch == Arch::qwen2 || arch == Arch::gpt_oss || arch == Arch::glm4moe; }
 bool arch_rope_neox(Arch arch) { return arch != Arch::llama && arch != Arch::granite; }
 bool arch_is_gemma(Arch arch) { return arch == Arch::gemma || arch == Arch::gemma2 || arch == Arch::gemma3; }
 bool arch_has_post_norms(Arch arch) { return arch == Arch::gemma2 || arch == Arch::gemma3; }
@@ -111,6 +113,18 @@ void add_arch_features(HParams& hp, int64_t n_swa) {
       hp.rope_freq_scale = 0.25f;
       hp.rope_freq_scale_swa = 0.25f;
       set_original_context(hp);
+      hp.rms_eps = 1e-5f;
+      break;
+    case Arch::glm4moe:  // GLM-4.5's shape: half of each head rotated, one leading dense layer, one
+                         // shared expert, sigmoid routing with a selection bias, weights renormalized
+                         // and scaled, one multi-token-prediction layer in the file
+      hp.n_rot = hp.head_dim / 2;
+      hp.n_layer_dense_lead = 1;
+      hp.n_expert_shared = 1;
+      hp.n_layer_nextn = 1;
+      hp.expert_gating = ExpertGating::sigmoid;
+      hp.expert_weights_norm = true;
+      hp.expert_weights_scale = 2.5f;
       hp.rms_eps = 1e-5f;
       break;
     case Arch::granite:  // Granite 3.x's multipliers (8B: embeddings 12, residuals 0.22, logits / 16)
@@ -263,7 +277,30 @@ HParams gemma3_27b() {
   return hp;
 }
 
+// GLM-4.5-Air: 46 layers (the first dense) and one multi-token-prediction layer, 128 experts of
+// 1408 (8 used) and one shared, 96 query heads of 128 with half of each rotated.
+HParams glm45_air() {
+  HParams hp;
+  hp.arch = Arch::glm4moe;
+  hp.n_layer = 46;
+  hp.n_embd = 4096;
+  hp.n_head = 96;
+  hp.n_head_kv = 8;
+  hp.head_dim = 128;
+  hp.n_ff = 10944;
+  hp.n_expert = 128;
+  hp.n_expert_used = 8;
+  hp.n_ff_exp = 1408;
+  hp.n_vocab = 151552;
+  hp.n_ctx_train = 131072;
+  hp.rope_theta = 1000000.0f;
+  add_arch_features(hp, 0);
+  hp.expert_weights_scale = 1.0f;  // Air's routed_scaling_factor (GLM-4.5's is 2.5)
+  return hp;
+}
+
 const RealPreset kRealPresets[] = {
+    {"glm-4.5-air", Arch::glm4moe, glm45_air},
     {"gpt-oss-20b", Arch::gpt_oss, gpt_oss_20b},
     {"gemma3-27b", Arch::gemma3, gemma3_27b},
     {"llama-8b", Arch::llama, [] { return llama3(32, 4096, 32, 14336); }},
@@ -348,8 +385,21 @@ void validate_hparams(const HParams& hp) {
   LOOM_CHECK(hp.arch != Arch::granite || hp.logit_scale > 0, invalid_input, "{}: logit_scale must be positive", a);
   in_range("n_rot", hp.n_rot, 0, hp.head_dim);
   LOOM_CHECK(hp.n_rot % 2 == 0, invalid_input, "{}: n_rot = {} must be even", a, hp.n_rot);
-  LOOM_CHECK(hp.arch == Arch::phi3 || hp.rot_dims() == hp.head_dim, invalid_input,
-             "{}: only phi3 rotates part of each head (n_rot = {}, head_dim = {})", a, hp.n_rot, hp.head_dim);
+  LOOM_CHECK(hp.arch == Arch::phi3 || hp.arch == Arch::glm4moe || hp.rot_dims() == hp.head_dim, invalid_input,
+             "{}: only phi3 and glm4moe rotate part of each head (n_rot = {}, head_dim = {})", a, hp.n_rot,
+             hp.head_dim);
+  const bool glm = hp.arch == Arch::glm4moe;
+  in_range("n_layer_dense_lead", hp.n_layer_dense_lead, 0, glm ? hp.n_layer : 0);
+  in_range("n_expert_shared", hp.n_expert_shared, 0, glm ? 64 : 0);
+  in_range("n_layer_nextn", hp.n_layer_nextn, 0, glm ? 16 : 0);
+  LOOM_CHECK(glm || (!hp.qk_norm && hp.expert_gating == ExpertGating::softmax && hp.expert_weights_scale == 0.0f &&
+                     (hp.expert_weights_norm || !hp.is_moe())),
+             invalid_input, "{}: optional q/k norms, sigmoid routing and expert weight scaling are glm4moe's", a);
+  if (hp.n_layer_dense_lead > 0) in_range("n_ff", hp.n_ff, 1, 1 << 22);
+  LOOM_CHECK(!glm || hp.expert_weights_scale > 0, invalid_input, "{}: expert_weights_scale = {} must be positive", a,
+             hp.expert_weights_scale);
+  LOOM_CHECK(std::isfinite(hp.expert_weights_scale) && hp.expert_weights_scale >= 0, invalid_input,
+             "{}: expert_weights_scale = {} must be finite and >= 0", a, hp.expert_weights_scale);
   // Each range above keeps every product below 2^63; cap the whole model at 2^46 parameters.
   double total = 0;
   for (const TensorSpec& t : arch_tensors(hp)) total += (double)t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];

@@ -33,7 +33,7 @@ void write_hparams(gguf::Writer& w, const HParams& hp) {
   u32("vocab_size", hp.n_vocab);
   u32("context_length", hp.n_ctx_train);
   u32("embedding_length", hp.n_embd);
-  u32("block_count", hp.n_layer);
+  u32("block_count", hp.n_layer + hp.n_layer_nextn);
   // a llama's experts are feed_forward_length wide
   u32("feed_forward_length", hp.arch == Arch::llama && hp.is_moe() ? hp.n_ff_exp : hp.n_ff);
   u32("attention.head_count", hp.n_head);
@@ -47,6 +47,14 @@ void write_hparams(gguf::Writer& w, const HParams& hp) {
     u32("expert_count", hp.n_expert);
     u32("expert_used_count", hp.n_expert_used);
     if (hp.arch != Arch::llama) u32("expert_feed_forward_length", hp.n_ff_exp);
+  }
+  if (hp.arch == Arch::glm4moe) {
+    u32("expert_shared_count", hp.n_expert_shared);
+    u32("leading_dense_block_count", hp.n_layer_dense_lead);
+    f32("expert_weights_scale", hp.expert_weights_scale);
+    w.set(a + ".expert_weights_norm", Value::boolean(hp.expert_weights_norm));
+    u32("expert_gating_func", hp.expert_gating == ExpertGating::softmax ? 1 : 2);  // llama.cpp's numbering
+    u32("nextn_predict_layers", hp.n_layer_nextn);
   }
   if (hp.rope_scaling != RopeScaling::none) {
     w.set(a + ".rope.scaling.type", Value::string(rope_scaling_name(hp.rope_scaling)));
@@ -151,6 +159,32 @@ void read_arch_features(const gguf::File& f, const std::string& a, HParams& hp) 
   }
 }
 
+// glm4moe: shared experts, leading dense layers and the router's keys as llama.cpp requires them
+// (expert_shared_count and expert_weights_scale; the gating sigmoid unless the file says softmax).
+void read_glm4moe_router(const gguf::File& f, const std::string& a, HParams& hp) {
+  auto need = [&](const char* key) {
+    LOOM_CHECK(f.find(a + key) != nullptr, invalid_input, "{}: missing {}{}", f.path(), a, key);
+  };
+  need("expert_shared_count");
+  need("expert_weights_scale");
+  hp.n_expert_shared = *find_layer_int(f, a + "expert_shared_count");
+  hp.n_layer_dense_lead = f.find_int(a + "leading_dense_block_count").value_or(0);
+  hp.expert_weights_scale = (float)f.get_float(a + "expert_weights_scale");
+  hp.expert_weights_norm = f.find(a + "expert_weights_norm") && f.get_bool(a + "expert_weights_norm");
+  const int64_t gating = f.find_int(a + "expert_gating_func").value_or(0);
+  LOOM_CHECK(gating == 0 || gating == 1 || gating == 2, unsupported,
+             "{}: {}expert_gating_func = {} is not supported (1 softmax, 2 sigmoid)", f.path(), a, gating);
+  hp.expert_gating = gating == 1 ? ExpertGating::softmax : ExpertGating::sigmoid;
+  if (hp.n_layer_dense_lead > 0)
+    LOOM_CHECK(hp.n_ff > 0, invalid_input, "{}: missing {}feed_forward_length for the leading dense layers", f.path(),
+               a);
+  // M-RoPE (GLM-4.5V's sections) is the vision models' position scheme
+  if (const gguf::Value* sec = f.find(a + "rope.dimension_sections"); sec && sec->type == gguf::ValueType::ARRAY)
+    for (int64_t x : sec->ints)
+      LOOM_CHECK(x == 0, unsupported, "{}: {}rope.dimension_sections (M-RoPE) is not supported", f.path(), a);
+  hp.qk_norm = f.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
+}
+
 }  // namespace
 
 HParams read_hparams(const gguf::File& f) {
@@ -170,6 +204,13 @@ HParams read_hparams(const gguf::File& f) {
   hp.n_ctx_train = required("context_length");
   hp.n_embd = required("embedding_length");
   hp.n_layer = required("block_count");
+  if (hp.arch == Arch::glm4moe) {  // the multi-token-prediction layers are counted in block_count
+    hp.n_layer_nextn = f.find_int(a + "nextn_predict_layers").value_or(0);
+    LOOM_CHECK(hp.n_layer_nextn >= 0 && hp.n_layer_nextn < hp.n_layer, invalid_input,
+               "{}: {}nextn_predict_layers = {} must be below block_count {}", f.path(), a, hp.n_layer_nextn,
+               hp.n_layer);
+    hp.n_layer -= hp.n_layer_nextn;
+  }
   hp.n_head = required("attention.head_count");
   hp.n_head_kv = find_layer_int(f, a + "attention.head_count_kv").value_or(hp.n_head);
   LOOM_CHECK(hp.n_head > 0, invalid_input, "{}: {}attention.head_count = {} must be positive", f.path(), a, hp.n_head);
@@ -185,14 +226,14 @@ HParams read_hparams(const gguf::File& f) {
   LOOM_CHECK(v_len == hp.head_dim, unsupported, "{}: key_length {} != value_length {} is not supported", f.path(),
              hp.head_dim, v_len);
   const int64_t rope_dims = f.find_int(a + "rope.dimension_count").value_or(hp.head_dim);
-  // Partial rotary embeddings are phi3's (Phi-4-mini: 96 of 128 dims); llama.cpp's other graphs
-  // loom has assert whole heads.
+  // Partial rotary embeddings are phi3's (Phi-4-mini: 96 of 128 dims) and glm4moe's (half of each
+  // head); llama.cpp's other graphs loom has assert whole heads.
   LOOM_CHECK(rope_dims > 0 && rope_dims <= hp.head_dim && rope_dims % 2 == 0, invalid_input,
              "{}: {}rope.dimension_count = {} must be even and in [2, key_length {}]", f.path(), a, rope_dims,
              hp.head_dim);
-  LOOM_CHECK(rope_dims == hp.head_dim || hp.arch == Arch::phi3, invalid_input,
-             "{}: {}rope.dimension_count {} != key_length {}: only phi3 rotates part of each head", f.path(), a,
-             rope_dims, hp.head_dim);
+  LOOM_CHECK(rope_dims == hp.head_dim || hp.arch == Arch::phi3 || hp.arch == Arch::glm4moe, invalid_input,
+             "{}: {}rope.dimension_count {} != key_length {}: only phi3 and glm4moe rotate part of each head", f.path(),
+             a, rope_dims, hp.head_dim);
   hp.n_rot = rope_dims == hp.head_dim ? 0 : rope_dims;
   hp.rms_eps = (float)f.get_float(a + "attention.layer_norm_rms_epsilon");
   hp.rope_theta = (float)f.find_float(a + "rope.freq_base").value_or(10000.0);
@@ -203,6 +244,7 @@ HParams read_hparams(const gguf::File& f) {
     hp.n_expert_used = required("expert_used_count");
     hp.n_ff_exp = f.find_int(a + "expert_feed_forward_length").value_or(0);
     if (hp.n_ff_exp == 0 && hp.n_expert_used > 0) hp.n_ff_exp = hp.n_ff / hp.n_expert_used;
+    if (hp.arch == Arch::glm4moe) read_glm4moe_router(f, a, hp);
   } else if (hp.arch == Arch::llama && hp.n_expert > 0) {  // Mixtral: experts of feed_forward_length
     hp.n_expert_used = required("expert_used_count");
     hp.n_ff = required("feed_forward_length");

@@ -41,6 +41,26 @@ const char* tensor_role_name(TensorRole role) {
     case TensorRole::ffn_gate_exps_bias: return "ffn_gate_exps_bias";
     case TensorRole::ffn_up_exps_bias: return "ffn_up_exps_bias";
     case TensorRole::ffn_down_exps_bias: return "ffn_down_exps_bias";
+    case TensorRole::ffn_exp_probs_b:
+      return "ffn_exp_probs_b";
+    case TensorRole::ffn_gate_shexp:
+      return "ffn_gate_shexp";
+    case TensorRole::ffn_up_shexp:
+      return "ffn_up_shexp";
+    case TensorRole::ffn_down_shexp:
+      return "ffn_down_shexp";
+    case TensorRole::nextn_eh_proj:
+      return "nextn_eh_proj";
+    case TensorRole::nextn_enorm:
+      return "nextn_enorm";
+    case TensorRole::nextn_hnorm:
+      return "nextn_hnorm";
+    case TensorRole::nextn_embed_tokens:
+      return "nextn_embed_tokens";
+    case TensorRole::nextn_shared_head_head:
+      return "nextn_shared_head_head";
+    case TensorRole::nextn_shared_head_norm:
+      return "nextn_shared_head_norm";
   }
   return "?";
 }
@@ -49,7 +69,12 @@ bool tensor_role_is_norm(TensorRole role) {
   switch (role) {
     case TensorRole::output_norm: case TensorRole::attn_norm: case TensorRole::ffn_norm:
     case TensorRole::attn_q_norm: case TensorRole::attn_k_norm:
-    case TensorRole::attn_post_norm: case TensorRole::ffn_post_norm: return true;
+    case TensorRole::attn_post_norm:
+    case TensorRole::ffn_post_norm:
+    case TensorRole::nextn_enorm:
+    case TensorRole::nextn_hnorm:
+    case TensorRole::nextn_shared_head_norm:
+      return true;
     default: return false;
   }
 }
@@ -60,7 +85,9 @@ bool tensor_role_is_vector(TensorRole role) {
     case TensorRole::attn_q_bias: case TensorRole::attn_k_bias: case TensorRole::attn_v_bias:
     case TensorRole::attn_output_bias: case TensorRole::attn_sinks:
     case TensorRole::ffn_gate_inp_bias: case TensorRole::ffn_gate_exps_bias: case TensorRole::ffn_up_exps_bias:
-    case TensorRole::ffn_down_exps_bias: return true;
+    case TensorRole::ffn_down_exps_bias:
+    case TensorRole::ffn_exp_probs_b:
+      return true;
     default: return tensor_role_is_norm(role);
   }
 }
@@ -82,8 +109,11 @@ std::vector<TensorSpec> arch_tensors(const HParams& hp) {
   const int64_t n_q = hp.n_embd_q(), n_kv = hp.n_embd_kv(), E = hp.n_embd, half_rot = hp.rot_dims() / 2;
   if (hp.rope_freqs) add("rope_freqs.weight", R::rope_freqs, -1, {half_rot});
   add("token_embd.weight", R::token_embd, -1, {E, hp.n_vocab});
-  for (int il = 0; il < (int)hp.n_layer; ++il) {
+  // glm4moe's multi-token-prediction layers follow the computed ones: a MoE layer's tensors and
+  // their own, all unused
+  for (int il = 0; il < (int)(hp.n_layer + hp.n_layer_nextn); ++il) {
     auto blk = [il](const char* what) { return fmt::format("blk.{}.{}", il, what); };
+    const size_t first_of_layer = out.size();
     add(blk("attn_norm.weight"), R::attn_norm, il, {E});
     if (a == Arch::phi3) {
       add(blk("attn_qkv.weight"), R::attn_qkv, il, {E, n_q + 2 * n_kv});
@@ -97,7 +127,7 @@ std::vector<TensorSpec> arch_tensors(const HParams& hp) {
       add(blk("attn_k.bias"), R::attn_k_bias, il, {n_kv});
       add(blk("attn_v.bias"), R::attn_v_bias, il, {n_kv});
     }
-    if (arch_has_qk_norm(a)) {
+    if (arch_has_qk_norm(a) || hp.qk_norm) {
       add(blk("attn_q_norm.weight"), R::attn_q_norm, il, {hp.head_dim});
       add(blk("attn_k_norm.weight"), R::attn_k_norm, il, {hp.head_dim});
     }
@@ -107,11 +137,13 @@ std::vector<TensorSpec> arch_tensors(const HParams& hp) {
       add(blk("attn_sinks.weight"), R::attn_sinks, il, {hp.n_head});
     }
     if (arch_has_post_norms(a)) add(blk("post_attention_norm.weight"), R::attn_post_norm, il, {E});
-    // gpt-oss names its pre-FFN norm post_attention_norm (it has no ffn_norm)
-    add(blk(a == Arch::gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), R::ffn_norm, il, {E});
-    if (hp.is_moe()) {
+    // gpt-oss and glm4moe name their pre-FFN norm post_attention_norm (they have no ffn_norm)
+    const bool post_attention_ffn_norm = a == Arch::gpt_oss || a == Arch::glm4moe;
+    add(blk(post_attention_ffn_norm ? "post_attention_norm.weight" : "ffn_norm.weight"), R::ffn_norm, il, {E});
+    if (hp.is_moe_layer(il)) {
       const int64_t n_ff = hp.n_ff_exp, n_e = hp.n_expert;
       add(blk("ffn_gate_inp.weight"), R::ffn_gate_inp, il, {E, n_e});
+      if (a == Arch::glm4moe) add(blk("exp_probs_b.bias"), R::ffn_exp_probs_b, il, {n_e});
       add(blk("ffn_gate_exps.weight"), R::ffn_gate_exps, il, {E, n_ff, n_e});
       add(blk("ffn_down_exps.weight"), R::ffn_down_exps, il, {n_ff, E, n_e});
       add(blk("ffn_up_exps.weight"), R::ffn_up_exps, il, {E, n_ff, n_e});
@@ -120,6 +152,11 @@ std::vector<TensorSpec> arch_tensors(const HParams& hp) {
         add(blk("ffn_gate_exps.bias"), R::ffn_gate_exps_bias, il, {n_ff, n_e});
         add(blk("ffn_down_exps.bias"), R::ffn_down_exps_bias, il, {E, n_e});
         add(blk("ffn_up_exps.bias"), R::ffn_up_exps_bias, il, {n_ff, n_e});
+      }
+      if (hp.n_expert_shared > 0) {
+        add(blk("ffn_gate_shexp.weight"), R::ffn_gate_shexp, il, {E, hp.n_ff_shexp()});
+        add(blk("ffn_down_shexp.weight"), R::ffn_down_shexp, il, {hp.n_ff_shexp(), E});
+        add(blk("ffn_up_shexp.weight"), R::ffn_up_shexp, il, {E, hp.n_ff_shexp()});
       }
     } else if (a == Arch::phi3) {  // gate rows, then up rows
       add(blk("ffn_down.weight"), R::ffn_down, il, {hp.n_ff, E});
@@ -130,6 +167,20 @@ std::vector<TensorSpec> arch_tensors(const HParams& hp) {
       add(blk("ffn_up.weight"), R::ffn_up, il, {E, hp.n_ff});
     }
     if (arch_has_post_norms(a)) add(blk("post_ffw_norm.weight"), R::ffn_post_norm, il, {E});
+    if (il >= hp.n_layer) {
+      add(blk("nextn.eh_proj.weight"), R::nextn_eh_proj, il, {2 * E, E});
+      add(blk("nextn.enorm.weight"), R::nextn_enorm, il, {E});
+      add(blk("nextn.hnorm.weight"), R::nextn_hnorm, il, {E});
+      add(blk("nextn.embed_tokens.weight"), R::nextn_embed_tokens, il, {E, hp.n_vocab});
+      add(blk("nextn.shared_head_head.weight"), R::nextn_shared_head_head, il, {E, hp.n_vocab});
+      add(blk("nextn.shared_head_norm.weight"), R::nextn_shared_head_norm, il, {E});
+      for (size_t i = first_of_layer; i < out.size(); ++i) {
+        TensorSpec& t = out[i];
+        t.unused = true;
+        t.optional = t.role == R::nextn_embed_tokens || t.role == R::nextn_shared_head_head ||
+                     t.role == R::nextn_shared_head_norm;
+      }
+    }
   }
   add("output_norm.weight", R::output_norm, -1, {E});
   if (!hp.tied_embeddings) add("output.weight", R::output, -1, {E, hp.n_vocab});
@@ -142,7 +193,8 @@ std::vector<TensorSpec> arch_tensors(const HParams& hp) {
 
 int64_t count_params(const HParams& hp) {
   int64_t total = 0;
-  for (const TensorSpec& t : arch_tensors(hp)) total += t.nelements();
+  for (const TensorSpec& t : arch_tensors(hp))
+    if (!t.optional) total += t.nelements();
   return total;
 }
 

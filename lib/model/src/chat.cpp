@@ -26,6 +26,7 @@ constexpr std::pair<const char*, ChatTemplate> kNames[] = {
     {"deepseek3", ChatTemplate::deepseek3},
     {"gpt-oss", ChatTemplate::gpt_oss},
     {"granite", ChatTemplate::granite},
+    {"chatglm4", ChatTemplate::chatglm4},
 };
 
 std::string trim(std::string_view s) {
@@ -144,6 +145,7 @@ std::optional<ChatTemplate> detect_chat_template(std::string_view text) {
   if (has("<|im_start|>")) return has("<|im_sep|>") ? ChatTemplate::phi4 : ChatTemplate::chatml;
   if (text.starts_with("mistral") || has("[INST]")) return detect_inst(text);
   if (has("<|assistant|>") && has("<|end|>")) return ChatTemplate::phi3;
+  if (has("[gMASK]<sop>")) return ChatTemplate::chatglm4;
   if (has("<start_of_turn>")) return ChatTemplate::gemma;
   if (has("### Instruction:") && has("<|EOT|>")) return ChatTemplate::deepseek;
   if (has("<|start_header_id|>") && has("<|end_header_id|>")) return ChatTemplate::llama3;
@@ -225,6 +227,11 @@ std::string render_chat(ChatTemplate t, std::span<const ChatMessage> messages, b
       for (const ChatMessage& m : messages)
         s += "<|start_of_role|>" + m.role + "<|end_of_role|>" + m.content + "<|end_of_text|>\n";
       if (add_assistant) s += "<|start_of_role|>assistant<|end_of_role|>\n";
+      break;
+    case ChatTemplate::chatglm4:
+      s += "[gMASK]<sop>";
+      for (const ChatMessage& m : messages) s += "<|" + m.role + "|>\n" + m.content;
+      if (add_assistant) s += "<|assistant|>\n";
       break;
   }
   return s;

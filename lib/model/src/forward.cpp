@@ -1,8 +1,9 @@
 // Forward pass of every architecture: embeddings (scaled for gemma), per layer attention (RoPE
 // with its scaling and factors, GQA, KV cache write through set_rows, flash or plain attention,
 // soft-capping, sinks, sliding windows; or, for training, windows that attend within themselves)
-// and FFN (SwiGLU, GELU, phi3's fused gate/up, routed experts with softmax-renormalized or
-// gpt-oss gating), gemma's post norms, final norm, output projection for the requested rows and
+// and FFN (SwiGLU, GELU, phi3's fused gate/up, routed experts with softmax or sigmoid gating, a
+// selection bias, renormalized and scaled weights, glm4moe's shared expert, or gpt-oss gating),
+// gemma's post norms, final norm, output projection for the requested rows and
 // gemma2's logit soft-capping.
 #include "loom/model/forward.h"
 
@@ -126,12 +127,16 @@ Tensor* moe_ffn(Context& c, const ForwardModel& fm, const LayerWeights& l, Tenso
                 const Join& join, int64_t il) {
   const HParams& hp = *fm.hp;
   const int64_t k = hp.n_expert_used;
-  Tensor* router = mul_mat(c, l.ffn_gate_inp, x);                        // {n_expert, T}
-  Tensor* probs = soft_max(c, router, nullptr, 1.0f);
-  Tensor* ids = top_k(c, probs, k);                                      // {k, T}
-  Tensor* w = get_rows(c, reshape(c, probs, {1, hp.n_expert, T}), ids);  // {1, k, T}
-  Tensor* w_sum = sum_rows(c, reshape(c, w, {k, T}));                    // {1, T}
-  w = div(c, w, reshape(c, w_sum, {1, 1, T}));                           // renormalize the k weights
+  Tensor* router = mul_mat(c, l.ffn_gate_inp, x);  // {n_expert, T}
+  Tensor* probs = hp.expert_gating == ExpertGating::sigmoid ? sigmoid(c, router) : soft_max(c, router, nullptr, 1.0f);
+  // glm4moe: the selection bias only picks the experts; their weights are the unbiased gates
+  Tensor* ids = top_k(c, l.exp_probs_b ? add(c, probs, l.exp_probs_b) : probs, k);  // {k, T}
+  Tensor* w = get_rows(c, reshape(c, probs, {1, hp.n_expert, T}), ids);             // {1, k, T}
+  if (hp.expert_weights_norm) {                                                     // the k weights sum to 1
+    Tensor* w_sum = sum_rows(c, reshape(c, w, {k, T}));                             // {1, T}
+    w = div(c, w, reshape(c, w_sum, {1, 1, T}));
+  }
+  if (hp.expert_weights_scale > 0.0f) w = scale(c, w, hp.expert_weights_scale);
   in.expand_first.push_back(w);
   Tensor* xe = reshape(c, x, {hp.n_embd, 1, T});
   Tensor* h = l.ffn_gate_exps  // {n_ff_exp here, k, T}
@@ -140,6 +145,15 @@ Tensor* moe_ffn(Context& c, const ForwardModel& fm, const LayerWeights& l, Tenso
   h = join(h, l.ffn_gate_exps ? fm.first.ff_exp : 0, hp.n_ff_exp, il, "ffn_exp_gather");
   if (!l.ffn_down_exps) return zero_rows(c, x);
   return weighted_sum(c, mul_mat_id(c, l.ffn_down_exps, h, ids), w);  // {n_embd here, T}
+}
+
+// glm4moe's shared expert: a SwiGLU FFN n_ff_shexp wide beside the routed ones, on the same input.
+Tensor* shared_expert(Context& c, const ForwardModel& fm, const LayerWeights& l, Tensor* x, const Join& join,
+                      int64_t il) {
+  Tensor* h = l.ffn_up_shexp ? swiglu(c, lora_mm(c, l.lora, l.ffn_gate_shexp, x), lora_mm(c, l.lora, l.ffn_up_shexp, x))
+                             : zero_rows(c, x);  // {n_ff_shexp here, T}
+  h = join(h, l.ffn_up_shexp ? fm.first.ff_shexp : 0, fm.hp->n_ff_shexp(), il, "ffn_shexp_gather");
+  return l.ffn_down_shexp ? lora_mm(c, l.lora, l.ffn_down_shexp, h) : zero_rows(c, x);
 }
 
 // gpt-oss: top-k of the biased router logits, softmax over the k chosen, experts with biases and
@@ -284,7 +298,8 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
     if (l.ffn_gate_inp_b) {
       cur = moe_ffn_oai(c, model, l, cur, t_out, join, il);
     } else if (l.ffn_gate_inp) {
-      cur = moe_ffn(c, model, l, cur, t_out, in, join, il);
+      Tensor* routed = moe_ffn(c, model, l, cur, t_out, in, join, il);
+      cur = hp.n_expert_shared > 0 ? add(c, routed, shared_expert(c, model, l, cur, join, il)) : routed;
     } else {
       Tensor* h = l.ffn_up ? dense_ffn_hidden(c, l, cur, gemma) : zero_rows(c, cur);  // {n_ff here, T}
       h = join(h, l.ffn_up ? model.first.ff : 0, hp.n_ff, il, "ffn_gather");

@@ -39,6 +39,7 @@ nlohmann::json tensor_parallel_json(const Model& model, const Session::StepPlan&
                         {"head_kv", range(lay.head_kv[(size_t)r])},
                         {"ff", range(lay.ff[(size_t)r])},
                         {"ff_exp", range(lay.ff_exp[(size_t)r])},
+                        {"ff_shexp", range(lay.ff_shexp[(size_t)r])},
                         {"embd", range(lay.embd[(size_t)r])},
                         {"vocab", range(lay.vocab[(size_t)r])}};
     for (const auto& sh : model.tp_shards())

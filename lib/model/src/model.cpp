@@ -85,13 +85,17 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
   for (const TensorSpec& spec : arch_tensors(hp)) {
     const gguf::TensorInfo* info = f.find_tensor(spec.name);
     if (!info) {
-      if (spec.role == TensorRole::output) continue;  // tied to token_embd
+      if (spec.role == TensorRole::output || spec.optional) continue;  // output: tied to token_embd
       fail(ErrorKind::invalid_input, "{}: missing tensor '{}'", path, spec.name);
     }
     bool shape_ok = true;
     for (int i = 0; i < 4; ++i) shape_ok = shape_ok && info->ne[i] == spec.ne[i];
     LOOM_CHECK(shape_ok, invalid_input, "{}: tensor '{}' has shape {}, expected {}", path, spec.name,
                shape_str(info->n_dims, info->ne), shape_str(spec.n_dims, spec.ne));
+    if (spec.unused) {  // glm4moe's multi-token-prediction layers: in the file, never loaded
+      ++n_used;
+      continue;
+    }
     if (tensor_role_is_vector(spec.role))
       LOOM_CHECK(info->type == DType::F32, invalid_input, "{}: tensor '{}' must be f32, is {}", path, spec.name,
                  dtype_name(info->type));

@@ -245,7 +245,8 @@ NewModelResult make_random_model(const NewModelOptions& opts) {
 
   NewModelResult result;
   result.hparams = hp;
-  const std::vector<TensorSpec> specs = arch_tensors(hp);
+  std::vector<TensorSpec> specs = arch_tensors(hp);
+  std::erase_if(specs, [](const TensorSpec& t) { return t.optional; });
   for (size_t ti = 0; ti < specs.size(); ++ti) {
     const TensorSpec& t = specs[ti];
     const DType type = tensor_type_for(t, hp, opts.type);
@@ -259,8 +260,9 @@ NewModelResult make_random_model(const NewModelOptions& opts) {
       });
       continue;
     }
-    // biases small like the weights; sinks (logits) near 1
-    const float sigma = t.role == TensorRole::attn_sinks ? 1.0f : 0.02f;
+    // biases small like the weights; sinks (logits) near 1; the router's selection bias as wide as
+    // the spread of its gates, so that it changes which experts are picked
+    const float sigma = t.role == TensorRole::attn_sinks ? 1.0f : t.role == TensorRole::ffn_exp_probs_b ? 0.1f : 0.02f;
     const uint64_t seed = opts.seed;
     const DTypeInfo& info = dtype_info(type);
     const size_t row_bytes = row_size(type, ne0);

@@ -28,6 +28,9 @@ TpSplit tp_split_of(TensorRole role) {
     case TensorRole::ffn_gate_exps:
     case TensorRole::ffn_up_exps:
     case TensorRole::ffn_down_exps:
+    case TensorRole::ffn_gate_shexp:  // by shared expert rows, its down by embedding rows
+    case TensorRole::ffn_up_shexp:
+    case TensorRole::ffn_down_shexp:
       return TpSplit::rows;
     case TensorRole::attn_q_bias:
     case TensorRole::attn_k_bias:
@@ -47,12 +50,20 @@ TpSplit tp_split_of(TensorRole role) {
     case TensorRole::ffn_post_norm:
     case TensorRole::ffn_gate_inp:
     case TensorRole::ffn_gate_inp_bias:
+    case TensorRole::ffn_exp_probs_b:
     case TensorRole::rope_freqs:
     case TensorRole::rope_factors_long:
     case TensorRole::rope_factors_short:
       return TpSplit::mirrored;
     case TensorRole::attn_qkv:  // phi3: the member's q, k and v row ranges (its gate|up ffn_up likewise)
       return TpSplit::fused_rows;
+    case TensorRole::nextn_eh_proj:  // never loaded (glm4moe's multi-token-prediction layers)
+    case TensorRole::nextn_enorm:
+    case TensorRole::nextn_hnorm:
+    case TensorRole::nextn_embed_tokens:
+    case TensorRole::nextn_shared_head_head:
+    case TensorRole::nextn_shared_head_norm:
+      return TpSplit::mirrored;
   }
   return TpSplit::mirrored;
 }
@@ -71,6 +82,10 @@ TpLayout make_tp_layout(const HParams& hp, int n_members, const std::vector<floa
     l.ff_exp = tp::split_axis(hp.n_ff_exp, l.row_granule, proportions);
   else
     l.ff_exp.assign((size_t)n_members, {});
+  if (hp.n_ff_shexp() > 0)
+    l.ff_shexp = tp::split_axis(hp.n_ff_shexp(), l.row_granule, proportions);
+  else
+    l.ff_shexp.assign((size_t)n_members, {});
   l.embd = tp::split_axis(hp.n_embd, l.row_granule, proportions);
   l.vocab = tp::split_axis(hp.n_vocab, l.row_granule, proportions);
   return l;
@@ -159,11 +174,13 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
     s.n_head = heads.size() * q_per_kv;
     s.n_ff = tp_layout_.ff[(size_t)r].size();
     s.n_ff_exp = tp_layout_.ff_exp[(size_t)r].size();
+    s.n_ff_shexp = tp_layout_.ff_shexp[(size_t)r].size();
     s.n_vocab = tp_layout_.vocab[(size_t)r].size();
     s.first = {.q = heads.begin * q_per_kv * hd,
                .embd = tp_layout_.embd[(size_t)r].begin,
                .ff = tp_layout_.ff[(size_t)r].begin,
-               .ff_exp = tp_layout_.ff_exp[(size_t)r].begin};
+               .ff_exp = tp_layout_.ff_exp[(size_t)r].begin,
+               .ff_shexp = tp_layout_.ff_shexp[(size_t)r].begin};
     s.layers.resize((size_t)hp.n_layer);
     std::vector<Slice> slices;
     auto add = [&](const Tensor* src, int axis, tp::Range range, std::vector<tp::Range> more = {}) -> Tensor* {
@@ -177,24 +194,26 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
       return t;
     };
     for (const TensorSpec& spec : arch_tensors(hp)) {
-      if (spec.layer < 0) continue;
+      if (spec.layer < 0 || spec.unused) continue;
       const Tensor* src = by_name.at(spec.name);
       const TensorRole role = spec.role;
       const bool embd_rows = role == TensorRole::attn_output || role == TensorRole::attn_output_bias ||
                              role == TensorRole::ffn_down || role == TensorRole::ffn_down_exps ||
-                             role == TensorRole::ffn_down_exps_bias;
+                             role == TensorRole::ffn_down_exps_bias || role == TensorRole::ffn_down_shexp;
       const bool ffn_exp = role == TensorRole::ffn_gate_exps || role == TensorRole::ffn_up_exps ||
                            role == TensorRole::ffn_gate_exps_bias || role == TensorRole::ffn_up_exps_bias;
       const bool ffn = role == TensorRole::ffn_gate || role == TensorRole::ffn_up;
+      const bool ffn_shexp = role == TensorRole::ffn_gate_shexp || role == TensorRole::ffn_up_shexp;
       const bool q = role == TensorRole::attn_q || role == TensorRole::attn_q_bias;
       const tp::Range q_rows{heads.begin * q_per_kv * hd, heads.end * q_per_kv * hd};
       const tp::Range kv_rows{heads.begin * hd, heads.end * hd};
-      const tp::Range range = embd_rows                       ? tp_layout_.embd[(size_t)r]
-                              : ffn_exp                       ? tp_layout_.ff_exp[(size_t)r]
-                              : ffn                           ? tp_layout_.ff[(size_t)r]
+      const tp::Range range = embd_rows                        ? tp_layout_.embd[(size_t)r]
+                              : ffn_exp                        ? tp_layout_.ff_exp[(size_t)r]
+                              : ffn                            ? tp_layout_.ff[(size_t)r]
+                              : ffn_shexp                      ? tp_layout_.ff_shexp[(size_t)r]
                               : role == TensorRole::attn_sinks ? tp::Range{heads.begin * q_per_kv, heads.end * q_per_kv}
-                              : q                             ? q_rows
-                                                              : kv_rows;
+                              : q                              ? q_rows
+                                                               : kv_rows;
       TpSplit split = tp_split_of(spec.role);
       if (hp.arch == Arch::phi3 && spec.role == TensorRole::ffn_up) split = TpSplit::fused_rows;
       Tensor* t = nullptr;

@@ -336,6 +336,14 @@ void log_model(const Model& model, const std::string& path) {
            hp.n_ctx_train);
   if (hp.n_rot > 0) log.info("load: n_rot = {} (rotated dims per head)", hp.n_rot);
   if (hp.n_expert > 0) log.info("load: n_expert = {}, n_expert_used = {}, n_ff_exp = {}", hp.n_expert, hp.n_expert_used, hp.n_ff_exp);
+  if (hp.arch == Arch::glm4moe)
+    log.info("load: n_expert_shared = {}, n_layer_dense_lead = {}, gating = {}, weights {}normalized, scale {}",
+             hp.n_expert_shared, hp.n_layer_dense_lead,
+             hp.expert_gating == ExpertGating::sigmoid ? "sigmoid" : "softmax", hp.expert_weights_norm ? "" : "not ",
+             hp.expert_weights_scale);
+  if (hp.n_layer_nextn > 0)
+    log.info("load: {} multi-token-prediction layer{} after the others: in the file, not run (as llama.cpp)",
+             hp.n_layer_nextn, hp.n_layer_nextn == 1 ? "" : "s");
   std::map<std::string, int> types;
   for (const Tensor* t : model.weight_tensors()) ++types[dtype_name(t->type)];
   for (const auto& [name, n] : types) log.info("load: type {:>6}: {:4d} tensors", name, n);

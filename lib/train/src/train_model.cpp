@@ -33,9 +33,11 @@ std::unique_ptr<TrainModel> TrainModel::open(const std::string& path, const Trai
   lo.placement.repack = false;  // the backward pass reads frozen matrices in the file's layout
   lo.ignore_prefix = "opt.";    // a checkpoint's optimizer state
   lo.trainable = [&](const TensorSpec& spec, DType file_type) {
-    // RoPE's frequency divisors (Llama 3, phi3) are the context scaling's constants, not weights
+    // RoPE's frequency divisors (Llama 3, phi3) are the context scaling's constants, not weights;
+    // glm4moe's selection bias only picks experts (no gradient reaches it: DeepSeek-V3-style
+    // routers move it by a load-balancing rule, not by descent)
     if (spec.role == TensorRole::rope_freqs || spec.role == TensorRole::rope_factors_long ||
-        spec.role == TensorRole::rope_factors_short)
+        spec.role == TensorRole::rope_factors_short || spec.role == TensorRole::ffn_exp_probs_b)
       return false;
     if (!opt.trainable) return dtype_info(file_type).is_float && (!re || std::regex_search(spec.name, *re));
     if (!saved.count(spec.name)) return false;
@@ -52,8 +54,10 @@ std::unique_ptr<TrainModel> TrainModel::open(const std::string& path, const Trai
     if (!info) continue;  // output tied to token_embd (Model::load checked the rest)
     TrainTensor tt;
     tt.spec = spec;
-    tt.tensor = *role_slot(model, spec.layer >= 0 ? &model.layers[(size_t)spec.layer] : nullptr, spec.role);
-    tt.trainable = tt.tensor->has_flag(kFlagParam);
+    // glm4moe's unused multi-token-prediction layers: not loaded, written back as the file has them
+    if (!spec.unused)
+      tt.tensor = *role_slot(model, spec.layer >= 0 ? &model.layers[(size_t)spec.layer] : nullptr, spec.role);
+    tt.trainable = tt.tensor && tt.tensor->has_flag(kFlagParam);
     tt.source_type = info->type;
     if (auto it = saved.find(spec.name); it != saved.end()) tt.source_type = it->second;
     m->tensors_.push_back(tt);
@@ -72,7 +76,8 @@ std::vector<Tensor*> TrainModel::params() const {
 
 int64_t TrainModel::n_params() const {
   int64_t n = 0;
-  for (const TrainTensor& t : tensors_) n += t.tensor->nelements();
+  for (const TrainTensor& t : tensors_)
+    if (t.tensor) n += t.tensor->nelements();
   return n;
 }
 

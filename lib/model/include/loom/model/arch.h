@@ -1,7 +1,7 @@
 // Model architectures (llama with Llama 3 / Mistral / Mixtral shapes, qwen2, qwen3, qwen3moe,
-// gemma2, gemma3, phi3, gpt-oss): hyper-parameters, named presets with the real shapes, the tensor
-// list of each architecture (names and shapes as llama.cpp's GGUF files have them, with a role
-// per tensor), and the GGUF keys that carry the hyper-parameters.
+// gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4moe): hyper-parameters, named presets with
+// the real shapes, the tensor list of each architecture (names and shapes as llama.cpp's GGUF
+// files have them, with a role per tensor), and the GGUF keys that carry the hyper-parameters.
 #pragma once
 
 #include <cstdint>
@@ -17,19 +17,21 @@ class Writer;
 
 namespace loom {
 
-enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, gpt_oss, granite };
+enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, gpt_oss, granite, glm4moe };
 
 const char* arch_name(Arch arch);  // the general.architecture string ("gpt-oss" for gpt_oss)
 std::optional<Arch> arch_from_name(std::string_view name);
 std::string arch_names();          // "llama, qwen2, ..." for messages
-bool arch_is_moe(Arch arch);        // always routed experts (qwen3moe, gpt-oss); llama may have them too
-bool arch_has_qk_norm(Arch arch);   // qwen3, qwen3moe, gemma3
-bool arch_has_qkv_bias(Arch arch);  // qwen2, gpt-oss
+bool arch_is_moe(Arch arch);       // always routed experts (qwen3moe, gpt-oss, glm4moe); llama may have them too
+bool arch_has_qk_norm(Arch arch);  // qwen3, qwen3moe, gemma3 (glm4moe: where the file has them, HParams::qk_norm)
+bool arch_has_qkv_bias(Arch arch);  // qwen2, gpt-oss, glm4moe
 bool arch_rope_neox(Arch arch);     // rotate halves instead of adjacent pairs (llama, granite)
 bool arch_is_gemma(Arch arch);      // gemma, gemma2, gemma3: scaled embeddings, GELU FFN, tied output
 bool arch_has_post_norms(Arch arch);  // gemma2, gemma3: norms on the attention's and the FFN's outputs
 
 enum class RopeScaling { none, linear, yarn };
+// How a router's logits become expert weights: softmax (Mixtral, qwen3moe) or sigmoid (glm4moe).
+enum class ExpertGating { softmax, sigmoid };
 
 struct HParams {
   Arch arch = Arch::llama;
@@ -43,6 +45,18 @@ struct HParams {
   int64_t n_expert = 0;  // routed experts: qwen3moe, gpt-oss, a Mixtral-shaped llama
   int64_t n_expert_used = 0;
   int64_t n_ff_exp = 0;  // expert width (a llama's experts are n_ff wide, as llama.cpp reads them)
+  // glm4moe: shared experts (one dense FFN n_ff_exp * n_expert_shared wide beside the routed ones),
+  // leading dense layers (n_ff wide), and the multi-token-prediction layers after the n_layer
+  // computed ones (in the file, never run: llama.cpp skips them too).
+  int64_t n_expert_shared = 0;
+  int64_t n_layer_dense_lead = 0;
+  int64_t n_layer_nextn = 0;
+  // The router: gating, then (glm4moe) a selection bias exp_probs_b added for the top-k choice only,
+  // the k weights renormalized to sum 1 (expert_weights_norm) and scaled (expert_weights_scale, 0: not).
+  ExpertGating expert_gating = ExpertGating::softmax;
+  bool expert_weights_norm = true;
+  float expert_weights_scale = 0.0f;
+  bool qk_norm = false;  // glm4moe: attn_q_norm / attn_k_norm present (GLM-4.5 has them, Air not)
   int64_t n_vocab = 0;
   int64_t n_ctx_train = 0;
   float rms_eps = 1e-5f;
@@ -82,6 +96,8 @@ struct HParams {
   int64_t n_embd_kv() const { return head_dim * n_head_kv; }
   int64_t n_ctx_orig_or_train() const { return n_ctx_orig > 0 ? n_ctx_orig : n_ctx_train; }
   bool is_moe() const { return n_expert > 0; }
+  bool is_moe_layer(int64_t il) const { return n_expert > 0 && il >= n_layer_dense_lead; }
+  int64_t n_ff_shexp() const { return n_ff_exp * n_expert_shared; }
   bool is_swa_layer(int64_t il) const { return n_swa > 0 && swa_period > 0 && il % swa_period < swa_period - 1; }
   bool has_swa() const { return n_swa > 0 && swa_period > 1; }
   // The attention's score scale: 1/sqrt(head_dim), but gemma's 27B sizes use 1/sqrt(n_embd / n_head)
@@ -91,7 +107,7 @@ struct HParams {
 
 // Presets: "tiny" and "small" exist for every architecture; the real shapes are tied to theirs
 // ("llama-8b", "llama-70b" for llama; "qwen3-8b" for qwen3; "qwen3-30b-a3b" for qwen3moe;
-// "gemma3-27b"; "gpt-oss-20b").
+// "gemma3-27b"; "gpt-oss-20b"; "glm-4.5-air").
 // Throws usage naming the preset and listing the valid ones.
 HParams preset_hparams(Arch arch, std::string_view name);
 std::vector<std::string> preset_names(Arch arch);
@@ -103,6 +119,7 @@ void set_original_context(HParams& hp);
 // Throws invalid_input naming the first absurd or inconsistent value.
 void validate_hparams(const HParams& hp);
 
+// clang-format off
 enum class TensorRole {
   token_embd, output_norm, output,
   rope_freqs, rope_factors_long, rope_factors_short,  // global RoPE divisors (llama 3, phi3)
@@ -116,7 +133,12 @@ enum class TensorRole {
   ffn_post_norm,                                      // gemma: on the FFN's output
   ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps,
   ffn_gate_inp_bias, ffn_gate_exps_bias, ffn_up_exps_bias, ffn_down_exps_bias,  // gpt-oss
+  ffn_exp_probs_b,                                    // glm4moe: the router's selection bias
+  ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp,       // glm4moe: the shared expert
+  // glm4moe's multi-token-prediction layers (read past, never computed)
+  nextn_eh_proj, nextn_enorm, nextn_hnorm, nextn_embed_tokens, nextn_shared_head_head, nextn_shared_head_norm,
 };
+// clang-format on
 const char* tensor_role_name(TensorRole role);  // "attn_q", ...
 // Norms, biases, sinks and RoPE factors (kept in F32); everything else is a weight matrix.
 bool tensor_role_is_vector(TensorRole role);
@@ -128,11 +150,16 @@ struct TensorSpec {
   int64_t ne[4] = {1, 1, 1, 1};  // fastest first: a PyTorch (out, in) weight is {in, out}
   TensorRole role = TensorRole::token_embd;
   int layer = -1;  // -1 for global tensors
+  // In the file but never computed (glm4moe's multi-token-prediction layers): checked and counted
+  // by the loader, not loaded; optional ones may be absent (and are not written by loom-gguf new).
+  bool unused = false;
+  bool optional = false;
   int64_t nelements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
 };
 
 // All tensors of the architecture in file order: token_embd, then per layer, then output_norm
-// and output (absent when tied).
+// and output (absent when tied); glm4moe's unused multi-token-prediction layers come after the
+// computed ones.
 std::vector<TensorSpec> arch_tensors(const HParams& hp);
 int64_t count_params(const HParams& hp);
 

@@ -30,6 +30,7 @@ enum class ChatTemplate {
   deepseek3,          // <｜User｜>...<｜Assistant｜>
   gpt_oss,            // OpenAI harmony: <|start|>role<|message|>...<|end|>
   granite,            // IBM Granite: <|start_of_role|>role<|end_of_role|>...<|end_of_text|>\n
+  chatglm4,           // GLM-4 / GLM-4.5: [gMASK]<sop><|role|>\n...<|assistant|>\n
 };
 
 struct ChatMessage {

@@ -48,6 +48,10 @@ struct LayerWeights {
   Tensor* ffn_gate_exps_b = nullptr;
   Tensor* ffn_up_exps_b = nullptr;
   Tensor* ffn_down_exps_b = nullptr;
+  Tensor* exp_probs_b = nullptr;     // glm4moe: the router's selection bias
+  Tensor* ffn_gate_shexp = nullptr;  // glm4moe: the shared expert
+  Tensor* ffn_up_shexp = nullptr;
+  Tensor* ffn_down_shexp = nullptr;
   std::vector<LoraLink> lora;  // --lora: the adapters' pairs for this layer's matrices
   Tensor* cvec = nullptr;      // --control-vector: added to the layer's output (F32 {n_embd})
 };
@@ -82,6 +86,14 @@ inline Tensor** layer_role_slot(LayerWeights& l, TensorRole role) {
     case TensorRole::ffn_gate_exps_bias: return &l.ffn_gate_exps_b;
     case TensorRole::ffn_up_exps_bias: return &l.ffn_up_exps_b;
     case TensorRole::ffn_down_exps_bias: return &l.ffn_down_exps_b;
+    case TensorRole::ffn_exp_probs_b:
+      return &l.exp_probs_b;
+    case TensorRole::ffn_gate_shexp:
+      return &l.ffn_gate_shexp;
+    case TensorRole::ffn_up_shexp:
+      return &l.ffn_up_shexp;
+    case TensorRole::ffn_down_shexp:
+      return &l.ffn_down_shexp;
     default: return nullptr;
   }
 }
@@ -107,6 +119,7 @@ struct TpRowStarts {
   int64_t embd = 0;    // attn_output and ffn_down results {n_embd}
   int64_t ff = 0;      // dense FFN hidden {n_ff}
   int64_t ff_exp = 0;  // expert FFN hidden {n_ff_exp}
+  int64_t ff_shexp = 0;  // shared expert hidden {n_ff_shexp} (glm4moe)
 };
 
 // One member's weights. Tensors absent (nullptr) when the member's range is empty.
@@ -115,7 +128,7 @@ struct TpShard {
   Device* device = nullptr;
   int64_t n_head = 0;     // local query heads
   int64_t n_head_kv = 0;  // local KV heads
-  int64_t n_ff = 0, n_ff_exp = 0, n_vocab = 0;
+  int64_t n_ff = 0, n_ff_exp = 0, n_ff_shexp = 0, n_vocab = 0;
   TpRowStarts first;  // where this member's rows start in the joined results
   std::vector<LayerWeights> layers;
   Tensor* output_norm = nullptr;

@@ -38,6 +38,7 @@ struct TpLayout {
   std::vector<tp::Range> head_kv;  // KV heads; q heads follow (n_head / n_head_kv per KV head)
   std::vector<tp::Range> ff;       // dense FFN rows (gate/up)
   std::vector<tp::Range> ff_exp;   // expert FFN rows (gate/up of every expert)
+  std::vector<tp::Range> ff_shexp;  // shared expert FFN rows (glm4moe)
   std::vector<tp::Range> embd;     // embedding rows (attn_output, ffn_down)
   std::vector<tp::Range> vocab;    // output rows (logits)
 };
