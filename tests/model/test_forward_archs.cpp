@@ -1,8 +1,9 @@
 // The newer architectures' forward (gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4moe, Llama 3's
-// rope_freqs, Mixtral-shaped llama) against a double-precision reference written from llama.cpp's
+// rope_freqs, Mixtral-shaped llama, qwen2moe) against a double-precision reference written from llama.cpp's
 // graphs: scaled embeddings, GELU FFN, post norms, soft-capping, q/k norms, sliding windows with
 // their layer pattern and local RoPE base, RoPE divisors and YaRN, fused projections, sinks, biased
-// experts with gpt-oss's gating, sigmoid routing with a selection bias and a shared expert. Small windows so the
+// experts with gpt-oss's gating, sigmoid routing with a selection bias and a shared expert (gated
+// in qwen2moe). Small windows so the
 // sliding mask cuts inside the sequence.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -206,7 +207,15 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
       Vec out;
       if (l.ffn_gate_inp) {
         out = moe(m, l, h);
-        if (l.ffn_up_shexp) add_to(out, swiglu_ffn(l.ffn_gate_shexp, l.ffn_up_shexp, l.ffn_down_shexp, h));
+        if (l.ffn_up_shexp) {
+          Vec shared = swiglu_ffn(l.ffn_gate_shexp, l.ffn_up_shexp, l.ffn_down_shexp, h);
+          if (l.ffn_gate_inp_shexp) {  // qwen2moe: the shared expert's own sigmoid gate
+            const Vec g = weight_row(l.ffn_gate_inp_shexp, 0);
+            const double y = std::inner_product(g.begin(), g.end(), h.begin(), 0.0);
+            for (double& e : shared) e /= 1 + std::exp(-y);
+          }
+          add_to(out, shared);
+        }
       } else if (!l.ffn_gate) {  // phi3: gate rows then up rows
         Vec gu = matvec(l.ffn_up, h);
         const size_t n_ff = gu.size() / 2;
@@ -312,17 +321,17 @@ INSTANTIATE_TEST_SUITE_P(Archs, ArchForwardTest,
                                            Case{"gpt_oss", Arch::gpt_oss}, Case{"llama3", Arch::llama, true},
                                            Case{"mixtral", Arch::llama, false, 4},
                                            Case{"phi4_mini", Arch::phi3, false, 0, 24}, Case{"granite", Arch::granite},
-                                           Case{"glm45_air", Arch::glm4moe},
+                                           Case{"glm45_air", Arch::glm4moe}, Case{"qwen2moe", Arch::qwen2moe},
                                            Case{"glm45", Arch::glm4moe, false, 0, 0, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // The hyper-parameters survive the file: what write_hparams wrote, read_hparams reads back.
 TEST(ArchHParams, RoundTripThroughTheFile) {
-  for (const Case& c :
-       {Case{"rt-gemma", Arch::gemma}, Case{"rt-gemma2", Arch::gemma2}, Case{"rt-gemma3", Arch::gemma3},
-        Case{"rt-phi3", Arch::phi3}, Case{"rt-gpt_oss", Arch::gpt_oss}, Case{"rt-llama3", Arch::llama, true},
-        Case{"rt-phi4_mini", Arch::phi3, false, 0, 24}, Case{"rt-granite", Arch::granite},
-        Case{"rt-glm45_air", Arch::glm4moe}, Case{"rt-glm45", Arch::glm4moe, false, 0, 0, true}}) {
+  for (const Case& c : {Case{"rt-gemma", Arch::gemma}, Case{"rt-gemma2", Arch::gemma2}, Case{"rt-gemma3", Arch::gemma3},
+                        Case{"rt-phi3", Arch::phi3}, Case{"rt-gpt_oss", Arch::gpt_oss},
+                        Case{"rt-llama3", Arch::llama, true}, Case{"rt-phi4_mini", Arch::phi3, false, 0, 24},
+                        Case{"rt-granite", Arch::granite}, Case{"rt-glm45_air", Arch::glm4moe},
+                        Case{"rt-glm45", Arch::glm4moe, false, 0, 0, true}, Case{"rt-qwen2moe", Arch::qwen2moe}}) {
     const std::string path = make_model(c);
     const HParams want = case_hparams(c);
     const HParams got = Model::load(path)->hparams();
@@ -348,6 +357,7 @@ TEST(ArchHParams, RoundTripThroughTheFile) {
     EXPECT_EQ(got.n_layer_nextn, want.n_layer_nextn) << c.name;
     EXPECT_EQ(got.n_layer_dense_lead, want.n_layer_dense_lead) << c.name;
     EXPECT_EQ(got.n_expert_shared, want.n_expert_shared) << c.name;
+    EXPECT_EQ(got.n_ff_shexp(), want.n_ff_shexp()) << c.name;
     EXPECT_EQ(got.expert_gating, want.expert_gating) << c.name;
     EXPECT_EQ(got.expert_weights_norm, want.expert_weights_norm) << c.name;
     EXPECT_FLOAT_EQ(got.expert_weights_scale, want.expert_weights_scale) << c.name;

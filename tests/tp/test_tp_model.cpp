@@ -160,7 +160,7 @@ INSTANTIATE_TEST_SUITE_P(Archs, TensorParallel,
                                            Case{Arch::gpt_oss, DType::F32}, Case{Arch::qwen2, DType::Q4_0},
                                            Case{Arch::qwen3moe, DType::Q8_0}, Case{Arch::granite, DType::F32},
                                            Case{Arch::gemma, DType::F32}, Case{Arch::glm4moe, DType::F32},
-                                           Case{Arch::glm4moe, DType::Q8_0}),
+                                           Case{Arch::glm4moe, DType::Q8_0}, Case{Arch::qwen2moe, DType::F32}),
                          [](const auto& info) {
                            std::string name = std::string(arch_name(info.param.arch)) + "_" + dtype_name(info.param.type);
                            std::replace(name.begin(), name.end(), '-', '_');  // "gpt-oss"

@@ -49,11 +49,12 @@ inline HParams small_hparams(Arch arch, int64_t n_layer = 1) {
   if (hp.swa_period > 1) hp.n_layer = std::max(hp.n_layer, hp.swa_period);
   if (hp.n_ctx_orig > 0) hp.n_ctx_orig = 8;
   if (arch == Arch::phi3) hp.n_rot = 12;  // Phi-4-mini: 3/4 of each head rotates (the others rotate all)
-  if (arch == Arch::glm4moe) {            // half of each head rotated; a MoE layer after the leading dense one;
-    hp.n_rot = 8;                         // Air's expert scale
+  if (arch == Arch::glm4moe) {            // half of each head rotated, a MoE layer after the dense one, Air's scale
+    hp.n_rot = 8;
     hp.n_layer = std::max<int64_t>(hp.n_layer, 2);
     hp.expert_weights_scale = 1.0f;
   }
+  if (arch == Arch::qwen2moe) hp.n_ff_shared = 64;
   if (arch == Arch::granite) {            // milder multipliers than Granite 3's: a few steps must overfit
     hp.embedding_scale = 2.0f;
     hp.residual_scale = 0.5f;
@@ -64,9 +65,9 @@ inline HParams small_hparams(Arch arch, int64_t n_layer = 1) {
 }
 
 // The architectures loom-train trains.
-inline constexpr Arch kTrainedArchs[] = {Arch::llama,   Arch::qwen2,   Arch::qwen3,  Arch::qwen3moe,
-                                         Arch::gemma,   Arch::gemma2,  Arch::gemma3, Arch::phi3,
-                                         Arch::gpt_oss, Arch::granite, Arch::glm4moe};
+inline constexpr Arch kTrainedArchs[] = {Arch::llama,   Arch::qwen2,   Arch::qwen3,   Arch::qwen3moe,
+                                         Arch::gemma,   Arch::gemma2,  Arch::gemma3,  Arch::phi3,
+                                         Arch::gpt_oss, Arch::granite, Arch::glm4moe, Arch::qwen2moe};
 
 inline std::string write_model(const fs::path& dir, const HParams& hp, uint64_t seed = 5, DType type = DType::F32,
                                const std::string& name = "model.gguf") {

@@ -207,8 +207,9 @@ int main(int argc, char** argv) {
   tok->add_flag("--json", o.json, "{\"tokens\":[ids], \"pieces\":[text], \"n_tokens\"} on stdout");
 
   CLI::App* nw = app.add_subcommand("new", "write a random-init (or header-only) model");
-  nw->add_option("--arch", o.arch,
-                 "llama | qwen2 | qwen3 | qwen3moe | gemma | gemma2 | gemma3 | phi3 | gpt-oss | granite | glm4moe")
+  nw->add_option(
+        "--arch", o.arch,
+        "llama | qwen2 | qwen2moe | qwen3 | qwen3moe | gemma | gemma2 | gemma3 | phi3 | gpt-oss | granite | glm4moe")
       ->required();
   nw->add_option(
         "--preset", o.preset,
@@ -223,7 +224,7 @@ int main(int argc, char** argv) {
   nw->add_option("--n-ff", o.n_ff, "feed-forward width");
   nw->add_option("--n-expert", o.n_expert, "experts (qwen3moe, gpt-oss; a llama with experts is Mixtral-shaped)");
   nw->add_option("--n-expert-used", o.n_expert_used, "experts used per token");
-  nw->add_option("--n-ff-exp", o.n_ff_exp, "expert feed-forward width (qwen3moe, gpt-oss, glm4moe)");
+  nw->add_option("--n-ff-exp", o.n_ff_exp, "expert feed-forward width (qwen2moe, qwen3moe, gpt-oss, glm4moe)");
   nw->add_option("--n-expert-shared", o.n_expert_shared, "glm4moe: shared experts (one FFN n_ff_exp times as wide)");
   nw->add_option("--n-dense-lead", o.n_dense_lead, "glm4moe: leading dense layers (leading_dense_block_count)");
   nw->add_option("--n-nextn", o.n_nextn, "glm4moe: multi-token-prediction layers after the others (never run)");

@@ -14,29 +14,29 @@
 namespace loom {
 
 namespace {
-constexpr Arch kArchs[] = {Arch::llama,  Arch::qwen2, Arch::qwen3,   Arch::qwen3moe, Arch::gemma,  Arch::gemma2,
-                           Arch::gemma3, Arch::phi3,  Arch::gpt_oss, Arch::granite,  Arch::glm4moe};
+constexpr Arch kArchs[] = {Arch::llama,  Arch::qwen2, Arch::qwen3,   Arch::qwen3moe, Arch::gemma,   Arch::gemma2,
+                           Arch::gemma3, Arch::phi3,  Arch::gpt_oss, Arch::granite,  Arch::glm4moe, Arch::qwen2moe};
 }  // namespace
 
+// clang-format off
 const char* arch_name(Arch arch) {
   switch (arch) {
     case Arch::llama: return "llama";
     case Arch::qwen2: return "qwen2";
+    case Arch::qwen2moe: return "qwen2moe";
     case Arch::qwen3: return "qwen3";
     case Arch::qwen3moe: return "qwen3moe";
-    case Arch::gemma:
-      return "gemma";
+    case Arch::gemma: return "gemma";
     case Arch::gemma2: return "gemma2";
     case Arch::gemma3: return "gemma3";
     case Arch::phi3: return "phi3";
     case Arch::gpt_oss: return "gpt-oss";
-    case Arch::granite:
-      return "granite";
-    case Arch::glm4moe:
-      return "glm4moe";
+    case Arch::granite: return "granite";
+    case Arch::glm4moe: return "glm4moe";
   }
   return "?";
 }
+// clang-format on
 
 std::optional<Arch> arch_from_name(std::string_view name) {
   for (Arch a : kArchs)
@@ -50,9 +50,13 @@ std::string arch_names() {
   return out;
 }
 
-bool arch_is_moe(Arch arch) { return arch == Arch::qwen3moe || arch == Arch::gpt_oss || arch == Arch::glm4moe; }
+bool arch_is_moe(Arch arch) {
+  return arch == Arch::qwen2moe || arch == Arch::qwen3moe || arch == Arch::gpt_oss || arch == Arch::glm4moe;
+}
 bool arch_has_qk_norm(Arch arch) { return arch == Arch::qwen3 || arch == Arch::qwen3moe || arch == Arch::gemma3; }
-bool arch_has_qkv_bias(Arch arch) { return arch == Arch::qwen2 || arch == Arch::gpt_oss || arch == Arch::glm4moe; }
+bool arch_has_qkv_bias(Arch arch) {
+  return arch == Arch::qwen2 || arch == Arch::qwen2moe || arch == Arch::gpt_oss || arch == Arch::glm4moe;
+}
 bool arch_rope_neox(Arch arch) { return arch != Arch::llama && arch != Arch::granite; }
 bool arch_is_gemma(Arch arch) { return arch == Arch::gemma || arch == Arch::gemma2 || arch == Arch::gemma3; }
 bool arch_has_post_norms(Arch arch) { return arch == Arch::gemma2 || arch == Arch::gemma3; }
@@ -126,6 +130,11 @@ void add_arch_features(HParams& hp, int64_t n_swa) {
       hp.expert_weights_norm = true;
       hp.expert_weights_scale = 2.5f;
       hp.rms_eps = 1e-5f;
+      break;
+    case Arch::qwen2moe:  // Qwen1.5-MoE: the k weights as the softmax gave them, a gated shared expert
+      hp.n_expert_shared = 1;
+      hp.n_ff_shared = 2 * hp.n_ff_exp;
+      hp.expert_weights_norm = false;
       break;
     case Arch::granite:  // Granite 3.x's multipliers (8B: embeddings 12, residuals 0.22, logits / 16)
       hp.embedding_scale = 12.0f;
@@ -388,13 +397,16 @@ void validate_hparams(const HParams& hp) {
   LOOM_CHECK(hp.arch == Arch::phi3 || hp.arch == Arch::glm4moe || hp.rot_dims() == hp.head_dim, invalid_input,
              "{}: only phi3 and glm4moe rotate part of each head (n_rot = {}, head_dim = {})", a, hp.n_rot,
              hp.head_dim);
-  const bool glm = hp.arch == Arch::glm4moe;
+  const bool glm = hp.arch == Arch::glm4moe, qwen2moe = hp.arch == Arch::qwen2moe;
   in_range("n_layer_dense_lead", hp.n_layer_dense_lead, 0, glm ? hp.n_layer : 0);
-  in_range("n_expert_shared", hp.n_expert_shared, 0, glm ? 64 : 0);
+  in_range("n_expert_shared", hp.n_expert_shared, qwen2moe ? 1 : 0, glm ? 64 : qwen2moe ? 1 : 0);
+  in_range("n_ff_shared", hp.n_ff_shared, qwen2moe ? 1 : 0, qwen2moe ? 1 << 22 : 0);
   in_range("n_layer_nextn", hp.n_layer_nextn, 0, glm ? 16 : 0);
-  LOOM_CHECK(glm || (!hp.qk_norm && hp.expert_gating == ExpertGating::softmax && hp.expert_weights_scale == 0.0f &&
-                     (hp.expert_weights_norm || !hp.is_moe())),
+  LOOM_CHECK(glm || (!hp.qk_norm && hp.expert_gating == ExpertGating::softmax && hp.expert_weights_scale == 0.0f),
              invalid_input, "{}: optional q/k norms, sigmoid routing and expert weight scaling are glm4moe's", a);
+  // the k weights: as the softmax gave them in qwen2moe, renormalized in llama (Mixtral), qwen3moe, gpt-oss
+  LOOM_CHECK(glm || !hp.is_moe() || hp.expert_weights_norm == !qwen2moe, invalid_input,
+             "{}: expert_weights_norm = {} is not this architecture's", a, hp.expert_weights_norm);
   if (hp.n_layer_dense_lead > 0) in_range("n_ff", hp.n_ff, 1, 1 << 22);
   LOOM_CHECK(!glm || hp.expert_weights_scale > 0, invalid_input, "{}: expert_weights_scale = {} must be positive", a,
              hp.expert_weights_scale);

@@ -48,6 +48,7 @@ void write_hparams(gguf::Writer& w, const HParams& hp) {
     u32("expert_used_count", hp.n_expert_used);
     if (hp.arch != Arch::llama) u32("expert_feed_forward_length", hp.n_ff_exp);
   }
+  if (hp.arch == Arch::qwen2moe) u32("expert_shared_feed_forward_length", hp.n_ff_shared);
   if (hp.arch == Arch::glm4moe) {
     u32("expert_shared_count", hp.n_expert_shared);
     u32("leading_dense_block_count", hp.n_layer_dense_lead);
@@ -245,6 +246,12 @@ HParams read_hparams(const gguf::File& f) {
     hp.n_ff_exp = f.find_int(a + "expert_feed_forward_length").value_or(0);
     if (hp.n_ff_exp == 0 && hp.n_expert_used > 0) hp.n_ff_exp = hp.n_ff / hp.n_expert_used;
     if (hp.arch == Arch::glm4moe) read_glm4moe_router(f, a, hp);
+    if (hp.arch == Arch::qwen2moe) {  // llama.cpp: the shared expert n_ff wide unless the key says
+      hp.n_expert_shared = 1;
+      hp.n_ff_shared = f.find_int(a + "expert_shared_feed_forward_length").value_or(0);
+      if (hp.n_ff_shared == 0) hp.n_ff_shared = hp.n_ff;
+      hp.expert_weights_norm = false;
+    }
   } else if (hp.arch == Arch::llama && hp.n_expert > 0) {  // Mixtral: experts of feed_forward_length
     hp.n_expert_used = required("expert_used_count");
     hp.n_ff = required("feed_forward_length");

@@ -6,6 +6,7 @@
 
 namespace loom {
 
+// clang-format off
 const char* tensor_role_name(TensorRole role) {
   switch (role) {
     case TensorRole::token_embd: return "token_embd";
@@ -41,26 +42,17 @@ const char* tensor_role_name(TensorRole role) {
     case TensorRole::ffn_gate_exps_bias: return "ffn_gate_exps_bias";
     case TensorRole::ffn_up_exps_bias: return "ffn_up_exps_bias";
     case TensorRole::ffn_down_exps_bias: return "ffn_down_exps_bias";
-    case TensorRole::ffn_exp_probs_b:
-      return "ffn_exp_probs_b";
-    case TensorRole::ffn_gate_shexp:
-      return "ffn_gate_shexp";
-    case TensorRole::ffn_up_shexp:
-      return "ffn_up_shexp";
-    case TensorRole::ffn_down_shexp:
-      return "ffn_down_shexp";
-    case TensorRole::nextn_eh_proj:
-      return "nextn_eh_proj";
-    case TensorRole::nextn_enorm:
-      return "nextn_enorm";
-    case TensorRole::nextn_hnorm:
-      return "nextn_hnorm";
-    case TensorRole::nextn_embed_tokens:
-      return "nextn_embed_tokens";
-    case TensorRole::nextn_shared_head_head:
-      return "nextn_shared_head_head";
-    case TensorRole::nextn_shared_head_norm:
-      return "nextn_shared_head_norm";
+    case TensorRole::ffn_exp_probs_b: return "ffn_exp_probs_b";
+    case TensorRole::ffn_gate_shexp: return "ffn_gate_shexp";
+    case TensorRole::ffn_up_shexp: return "ffn_up_shexp";
+    case TensorRole::ffn_down_shexp: return "ffn_down_shexp";
+    case TensorRole::ffn_gate_inp_shexp: return "ffn_gate_inp_shexp";
+    case TensorRole::nextn_eh_proj: return "nextn_eh_proj";
+    case TensorRole::nextn_enorm: return "nextn_enorm";
+    case TensorRole::nextn_hnorm: return "nextn_hnorm";
+    case TensorRole::nextn_embed_tokens: return "nextn_embed_tokens";
+    case TensorRole::nextn_shared_head_head: return "nextn_shared_head_head";
+    case TensorRole::nextn_shared_head_norm: return "nextn_shared_head_norm";
   }
   return "?";
 }
@@ -69,12 +61,8 @@ bool tensor_role_is_norm(TensorRole role) {
   switch (role) {
     case TensorRole::output_norm: case TensorRole::attn_norm: case TensorRole::ffn_norm:
     case TensorRole::attn_q_norm: case TensorRole::attn_k_norm:
-    case TensorRole::attn_post_norm:
-    case TensorRole::ffn_post_norm:
-    case TensorRole::nextn_enorm:
-    case TensorRole::nextn_hnorm:
-    case TensorRole::nextn_shared_head_norm:
-      return true;
+    case TensorRole::attn_post_norm: case TensorRole::ffn_post_norm:
+    case TensorRole::nextn_enorm: case TensorRole::nextn_hnorm: case TensorRole::nextn_shared_head_norm: return true;
     default: return false;
   }
 }
@@ -85,12 +73,12 @@ bool tensor_role_is_vector(TensorRole role) {
     case TensorRole::attn_q_bias: case TensorRole::attn_k_bias: case TensorRole::attn_v_bias:
     case TensorRole::attn_output_bias: case TensorRole::attn_sinks:
     case TensorRole::ffn_gate_inp_bias: case TensorRole::ffn_gate_exps_bias: case TensorRole::ffn_up_exps_bias:
-    case TensorRole::ffn_down_exps_bias:
-    case TensorRole::ffn_exp_probs_b:
+    case TensorRole::ffn_down_exps_bias: case TensorRole::ffn_exp_probs_b: case TensorRole::ffn_gate_inp_shexp:
       return true;
     default: return tensor_role_is_norm(role);
   }
 }
+// clang-format on
 
 std::vector<TensorSpec> arch_tensors(const HParams& hp) {
   std::vector<TensorSpec> out;
@@ -153,6 +141,7 @@ std::vector<TensorSpec> arch_tensors(const HParams& hp) {
         add(blk("ffn_down_exps.bias"), R::ffn_down_exps_bias, il, {E, n_e});
         add(blk("ffn_up_exps.bias"), R::ffn_up_exps_bias, il, {n_ff, n_e});
       }
+      if (a == Arch::qwen2moe) add(blk("ffn_gate_inp_shexp.weight"), R::ffn_gate_inp_shexp, il, {E});
       if (hp.n_expert_shared > 0) {
         add(blk("ffn_gate_shexp.weight"), R::ffn_gate_shexp, il, {E, hp.n_ff_shexp()});
         add(blk("ffn_down_shexp.weight"), R::ffn_down_shexp, il, {hp.n_ff_shexp(), E});

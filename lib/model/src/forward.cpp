@@ -2,7 +2,8 @@
 // with its scaling and factors, GQA, KV cache write through set_rows, flash or plain attention,
 // soft-capping, sinks, sliding windows; or, for training, windows that attend within themselves)
 // and FFN (SwiGLU, GELU, phi3's fused gate/up, routed experts with softmax or sigmoid gating, a
-// selection bias, renormalized and scaled weights, glm4moe's shared expert, or gpt-oss gating),
+// selection bias, renormalized and scaled weights, a shared expert (glm4moe; gated in qwen2moe),
+// or gpt-oss gating),
 // gemma's post norms, final norm, output projection for the requested rows and
 // gemma2's logit soft-capping.
 #include "loom/model/forward.h"
@@ -147,13 +148,18 @@ Tensor* moe_ffn(Context& c, const ForwardModel& fm, const LayerWeights& l, Tenso
   return weighted_sum(c, mul_mat_id(c, l.ffn_down_exps, h, ids), w);  // {n_embd here, T}
 }
 
-// glm4moe's shared expert: a SwiGLU FFN n_ff_shexp wide beside the routed ones, on the same input.
+// The shared expert (glm4moe, qwen2moe): a SwiGLU FFN n_ff_shexp wide beside the routed ones, on the
+// same input; qwen2moe scales its output by a gate of its own, sigmoid(g x) computed as llama.cpp
+// does (silu(y) / y).
 Tensor* shared_expert(Context& c, const ForwardModel& fm, const LayerWeights& l, Tensor* x, const Join& join,
                       int64_t il) {
   Tensor* h = l.ffn_up_shexp ? swiglu(c, lora_mm(c, l.lora, l.ffn_gate_shexp, x), lora_mm(c, l.lora, l.ffn_up_shexp, x))
                              : zero_rows(c, x);  // {n_ff_shexp here, T}
   h = join(h, l.ffn_up_shexp ? fm.first.ff_shexp : 0, fm.hp->n_ff_shexp(), il, "ffn_shexp_gather");
-  return l.ffn_down_shexp ? lora_mm(c, l.lora, l.ffn_down_shexp, h) : zero_rows(c, x);
+  Tensor* out = l.ffn_down_shexp ? lora_mm(c, l.lora, l.ffn_down_shexp, h) : zero_rows(c, x);
+  if (!l.ffn_gate_inp_shexp) return out;
+  Tensor* y = mul_mat(c, l.ffn_gate_inp_shexp, x);  // {1, T}
+  return mul(c, out, div(c, silu(c, y), y));
 }
 
 // gpt-oss: top-k of the biased router logits, softmax over the k chosen, experts with biases and

@@ -51,6 +51,7 @@ TpSplit tp_split_of(TensorRole role) {
     case TensorRole::ffn_gate_inp:
     case TensorRole::ffn_gate_inp_bias:
     case TensorRole::ffn_exp_probs_b:
+    case TensorRole::ffn_gate_inp_shexp:
     case TensorRole::rope_freqs:
     case TensorRole::rope_factors_long:
     case TensorRole::rope_factors_short:

@@ -1,5 +1,5 @@
 // Model architectures (llama with Llama 3 / Mistral / Mixtral shapes, qwen2, qwen3, qwen3moe,
-// gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4moe): hyper-parameters, named presets with
+// qwen2moe, gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4moe): hyper-parameters, named presets with
 // the real shapes, the tensor list of each architecture (names and shapes as llama.cpp's GGUF
 // files have them, with a role per tensor), and the GGUF keys that carry the hyper-parameters.
 #pragma once
@@ -17,14 +17,14 @@ class Writer;
 
 namespace loom {
 
-enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, gpt_oss, granite, glm4moe };
+enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, gpt_oss, granite, glm4moe, qwen2moe };
 
 const char* arch_name(Arch arch);  // the general.architecture string ("gpt-oss" for gpt_oss)
 std::optional<Arch> arch_from_name(std::string_view name);
 std::string arch_names();          // "llama, qwen2, ..." for messages
-bool arch_is_moe(Arch arch);       // always routed experts (qwen3moe, gpt-oss, glm4moe); llama may have them too
+bool arch_is_moe(Arch arch);       // always routed experts (qwen2moe, qwen3moe, gpt-oss, glm4moe); llama may too
 bool arch_has_qk_norm(Arch arch);  // qwen3, qwen3moe, gemma3 (glm4moe: where the file has them, HParams::qk_norm)
-bool arch_has_qkv_bias(Arch arch);  // qwen2, gpt-oss, glm4moe
+bool arch_has_qkv_bias(Arch arch);  // qwen2, qwen2moe, gpt-oss, glm4moe
 bool arch_rope_neox(Arch arch);     // rotate halves instead of adjacent pairs (llama, granite)
 bool arch_is_gemma(Arch arch);      // gemma, gemma2, gemma3: scaled embeddings, GELU FFN, tied output
 bool arch_has_post_norms(Arch arch);  // gemma2, gemma3: norms on the attention's and the FFN's outputs
@@ -47,8 +47,10 @@ struct HParams {
   int64_t n_ff_exp = 0;  // expert width (a llama's experts are n_ff wide, as llama.cpp reads them)
   // glm4moe: shared experts (one dense FFN n_ff_exp * n_expert_shared wide beside the routed ones),
   // leading dense layers (n_ff wide), and the multi-token-prediction layers after the n_layer
-  // computed ones (in the file, never run: llama.cpp skips them too).
+  // computed ones (in the file, never run: llama.cpp skips them too). qwen2moe: one shared expert
+  // n_ff_shared wide whose output a sigmoid gate of its own (ffn_gate_inp_shexp) scales.
   int64_t n_expert_shared = 0;
+  int64_t n_ff_shared = 0;
   int64_t n_layer_dense_lead = 0;
   int64_t n_layer_nextn = 0;
   // The router: gating, then (glm4moe) a selection bias exp_probs_b added for the top-k choice only,
@@ -97,7 +99,7 @@ struct HParams {
   int64_t n_ctx_orig_or_train() const { return n_ctx_orig > 0 ? n_ctx_orig : n_ctx_train; }
   bool is_moe() const { return n_expert > 0; }
   bool is_moe_layer(int64_t il) const { return n_expert > 0 && il >= n_layer_dense_lead; }
-  int64_t n_ff_shexp() const { return n_ff_exp * n_expert_shared; }
+  int64_t n_ff_shexp() const { return n_ff_shared > 0 ? n_ff_shared : n_ff_exp * n_expert_shared; }
   bool is_swa_layer(int64_t il) const { return n_swa > 0 && swa_period > 0 && il % swa_period < swa_period - 1; }
   bool has_swa() const { return n_swa > 0 && swa_period > 1; }
   // The attention's score scale: 1/sqrt(head_dim), but gemma's 27B sizes use 1/sqrt(n_embd / n_head)
@@ -134,7 +136,8 @@ enum class TensorRole {
   ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps,
   ffn_gate_inp_bias, ffn_gate_exps_bias, ffn_up_exps_bias, ffn_down_exps_bias,  // gpt-oss
   ffn_exp_probs_b,                                    // glm4moe: the router's selection bias
-  ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp,       // glm4moe: the shared expert
+  ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp,       // glm4moe, qwen2moe: the shared expert
+  ffn_gate_inp_shexp,                                 // qwen2moe: the shared expert's gate {n_embd}
   // glm4moe's multi-token-prediction layers (read past, never computed)
   nextn_eh_proj, nextn_enorm, nextn_hnorm, nextn_embed_tokens, nextn_shared_head_head, nextn_shared_head_norm,
 };

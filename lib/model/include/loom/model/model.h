@@ -49,14 +49,16 @@ struct LayerWeights {
   Tensor* ffn_up_exps_b = nullptr;
   Tensor* ffn_down_exps_b = nullptr;
   Tensor* exp_probs_b = nullptr;     // glm4moe: the router's selection bias
-  Tensor* ffn_gate_shexp = nullptr;  // glm4moe: the shared expert
+  Tensor* ffn_gate_shexp = nullptr;  // glm4moe, qwen2moe: the shared expert
   Tensor* ffn_up_shexp = nullptr;
   Tensor* ffn_down_shexp = nullptr;
+  Tensor* ffn_gate_inp_shexp = nullptr;  // qwen2moe: the shared expert's sigmoid gate
   std::vector<LoraLink> lora;  // --lora: the adapters' pairs for this layer's matrices
   Tensor* cvec = nullptr;      // --control-vector: added to the layer's output (F32 {n_embd})
 };
 
 // Where a per-layer role's tensor lives in l (nullptr for the global roles).
+// clang-format off
 inline Tensor** layer_role_slot(LayerWeights& l, TensorRole role) {
   switch (role) {
     case TensorRole::attn_norm: return &l.attn_norm;
@@ -86,17 +88,15 @@ inline Tensor** layer_role_slot(LayerWeights& l, TensorRole role) {
     case TensorRole::ffn_gate_exps_bias: return &l.ffn_gate_exps_b;
     case TensorRole::ffn_up_exps_bias: return &l.ffn_up_exps_b;
     case TensorRole::ffn_down_exps_bias: return &l.ffn_down_exps_b;
-    case TensorRole::ffn_exp_probs_b:
-      return &l.exp_probs_b;
-    case TensorRole::ffn_gate_shexp:
-      return &l.ffn_gate_shexp;
-    case TensorRole::ffn_up_shexp:
-      return &l.ffn_up_shexp;
-    case TensorRole::ffn_down_shexp:
-      return &l.ffn_down_shexp;
+    case TensorRole::ffn_exp_probs_b: return &l.exp_probs_b;
+    case TensorRole::ffn_gate_shexp: return &l.ffn_gate_shexp;
+    case TensorRole::ffn_up_shexp: return &l.ffn_up_shexp;
+    case TensorRole::ffn_down_shexp: return &l.ffn_down_shexp;
+    case TensorRole::ffn_gate_inp_shexp: return &l.ffn_gate_inp_shexp;
     default: return nullptr;
   }
 }
+// clang-format on
 
 // Where the tensor of a role lives: in `l` for per-layer roles, else in `m` (the Model or any
 // struct with tok_embd / output_norm / output / rope_freqs / rope_long / rope_short members).
@@ -119,7 +119,7 @@ struct TpRowStarts {
   int64_t embd = 0;    // attn_output and ffn_down results {n_embd}
   int64_t ff = 0;      // dense FFN hidden {n_ff}
   int64_t ff_exp = 0;  // expert FFN hidden {n_ff_exp}
-  int64_t ff_shexp = 0;  // shared expert hidden {n_ff_shexp} (glm4moe)
+  int64_t ff_shexp = 0;  // shared expert hidden {n_ff_shexp} (glm4moe, qwen2moe)
 };
 
 // One member's weights. Tensors absent (nullptr) when the member's range is empty.
