@@ -1,5 +1,5 @@
 // The newer architectures' forward (gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4moe, Llama 3's
-// rope_freqs, Mixtral-shaped llama, qwen2moe) against a double-precision reference written from llama.cpp's
+// rope_freqs, Mixtral-shaped llama, qwen2moe, smollm3) against a double-precision reference written from llama.cpp's
 // graphs: scaled embeddings, GELU FFN, post norms, soft-capping, q/k norms, sliding windows with
 // their layer pattern and local RoPE base, RoPE divisors and YaRN, fused projections, sinks, biased
 // experts with gpt-oss's gating, sigmoid routing with a selection bias and a shared expert (gated
@@ -176,8 +176,10 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
           std::copy(n.begin(), n.end(), k[i].begin() + h2 * hd);
         }
       }
-      rope(q[i], hp.n_head, hd, hp.rot_dims(), i, neox, rs);
-      rope(k[i], hp.n_head_kv, hd, hp.rot_dims(), i, neox, rs);
+      if (hp.rotates(il)) {  // smollm3: every 4th layer has no RoPE
+        rope(q[i], hp.n_head, hd, hp.rot_dims(), i, neox, rs);
+        rope(k[i], hp.n_head_kv, hd, hp.rot_dims(), i, neox, rs);
+      }
     }
     const Vec sinks = l.sinks ? weight_row(l.sinks, 0) : Vec();
     for (int64_t i = 0; i < T; ++i) {
@@ -322,16 +324,18 @@ INSTANTIATE_TEST_SUITE_P(Archs, ArchForwardTest,
                                            Case{"mixtral", Arch::llama, false, 4},
                                            Case{"phi4_mini", Arch::phi3, false, 0, 24}, Case{"granite", Arch::granite},
                                            Case{"glm45_air", Arch::glm4moe}, Case{"qwen2moe", Arch::qwen2moe},
+                                           Case{"smollm3", Arch::smollm3},
                                            Case{"glm45", Arch::glm4moe, false, 0, 0, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // The hyper-parameters survive the file: what write_hparams wrote, read_hparams reads back.
 TEST(ArchHParams, RoundTripThroughTheFile) {
-  for (const Case& c : {Case{"rt-gemma", Arch::gemma}, Case{"rt-gemma2", Arch::gemma2}, Case{"rt-gemma3", Arch::gemma3},
-                        Case{"rt-phi3", Arch::phi3}, Case{"rt-gpt_oss", Arch::gpt_oss},
-                        Case{"rt-llama3", Arch::llama, true}, Case{"rt-phi4_mini", Arch::phi3, false, 0, 24},
-                        Case{"rt-granite", Arch::granite}, Case{"rt-glm45_air", Arch::glm4moe},
-                        Case{"rt-glm45", Arch::glm4moe, false, 0, 0, true}, Case{"rt-qwen2moe", Arch::qwen2moe}}) {
+  for (const Case& c :
+       {Case{"rt-gemma", Arch::gemma}, Case{"rt-gemma2", Arch::gemma2}, Case{"rt-gemma3", Arch::gemma3},
+        Case{"rt-phi3", Arch::phi3}, Case{"rt-gpt_oss", Arch::gpt_oss}, Case{"rt-llama3", Arch::llama, true},
+        Case{"rt-phi4_mini", Arch::phi3, false, 0, 24}, Case{"rt-granite", Arch::granite},
+        Case{"rt-glm45_air", Arch::glm4moe}, Case{"rt-glm45", Arch::glm4moe, false, 0, 0, true},
+        Case{"rt-qwen2moe", Arch::qwen2moe}, Case{"rt-smollm3", Arch::smollm3}}) {
     const std::string path = make_model(c);
     const HParams want = case_hparams(c);
     const HParams got = Model::load(path)->hparams();
@@ -362,6 +366,7 @@ TEST(ArchHParams, RoundTripThroughTheFile) {
     EXPECT_EQ(got.expert_weights_norm, want.expert_weights_norm) << c.name;
     EXPECT_FLOAT_EQ(got.expert_weights_scale, want.expert_weights_scale) << c.name;
     EXPECT_EQ(got.qk_norm, want.qk_norm) << c.name;
+    EXPECT_EQ(got.n_no_rope_layer_step, want.n_no_rope_layer_step) << c.name;
     std::filesystem::remove(path);
   }
 }

@@ -207,9 +207,9 @@ int main(int argc, char** argv) {
   tok->add_flag("--json", o.json, "{\"tokens\":[ids], \"pieces\":[text], \"n_tokens\"} on stdout");
 
   CLI::App* nw = app.add_subcommand("new", "write a random-init (or header-only) model");
-  nw->add_option(
-        "--arch", o.arch,
-        "llama | qwen2 | qwen2moe | qwen3 | qwen3moe | gemma | gemma2 | gemma3 | phi3 | gpt-oss | granite | glm4moe")
+  nw->add_option("--arch", o.arch,
+                 "llama | qwen2 | qwen2moe | qwen3 | qwen3moe | gemma | gemma2 | gemma3 | phi3 | gpt-oss | granite | "
+                 "glm4moe | smollm3")
       ->required();
   nw->add_option(
         "--preset", o.preset,

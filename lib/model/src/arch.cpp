@@ -14,8 +14,9 @@
 namespace loom {
 
 namespace {
-constexpr Arch kArchs[] = {Arch::llama,  Arch::qwen2, Arch::qwen3,   Arch::qwen3moe, Arch::gemma,   Arch::gemma2,
-                           Arch::gemma3, Arch::phi3,  Arch::gpt_oss, Arch::granite,  Arch::glm4moe, Arch::qwen2moe};
+constexpr Arch kArchs[] = {Arch::llama,   Arch::qwen2,    Arch::qwen3,  Arch::qwen3moe, Arch::gemma,
+                           Arch::gemma2,  Arch::gemma3,   Arch::phi3,   Arch::gpt_oss,  Arch::granite,
+                           Arch::glm4moe, Arch::qwen2moe, Arch::smollm3};
 }  // namespace
 
 // clang-format off
@@ -33,6 +34,7 @@ const char* arch_name(Arch arch) {
     case Arch::gpt_oss: return "gpt-oss";
     case Arch::granite: return "granite";
     case Arch::glm4moe: return "glm4moe";
+    case Arch::smollm3: return "smollm3";
   }
   return "?";
 }
@@ -57,7 +59,7 @@ bool arch_has_qk_norm(Arch arch) { return arch == Arch::qwen3 || arch == Arch::q
 bool arch_has_qkv_bias(Arch arch) {
   return arch == Arch::qwen2 || arch == Arch::qwen2moe || arch == Arch::gpt_oss || arch == Arch::glm4moe;
 }
-bool arch_rope_neox(Arch arch) { return arch != Arch::llama && arch != Arch::granite; }
+bool arch_rope_neox(Arch arch) { return arch != Arch::llama && arch != Arch::granite && arch != Arch::smollm3; }
 bool arch_is_gemma(Arch arch) { return arch == Arch::gemma || arch == Arch::gemma2 || arch == Arch::gemma3; }
 bool arch_has_post_norms(Arch arch) { return arch == Arch::gemma2 || arch == Arch::gemma3; }
 
@@ -130,6 +132,11 @@ void add_arch_features(HParams& hp, int64_t n_swa) {
       hp.expert_weights_norm = true;
       hp.expert_weights_scale = 2.5f;
       hp.rms_eps = 1e-5f;
+      break;
+    case Arch::smollm3:  // SmolLM3: a llama whose every 4th layer has no RoPE, tied output
+      hp.n_layer = std::max<int64_t>(hp.n_layer, 4);
+      hp.n_no_rope_layer_step = 4;
+      hp.tied_embeddings = true;
       break;
     case Arch::qwen2moe:  // Qwen1.5-MoE: the k weights as the softmax gave them, a gated shared expert
       hp.n_expert_shared = 1;
@@ -402,6 +409,7 @@ void validate_hparams(const HParams& hp) {
   in_range("n_expert_shared", hp.n_expert_shared, qwen2moe ? 1 : 0, glm ? 64 : qwen2moe ? 1 : 0);
   in_range("n_ff_shared", hp.n_ff_shared, qwen2moe ? 1 : 0, qwen2moe ? 1 << 22 : 0);
   in_range("n_layer_nextn", hp.n_layer_nextn, 0, glm ? 16 : 0);
+  in_range("n_no_rope_layer_step", hp.n_no_rope_layer_step, 0, hp.arch == Arch::smollm3 ? 4096 : 0);
   LOOM_CHECK(glm || (!hp.qk_norm && hp.expert_gating == ExpertGating::softmax && hp.expert_weights_scale == 0.0f),
              invalid_input, "{}: optional q/k norms, sigmoid routing and expert weight scaling are glm4moe's", a);
   // the k weights: as the softmax gave them in qwen2moe, renormalized in llama (Mixtral), qwen3moe, gpt-oss

@@ -138,6 +138,11 @@ void read_arch_features(const gguf::File& f, const std::string& a, HParams& hp) 
       hp.swa_period = find_layer_int(f, a + "attention.sliding_window_pattern").value_or(2);
       hp.rope_theta_swa = (float)f.find_float(a + "rope.freq_base_swa").value_or(hp.rope_theta);
       break;
+    case Arch::smollm3:  // fixed by llama.cpp's loader (no key)
+      hp.n_no_rope_layer_step = 4;
+      hp.n_swa = 0;
+      hp.swa_period = 0;
+      break;
     case Arch::granite: {
       // llama.cpp: logit_scale required, the others 0 (not applied) when absent; RoPE switched
       // off by rope.scaling.finetuned = false, which loom does not support

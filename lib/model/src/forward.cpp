@@ -273,8 +273,8 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
     if (model.n_head_kv == 0) {  // a member without heads
       attn = zero_rows(c, cur);
     } else {
-      const QkvHeads h = project_qkv(c, hp, l, cur, model.n_head, model.n_head_kv, in.positions,
-                                     rope_params(hp, swa), rope_factors);
+      const QkvHeads h = project_qkv(c, hp, l, cur, model.n_head, model.n_head_kv, in.positions, rope_params(hp, swa),
+                                     rope_factors, hp.rotates(il));
       for (Tensor* t : h.products)
         if (t) in.expand_first.push_back(t);
       const AttendedKv a = windows ? window_kv(c, model, h, s) : cached_kv(c, model, kv, il, h, in.kv_slots, s);

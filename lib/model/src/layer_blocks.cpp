@@ -25,7 +25,8 @@ RopeParams rope_params(const HParams& hp, bool swa_layer) {
 }
 
 QkvHeads project_qkv(Context& c, const HParams& hp, const LayerWeights& l, Tensor* cur, int64_t n_head,
-                     int64_t n_head_kv, Tensor* positions, const RopeParams& rope_p, Tensor* rope_factors) {
+                     int64_t n_head_kv, Tensor* positions, const RopeParams& rope_p, Tensor* rope_factors,
+                     bool rotate) {
   const int64_t hd = hp.head_dim, T = cur->ne[1];
   Tensor *q, *k, *v;
   std::array<Tensor*, 3> products{};
@@ -52,8 +53,10 @@ QkvHeads project_qkv(Context& c, const HParams& hp, const LayerWeights& l, Tenso
   k = reshape(c, k, {hd, n_head_kv, T});
   if (l.q_norm) q = norm_mul(c, q, l.q_norm, hp.rms_eps);
   if (l.k_norm) k = norm_mul(c, k, l.k_norm, hp.rms_eps);
-  q = rope(c, q, positions, rope_factors, rope_p);
-  k = rope(c, k, positions, rope_factors, rope_p);
+  if (rotate) {
+    q = rope(c, q, positions, rope_factors, rope_p);
+    k = rope(c, k, positions, rope_factors, rope_p);
+  }
   return {q, k, v, {products[0], products[1], products[2]}};
 }
 

@@ -1,7 +1,8 @@
 // Model architectures (llama with Llama 3 / Mistral / Mixtral shapes, qwen2, qwen3, qwen3moe,
-// qwen2moe, gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4moe): hyper-parameters, named presets with
-// the real shapes, the tensor list of each architecture (names and shapes as llama.cpp's GGUF
-// files have them, with a role per tensor), and the GGUF keys that carry the hyper-parameters.
+// qwen2moe, gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4moe, smollm3): hyper-parameters,
+// named presets with the real shapes, the tensor list of each architecture (names and shapes as
+// llama.cpp's GGUF files have them, with a role per tensor), and the GGUF keys that carry the
+// hyper-parameters.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,10 @@ class Writer;
 
 namespace loom {
 
-enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, gpt_oss, granite, glm4moe, qwen2moe };
+// clang-format off
+enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, gpt_oss, granite, glm4moe, qwen2moe,
+                  smollm3 };
+// clang-format on
 
 const char* arch_name(Arch arch);  // the general.architecture string ("gpt-oss" for gpt_oss)
 std::optional<Arch> arch_from_name(std::string_view name);
@@ -25,7 +29,7 @@ std::string arch_names();          // "llama, qwen2, ..." for messages
 bool arch_is_moe(Arch arch);       // always routed experts (qwen2moe, qwen3moe, gpt-oss, glm4moe); llama may too
 bool arch_has_qk_norm(Arch arch);  // qwen3, qwen3moe, gemma3 (glm4moe: where the file has them, HParams::qk_norm)
 bool arch_has_qkv_bias(Arch arch);  // qwen2, qwen2moe, gpt-oss, glm4moe
-bool arch_rope_neox(Arch arch);     // rotate halves instead of adjacent pairs (llama, granite)
+bool arch_rope_neox(Arch arch);     // rotate halves instead of adjacent pairs (not llama, granite, smollm3)
 bool arch_is_gemma(Arch arch);      // gemma, gemma2, gemma3: scaled embeddings, GELU FFN, tied output
 bool arch_has_post_norms(Arch arch);  // gemma2, gemma3: norms on the attention's and the FFN's outputs
 
@@ -90,6 +94,7 @@ struct HParams {
   // residual_scale before its add, the scores times attention_scale instead of 1/sqrt(head_dim),
   // the logits divided by logit_scale (0: not applied).
   float embedding_scale = 0.0f, residual_scale = 0.0f, attention_scale = 0.0f, logit_scale = 0.0f;
+  int64_t n_no_rope_layer_step = 0;  // smollm3: every 4th layer (il + 1 a multiple) has no RoPE (0: all have)
   float attn_softcap = 0.0f;   // gemma2: c tanh(s / c) on attention scores (0: off)
   float final_softcap = 0.0f;  // gemma2: the same on the logits
 
@@ -102,6 +107,7 @@ struct HParams {
   int64_t n_ff_shexp() const { return n_ff_shared > 0 ? n_ff_shared : n_ff_exp * n_expert_shared; }
   bool is_swa_layer(int64_t il) const { return n_swa > 0 && swa_period > 0 && il % swa_period < swa_period - 1; }
   bool has_swa() const { return n_swa > 0 && swa_period > 1; }
+  bool rotates(int64_t il) const { return n_no_rope_layer_step == 0 || (il + 1) % n_no_rope_layer_step != 0; }
   // The attention's score scale: 1/sqrt(head_dim), but gemma's 27B sizes use 1/sqrt(n_embd / n_head)
   // and granite its attention_scale.
   float attn_scale() const;

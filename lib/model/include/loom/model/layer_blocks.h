@@ -27,10 +27,11 @@ struct QkvHeads {
 };
 // The attention inputs of layer l from its normed input cur {n_embd, T}: projections (phi3's
 // fused q|k|v), biases (qwen2, gpt-oss), per-head q/k norms (qwen3, gemma3), RoPE at positions
-// with the per-pair divisors rope_factors (Llama 3, phi3) or none.
+// with the per-pair divisors rope_factors (Llama 3, phi3) or none; rotate false: no RoPE at all
+// (smollm3's NoPE layers).
 QkvHeads project_qkv(Context& c, const HParams& hp, const LayerWeights& l, Tensor* cur, int64_t n_head,
                      int64_t n_head_kv, Tensor* positions, const ops::RopeParams& rope_p,
-                     Tensor* rope_factors = nullptr);
+                     Tensor* rope_factors = nullptr, bool rotate = true);
 
 // down(silu(gate x) * up x); gemma: down(gelu(gate x) * up x); phi3 (no ffn_gate): gate and up
 // are the two halves of ffn_up's rows.
