@@ -125,6 +125,29 @@ TEST_F(LoraTest, AdaptersEqualTheMergedWeights) {
   EXPECT_GT(max_rel_diff(plain, merged), 1e-2) << "the adapters changed nothing: the test could not fail";
 }
 
+// The shared experts' matrices (glm4moe, qwen2moe) take adapters as llama.cpp's FFN builder
+// applies them; glm4moe's multi-token-prediction layer (never run) gets none from new-lora.
+TEST_F(LoraTest, SharedExpertAdaptersEqualTheMergedWeights) {
+  for (Arch arch : {Arch::glm4moe, Arch::qwen2moe}) {
+    SCOPED_TRACE(arch_name(arch));
+    NewModelOptions n;
+    n.hparams = preset_hparams(arch, "tiny");
+    n.seed = 12;
+    n.output = base;
+    make_random_model(n);
+    const std::string a =
+        adapter("shexp.gguf", {"ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp", "attn_q"}, 4, 16.0f, 5);
+    const HParams& hp = n.hparams;  // pairs: every run layer's attn_q, the MoE layers' three shared matrices
+    EXPECT_EQ(gguf::File::open(a)->tensors().size(),
+              (size_t)(2 * (hp.n_layer + 3 * (hp.n_layer - hp.n_layer_dense_lead))));
+    const std::vector<float> with = logits_of(base, {{a, 1.0f}});
+    write_merged(base, {{a, 1.0f}}, dir.file("merged.gguf"));
+    const std::vector<float> merged = logits_of(dir.file("merged.gguf"), {});
+    EXPECT_LT(max_rel_diff(with, merged), 1e-4);
+    EXPECT_GT(max_rel_diff(logits_of(base, {}), merged), 1e-3) << "the adapter changed nothing";
+  }
+}
+
 TEST_F(LoraTest, ScaleZeroIsTheBaseModelAndTheScaleIsLinear) {
   const std::string a = adapter("a.gguf", {"attn_q", "ffn_up"}, 4, 8.0f, 3);
   EXPECT_EQ(logits_of(base, {{a, 0.0f}}), logits_of(base, {}));

@@ -107,6 +107,13 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, VulkanQuantTokens,
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
                          });
+// The architectures of shared experts, sigmoid routing and NoPE layers: float and one quant type.
+INSTANTIATE_TEST_SUITE_P(NewerArchs, VulkanQuantTokens,
+                         ::testing::Combine(::testing::Values("glm4moe", "qwen2moe", "smollm3"),
+                                            ::testing::Values("f32", "q4_k")),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+                         });
 
 // An i-quant model on Vulkan0: every product runs there (no weight crosses to the CPU), the run
 // allocates what fit-params predicts, and the perplexity is the CPU's.

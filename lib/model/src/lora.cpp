@@ -66,14 +66,17 @@ void Model::add_adapter(const LoraAdapterSpec& spec, bool bind_data) {
                ia ? ".lora_b" : ".lora_a");
     Tensor* base = weights_.find(name);
     LOOM_CHECK(base, invalid_input, "{}: '{}' is not a tensor of the model", path, name);
-    // Where the products with base are built: the layer's attention and dense FFN matrices and
-    // the output (a tied output is token_embd, which takes no adapter here).
+    // Where the products with base are built: the layer's attention, dense FFN and shared expert
+    // matrices and the output (a tied output is token_embd, which takes no adapter here).
     LayerWeights* layer = nullptr;
     for (LayerWeights& l : layers)
-      for (const Tensor* w : {l.wq, l.wk, l.wv, l.wqkv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down})
+      for (const Tensor* w : {l.wq, l.wk, l.wv, l.wqkv, l.wo, l.ffn_gate, l.ffn_up, l.ffn_down, l.ffn_gate_shexp,
+                              l.ffn_up_shexp, l.ffn_down_shexp})
         if (w == base) layer = &l;
     LOOM_CHECK(layer || (base == output && output != tok_embd), unsupported,
-               "{}: an adapter for '{}' (loom applies them to attention, dense FFN and output matrices)", path, name);
+               "{}: an adapter for '{}' (loom applies them to attention, dense FFN, shared expert and output "
+               "matrices)",
+               path, name);
     for (const gguf::TensorInfo* t : {ia, ib}) {
       LOOM_CHECK(t->n_dims == 2, invalid_input, "{}: '{}' has {} dimensions, expected 2", path, t->name, t->n_dims);
       LOOM_CHECK(adapter_type_ok(t->type), unsupported, "{}: '{}' is {}; adapters hold f32, f16, bf16 or q8_0", path,

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
 #include "loom/core/error.h"
 #include "loom/core/fp16.h"
 #include "loom/gguf/gguf.h"
+#include "loom/model/arch.h"
 #include "loom/model/lora.h"
 #include "loom/model/model_file.h"
 
@@ -17,8 +19,8 @@ namespace loom {
 
 namespace {
 
-constexpr const char* kRoles[] = {"attn_q",   "attn_k", "attn_v",   "attn_qkv", "attn_output",
-                                  "ffn_gate", "ffn_up", "ffn_down", "output"};
+constexpr const char* kRoles[] = {"attn_q", "attn_k",   "attn_v", "attn_qkv",       "attn_output",  "ffn_gate",
+                                  "ffn_up", "ffn_down", "output", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"};
 
 // The role of a matrix name ("blk.3.attn_q.weight" -> "attn_q", "output.weight" -> "output").
 std::string role_of(const std::string& name) {
@@ -31,6 +33,12 @@ std::string role_of(const std::string& name) {
   const std::string suffix = ".weight";
   if (s.size() <= suffix.size() || s.compare(s.size() - suffix.size(), suffix.size(), suffix) != 0) return "";
   return s.substr(0, s.size() - suffix.size());
+}
+
+// The layer of "blk.N...." (-1 for a global tensor).
+int64_t layer_of(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return -1;
+  return std::strtoll(name.c_str() + 4, nullptr, 10);
 }
 
 // Fills n values of `type` from N(0, sigma^2) draws of rng.
@@ -71,9 +79,11 @@ NewLoraResult make_random_lora(const NewLoraOptions& o) {
   std::set<std::string> found;
   NewLoraResult r;
   uint64_t pair = 0;
+  const int64_t n_layer = read_hparams(*base).n_layer;  // glm4moe's prediction layers after it are never run
   for (const gguf::TensorInfo& t : base->tensors()) {
     const std::string role = role_of(t.name);
     if (t.n_dims != 2 || std::find(o.targets.begin(), o.targets.end(), role) == o.targets.end()) continue;
+    if (layer_of(t.name) >= n_layer) continue;
     LOOM_CHECK(o.rank <= t.ne[0], usage, "--rank {}: more than '{}' has inputs ({})", o.rank, t.name, t.ne[0]);
     found.insert(role);
     const int64_t a_ne[2] = {t.ne[0], o.rank}, b_ne[2] = {o.rank, t.ne[1]};
