@@ -190,7 +190,7 @@ TEST(Arch, ReadHParamsRejectsBadFiles) {
   for (const std::string a : {"llama", "qwen2", "gemma2"}) {
     w = minimal_llama(a);
     w.set(a + ".rope.dimension_count", Value::u32(96));
-    expect_read_error(w, ErrorKind::invalid_input, "only phi3 and glm4moe rotate part of each head");
+    expect_read_error(w, ErrorKind::invalid_input, "only phi3, glm4 and glm4moe rotate part of each head");
   }
   for (uint32_t bad : {0u, 95u, 130u}) {
     w = minimal_llama("phi3");

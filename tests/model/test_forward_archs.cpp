@@ -1,10 +1,9 @@
 // The newer architectures' forward (gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4moe, Llama 3's
-// rope_freqs, Mixtral-shaped llama, qwen2moe, smollm3) against a double-precision reference written from llama.cpp's
-// graphs: scaled embeddings, GELU FFN, post norms, soft-capping, q/k norms, sliding windows with
-// their layer pattern and local RoPE base, RoPE divisors and YaRN, fused projections, sinks, biased
-// experts with gpt-oss's gating, sigmoid routing with a selection bias and a shared expert (gated
-// in qwen2moe). Small windows so the
-// sliding mask cuts inside the sequence.
+// rope_freqs, Mixtral-shaped llama, qwen2moe, smollm3, glm4) against a double-precision reference written from
+// llama.cpp's graphs: scaled embeddings, GELU FFN, post norms, soft-capping, q/k norms, sliding windows with their
+// layer pattern and local RoPE base, RoPE divisors and YaRN, fused projections, sinks, biased experts with gpt-oss's
+// gating, sigmoid routing with a selection bias and a shared expert (gated in qwen2moe). Small windows so the sliding
+// mask cuts inside the sequence.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -324,7 +323,7 @@ INSTANTIATE_TEST_SUITE_P(Archs, ArchForwardTest,
                                            Case{"mixtral", Arch::llama, false, 4},
                                            Case{"phi4_mini", Arch::phi3, false, 0, 24}, Case{"granite", Arch::granite},
                                            Case{"glm45_air", Arch::glm4moe}, Case{"qwen2moe", Arch::qwen2moe},
-                                           Case{"smollm3", Arch::smollm3},
+                                           Case{"smollm3", Arch::smollm3}, Case{"glm4", Arch::glm4},
                                            Case{"glm45", Arch::glm4moe, false, 0, 0, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
@@ -335,7 +334,7 @@ TEST(ArchHParams, RoundTripThroughTheFile) {
         Case{"rt-phi3", Arch::phi3}, Case{"rt-gpt_oss", Arch::gpt_oss}, Case{"rt-llama3", Arch::llama, true},
         Case{"rt-phi4_mini", Arch::phi3, false, 0, 24}, Case{"rt-granite", Arch::granite},
         Case{"rt-glm45_air", Arch::glm4moe}, Case{"rt-glm45", Arch::glm4moe, false, 0, 0, true},
-        Case{"rt-qwen2moe", Arch::qwen2moe}, Case{"rt-smollm3", Arch::smollm3}}) {
+        Case{"rt-qwen2moe", Arch::qwen2moe}, Case{"rt-smollm3", Arch::smollm3}, Case{"rt-glm4", Arch::glm4}}) {
     const std::string path = make_model(c);
     const HParams want = case_hparams(c);
     const HParams got = Model::load(path)->hparams();

@@ -32,7 +32,7 @@ HParams odd_hparams(Arch arch) {
   hp.n_vocab = 301;
   hp.n_ctx_train = 128;
   if (arch == Arch::phi3) hp.n_rot = 12;  // Phi-4-mini: 3/4 of each head rotates
-  if (arch == Arch::glm4moe) hp.n_rot = 8;  // GLM: half
+  if (arch == Arch::glm4moe || arch == Arch::glm4) hp.n_rot = 8;  // GLM: half
   if (arch == Arch::smollm3) hp.n_layer = 4;  // the 4th has no RoPE
   if (arch_is_moe(arch)) {
     hp.n_expert = 5;
@@ -162,7 +162,7 @@ INSTANTIATE_TEST_SUITE_P(Archs, TensorParallel,
                                            Case{Arch::qwen3moe, DType::Q8_0}, Case{Arch::granite, DType::F32},
                                            Case{Arch::gemma, DType::F32}, Case{Arch::glm4moe, DType::F32},
                                            Case{Arch::glm4moe, DType::Q8_0}, Case{Arch::qwen2moe, DType::F32},
-                                           Case{Arch::smollm3, DType::F32}),
+                                           Case{Arch::smollm3, DType::F32}, Case{Arch::glm4, DType::F32}),
                          [](const auto& info) {
                            std::string name = std::string(arch_name(info.param.arch)) + "_" + dtype_name(info.param.type);
                            std::replace(name.begin(), name.end(), '-', '_');  // "gpt-oss"

@@ -129,7 +129,7 @@ int run_new(const Options& o, const CLI::App& cmd) {
                "--n-embd {} is not a multiple of --n-head {} (or give --head-dim)", hp.n_embd, hp.n_head);
     hp.head_dim = hp.n_embd / hp.n_head;
   }
-  if (*arch == loom::Arch::glm4moe) hp.n_rot = hp.head_dim / 2;  // GLM rotates half of each head
+  if (*arch == loom::Arch::glm4moe || *arch == loom::Arch::glm4) hp.n_rot = hp.head_dim / 2;  // half of each head
   take("--n-rot", o.n_rot, hp.n_rot);
   if (hp.n_rot == hp.head_dim) hp.n_rot = 0;
   try {
@@ -209,7 +209,7 @@ int main(int argc, char** argv) {
   CLI::App* nw = app.add_subcommand("new", "write a random-init (or header-only) model");
   nw->add_option("--arch", o.arch,
                  "llama | qwen2 | qwen2moe | qwen3 | qwen3moe | gemma | gemma2 | gemma3 | phi3 | gpt-oss | granite | "
-                 "glm4moe | smollm3")
+                 "glm4 | glm4moe | smollm3")
       ->required();
   nw->add_option(
         "--preset", o.preset,

@@ -14,9 +14,9 @@
 namespace loom {
 
 namespace {
-constexpr Arch kArchs[] = {Arch::llama,   Arch::qwen2,    Arch::qwen3,  Arch::qwen3moe, Arch::gemma,
-                           Arch::gemma2,  Arch::gemma3,   Arch::phi3,   Arch::gpt_oss,  Arch::granite,
-                           Arch::glm4moe, Arch::qwen2moe, Arch::smollm3};
+constexpr Arch kArchs[] = {Arch::llama,   Arch::qwen2,    Arch::qwen3,   Arch::qwen3moe, Arch::gemma,
+                           Arch::gemma2,  Arch::gemma3,   Arch::phi3,    Arch::gpt_oss,  Arch::granite,
+                           Arch::glm4moe, Arch::qwen2moe, Arch::smollm3, Arch::glm4};
 }  // namespace
 
 // clang-format off
@@ -35,6 +35,7 @@ const char* arch_name(Arch arch) {
     case Arch::granite: return "granite";
     case Arch::glm4moe: return "glm4moe";
     case Arch::smollm3: return "smollm3";
+    case Arch::glm4: return "glm4";
   }
   return "?";
 }
@@ -57,11 +58,16 @@ bool arch_is_moe(Arch arch) {
 }
 bool arch_has_qk_norm(Arch arch) { return arch == Arch::qwen3 || arch == Arch::qwen3moe || arch == Arch::gemma3; }
 bool arch_has_qkv_bias(Arch arch) {
-  return arch == Arch::qwen2 || arch == Arch::qwen2moe || arch == Arch::gpt_oss || arch == Arch::glm4moe;
+  return arch == Arch::qwen2 || arch == Arch::qwen2moe || arch == Arch::gpt_oss || arch == Arch::glm4moe ||
+         arch == Arch::glm4;
 }
-bool arch_rope_neox(Arch arch) { return arch != Arch::llama && arch != Arch::granite && arch != Arch::smollm3; }
+bool arch_rope_neox(Arch arch) {
+  return arch != Arch::llama && arch != Arch::granite && arch != Arch::smollm3 && arch != Arch::glm4;
+}
 bool arch_is_gemma(Arch arch) { return arch == Arch::gemma || arch == Arch::gemma2 || arch == Arch::gemma3; }
-bool arch_has_post_norms(Arch arch) { return arch == Arch::gemma2 || arch == Arch::gemma3; }
+bool arch_has_post_norms(Arch arch) { return arch == Arch::gemma2 || arch == Arch::gemma3 || arch == Arch::glm4; }
+bool arch_fused_gate_up(Arch arch) { return arch == Arch::phi3 || arch == Arch::glm4; }
+bool arch_partial_rope(Arch arch) { return arch == Arch::phi3 || arch == Arch::glm4 || arch == Arch::glm4moe; }
 
 float HParams::attn_scale() const {
   if (arch == Arch::granite && attention_scale != 0.0f) return attention_scale;
@@ -132,6 +138,9 @@ void add_arch_features(HParams& hp, int64_t n_swa) {
       hp.expert_weights_norm = true;
       hp.expert_weights_scale = 2.5f;
       hp.rms_eps = 1e-5f;
+      break;
+    case Arch::glm4:  // GLM-4-0414: half of each head rotated (adjacent pairs), post norms, fused gate|up
+      hp.n_rot = hp.head_dim / 2;
       break;
     case Arch::smollm3:  // SmolLM3: a llama whose every 4th layer has no RoPE, tied output
       hp.n_layer = std::max<int64_t>(hp.n_layer, 4);
@@ -401,8 +410,8 @@ void validate_hparams(const HParams& hp) {
   LOOM_CHECK(hp.arch != Arch::granite || hp.logit_scale > 0, invalid_input, "{}: logit_scale must be positive", a);
   in_range("n_rot", hp.n_rot, 0, hp.head_dim);
   LOOM_CHECK(hp.n_rot % 2 == 0, invalid_input, "{}: n_rot = {} must be even", a, hp.n_rot);
-  LOOM_CHECK(hp.arch == Arch::phi3 || hp.arch == Arch::glm4moe || hp.rot_dims() == hp.head_dim, invalid_input,
-             "{}: only phi3 and glm4moe rotate part of each head (n_rot = {}, head_dim = {})", a, hp.n_rot,
+  LOOM_CHECK(arch_partial_rope(hp.arch) || hp.rot_dims() == hp.head_dim, invalid_input,
+             "{}: only phi3, glm4 and glm4moe rotate part of each head (n_rot = {}, head_dim = {})", a, hp.n_rot,
              hp.head_dim);
   const bool glm = hp.arch == Arch::glm4moe, qwen2moe = hp.arch == Arch::qwen2moe;
   in_range("n_layer_dense_lead", hp.n_layer_dense_lead, 0, glm ? hp.n_layer : 0);

@@ -232,14 +232,14 @@ HParams read_hparams(const gguf::File& f) {
   LOOM_CHECK(v_len == hp.head_dim, unsupported, "{}: key_length {} != value_length {} is not supported", f.path(),
              hp.head_dim, v_len);
   const int64_t rope_dims = f.find_int(a + "rope.dimension_count").value_or(hp.head_dim);
-  // Partial rotary embeddings are phi3's (Phi-4-mini: 96 of 128 dims) and glm4moe's (half of each
-  // head); llama.cpp's other graphs loom has assert whole heads.
+  // Partial rotary embeddings are phi3's (Phi-4-mini: 96 of 128 dims) and GLM's (half of each head);
+  // llama.cpp's other graphs loom has assert whole heads.
   LOOM_CHECK(rope_dims > 0 && rope_dims <= hp.head_dim && rope_dims % 2 == 0, invalid_input,
              "{}: {}rope.dimension_count = {} must be even and in [2, key_length {}]", f.path(), a, rope_dims,
              hp.head_dim);
-  LOOM_CHECK(rope_dims == hp.head_dim || hp.arch == Arch::phi3 || hp.arch == Arch::glm4moe, invalid_input,
-             "{}: {}rope.dimension_count {} != key_length {}: only phi3 and glm4moe rotate part of each head", f.path(),
-             a, rope_dims, hp.head_dim);
+  LOOM_CHECK(rope_dims == hp.head_dim || arch_partial_rope(hp.arch), invalid_input,
+             "{}: {}rope.dimension_count {} != key_length {}: only phi3, glm4 and glm4moe rotate part of each head",
+             f.path(), a, rope_dims, hp.head_dim);
   hp.n_rot = rope_dims == hp.head_dim ? 0 : rope_dims;
   hp.rms_eps = (float)f.get_float(a + "attention.layer_norm_rms_epsilon");
   hp.rope_theta = (float)f.find_float(a + "rope.freq_base").value_or(10000.0);

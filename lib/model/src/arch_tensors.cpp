@@ -147,7 +147,7 @@ std::vector<TensorSpec> arch_tensors(const HParams& hp) {
         add(blk("ffn_down_shexp.weight"), R::ffn_down_shexp, il, {hp.n_ff_shexp(), E});
         add(blk("ffn_up_shexp.weight"), R::ffn_up_shexp, il, {E, hp.n_ff_shexp()});
       }
-    } else if (a == Arch::phi3) {  // gate rows, then up rows
+    } else if (arch_fused_gate_up(a)) {  // gate rows, then up rows
       add(blk("ffn_down.weight"), R::ffn_down, il, {hp.n_ff, E});
       add(blk("ffn_up.weight"), R::ffn_up, il, {E, 2 * hp.n_ff});
     } else {

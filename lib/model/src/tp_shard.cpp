@@ -216,7 +216,7 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
                               : q                              ? q_rows
                                                                : kv_rows;
       TpSplit split = tp_split_of(spec.role);
-      if (hp.arch == Arch::phi3 && spec.role == TensorRole::ffn_up) split = TpSplit::fused_rows;
+      if (arch_fused_gate_up(hp.arch) && spec.role == TensorRole::ffn_up) split = TpSplit::fused_rows;
       Tensor* t = nullptr;
       switch (split) {
         case TpSplit::rows:

@@ -1,5 +1,5 @@
 // Model architectures (llama with Llama 3 / Mistral / Mixtral shapes, qwen2, qwen3, qwen3moe,
-// qwen2moe, gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4moe, smollm3): hyper-parameters,
+// qwen2moe, gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4, glm4moe, smollm3): hyper-parameters,
 // named presets with the real shapes, the tensor list of each architecture (names and shapes as
 // llama.cpp's GGUF files have them, with a role per tensor), and the GGUF keys that carry the
 // hyper-parameters.
@@ -20,7 +20,7 @@ namespace loom {
 
 // clang-format off
 enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, gpt_oss, granite, glm4moe, qwen2moe,
-                  smollm3 };
+                  smollm3, glm4 };
 // clang-format on
 
 const char* arch_name(Arch arch);  // the general.architecture string ("gpt-oss" for gpt_oss)
@@ -28,10 +28,12 @@ std::optional<Arch> arch_from_name(std::string_view name);
 std::string arch_names();          // "llama, qwen2, ..." for messages
 bool arch_is_moe(Arch arch);       // always routed experts (qwen2moe, qwen3moe, gpt-oss, glm4moe); llama may too
 bool arch_has_qk_norm(Arch arch);  // qwen3, qwen3moe, gemma3 (glm4moe: where the file has them, HParams::qk_norm)
-bool arch_has_qkv_bias(Arch arch);  // qwen2, qwen2moe, gpt-oss, glm4moe
-bool arch_rope_neox(Arch arch);     // rotate halves instead of adjacent pairs (not llama, granite, smollm3)
+bool arch_has_qkv_bias(Arch arch);  // qwen2, qwen2moe, gpt-oss, glm4, glm4moe
+bool arch_rope_neox(Arch arch);     // rotate halves instead of adjacent pairs (not llama, granite, smollm3, glm4)
 bool arch_is_gemma(Arch arch);      // gemma, gemma2, gemma3: scaled embeddings, GELU FFN, tied output
-bool arch_has_post_norms(Arch arch);  // gemma2, gemma3: norms on the attention's and the FFN's outputs
+bool arch_has_post_norms(Arch arch);  // gemma2, gemma3, glm4: norms on the attention's and the FFN's outputs
+bool arch_fused_gate_up(Arch arch);   // phi3, glm4: ffn_up holds the gate rows, then the up rows
+bool arch_partial_rope(Arch arch);    // phi3, glm4, glm4moe: rope.dimension_count may be below the head size
 
 enum class RopeScaling { none, linear, yarn };
 // How a router's logits become expert weights: softmax (Mixtral, qwen3moe) or sigmoid (glm4moe).
