@@ -425,10 +425,9 @@ void validate_hparams(const HParams& hp) {
   LOOM_CHECK(glm || !hp.is_moe() || hp.expert_weights_norm == !qwen2moe, invalid_input,
              "{}: expert_weights_norm = {} is not this architecture's", a, hp.expert_weights_norm);
   if (hp.n_layer_dense_lead > 0) in_range("n_ff", hp.n_ff, 1, 1 << 22);
-  LOOM_CHECK(!glm || hp.expert_weights_scale > 0, invalid_input, "{}: expert_weights_scale = {} must be positive", a,
-             hp.expert_weights_scale);
-  LOOM_CHECK(std::isfinite(hp.expert_weights_scale) && hp.expert_weights_scale >= 0, invalid_input,
-             "{}: expert_weights_scale = {} must be finite and >= 0", a, hp.expert_weights_scale);
+  // glm4moe scales its expert weights (the others must not: checked above)
+  LOOM_CHECK(!glm || (std::isfinite(hp.expert_weights_scale) && hp.expert_weights_scale > 0), invalid_input,
+             "{}: expert_weights_scale = {} must be finite and positive", a, hp.expert_weights_scale);
   // Each range above keeps every product below 2^63; cap the whole model at 2^46 parameters.
   double total = 0;
   for (const TensorSpec& t : arch_tensors(hp)) total += (double)t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];

@@ -94,6 +94,18 @@ std::optional<int64_t> find_layer_int(const gguf::File& f, const std::string& ke
   return f.find_int(key);
 }
 
+// A key llama.cpp requires: its integer (or uniform per-layer array) or float value, else
+// invalid_input naming it.
+int64_t required_int(const gguf::File& f, const std::string& key) {
+  std::optional<int64_t> v = find_layer_int(f, key);
+  LOOM_CHECK(v.has_value(), invalid_input, "{}: missing {}", f.path(), key);
+  return *v;
+}
+double required_float(const gguf::File& f, const std::string& key) {
+  LOOM_CHECK(f.find(key) != nullptr, invalid_input, "{}: missing {}", f.path(), key);
+  return f.get_float(key);
+}
+
 // rope.scaling.*, the sliding window and soft-capping, with each architecture's defaults as
 // llama.cpp's loader sets them.
 void read_arch_features(const gguf::File& f, const std::string& a, HParams& hp) {
@@ -146,8 +158,7 @@ void read_arch_features(const gguf::File& f, const std::string& a, HParams& hp) 
     case Arch::granite: {
       // llama.cpp: logit_scale required, the others 0 (not applied) when absent; RoPE switched
       // off by rope.scaling.finetuned = false, which loom does not support
-      LOOM_CHECK(f.find(a + "logit_scale") != nullptr, invalid_input, "{}: missing {}logit_scale", f.path(), a);
-      hp.logit_scale = (float)f.get_float(a + "logit_scale");
+      hp.logit_scale = (float)required_float(f, a + "logit_scale");
       hp.embedding_scale = (float)f.find_float(a + "embedding_scale").value_or(0.0);
       hp.residual_scale = (float)f.find_float(a + "residual_scale").value_or(0.0);
       hp.attention_scale = (float)f.find_float(a + "attention.scale").value_or(0.0);
@@ -168,14 +179,9 @@ void read_arch_features(const gguf::File& f, const std::string& a, HParams& hp) 
 // glm4moe: shared experts, leading dense layers and the router's keys as llama.cpp requires them
 // (expert_shared_count and expert_weights_scale; the gating sigmoid unless the file says softmax).
 void read_glm4moe_router(const gguf::File& f, const std::string& a, HParams& hp) {
-  auto need = [&](const char* key) {
-    LOOM_CHECK(f.find(a + key) != nullptr, invalid_input, "{}: missing {}{}", f.path(), a, key);
-  };
-  need("expert_shared_count");
-  need("expert_weights_scale");
-  hp.n_expert_shared = *find_layer_int(f, a + "expert_shared_count");
+  hp.n_expert_shared = required_int(f, a + "expert_shared_count");
   hp.n_layer_dense_lead = f.find_int(a + "leading_dense_block_count").value_or(0);
-  hp.expert_weights_scale = (float)f.get_float(a + "expert_weights_scale");
+  hp.expert_weights_scale = (float)required_float(f, a + "expert_weights_scale");
   hp.expert_weights_norm = f.find(a + "expert_weights_norm") && f.get_bool(a + "expert_weights_norm");
   const int64_t gating = f.find_int(a + "expert_gating_func").value_or(0);
   LOOM_CHECK(gating == 0 || gating == 1 || gating == 2, unsupported,
@@ -202,11 +208,7 @@ HParams read_hparams(const gguf::File& f) {
   HParams hp;
   hp.arch = *arch;
   const std::string a = *name + ".";
-  auto required = [&](const char* key) {
-    std::optional<int64_t> v = find_layer_int(f, a + key);
-    LOOM_CHECK(v.has_value(), invalid_input, "{}: missing {}{}", f.path(), a, key);
-    return *v;
-  };
+  auto required = [&](const char* key) { return required_int(f, a + key); };
   hp.n_ctx_train = required("context_length");
   hp.n_embd = required("embedding_length");
   hp.n_layer = required("block_count");
