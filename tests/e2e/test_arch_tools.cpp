@@ -41,6 +41,8 @@ const ArchCase kCases[] = {
     {"qwen2moe", "", {"blk.0.ffn_gate_inp_shexp.weight", "blk.1.ffn_up_shexp.weight", "blk.0.attn_v.bias"}},
     {"smollm3", "", {"blk.3.attn_q.weight", "blk.0.ffn_gate.weight", "token_embd.weight"}},
     {"glm4", "", {"blk.0.post_ffw_norm.weight", "blk.1.attn_q.bias", "blk.0.ffn_up.weight"}},
+    {"command-r", "", {"blk.1.attn_norm.weight", "blk.0.ffn_gate.weight", "token_embd.weight"}},
+    {"cohere2", "", {"blk.3.attn_q.weight", "blk.0.ffn_up.weight", "output_norm.weight"}},
     {"glm4moe",
      "",
      {"blk.0.ffn_gate.weight", "blk.1.exp_probs_b.bias", "blk.1.ffn_gate_shexp.weight", "blk.1.attn_q.bias",

@@ -280,6 +280,56 @@ TEST(Arch, Glm4MoeKeysAreReadAsLlamaCppReadsThem) {
   expect_read_error(w, ErrorKind::invalid_input, "expert_weights_scale");
 }
 
+// Cohere's keys as llama.cpp's loader reads them: a layer norm epsilon, logit_scale required,
+// cohere2's window required with three local layers per global one, and only the local layers
+// rotate; the output always token_embd.
+gguf::Writer minimal_cohere(const std::string& a) {
+  gguf::Writer w = minimal_llama(a);
+  w.remove(a + ".attention.layer_norm_rms_epsilon");
+  w.set(a + ".attention.layer_norm_epsilon", Value::f32(1e-5f));
+  w.set(a + ".logit_scale", Value::f32(0.125f));
+  if (a == "cohere2") w.set(a + ".attention.sliding_window", Value::u32(4096));
+  return w;
+}
+
+TEST(Arch, CohereKeysAreReadAsLlamaCppReadsThem) {
+  test::ScratchDir dir("arch");
+  minimal_cohere("cohere2").write(dir.file("m.gguf"));
+  const HParams hp = read_hparams(*gguf::File::open(dir.file("m.gguf")));
+  EXPECT_FLOAT_EQ(hp.rms_eps, 1e-5f);
+  EXPECT_FLOAT_EQ(hp.logit_multiplier(), 0.125f);
+  EXPECT_EQ(hp.n_swa, 4096);
+  EXPECT_TRUE(hp.tied_embeddings);
+  for (int64_t il : {0, 1, 2}) EXPECT_TRUE(hp.is_swa_layer(il) && hp.rotates(il)) << il;
+  EXPECT_FALSE(hp.is_swa_layer(3) || hp.rotates(3));  // the global layer: no window, no RoPE
+  EXPECT_FALSE(hp.per_head_qk_norm());
+
+  for (const std::string a : {"command-r", "cohere2"}) {
+    gguf::Writer w = minimal_cohere(a);
+    w.remove(a + ".logit_scale");
+    expect_read_error(w, ErrorKind::invalid_input, "logit_scale");
+    w = minimal_cohere(a);
+    w.remove(a + ".attention.layer_norm_epsilon");
+    expect_read_error(w, ErrorKind::invalid_input, "layer_norm_epsilon");
+  }
+  gguf::Writer w = minimal_cohere("cohere2");
+  w.remove("cohere2.attention.sliding_window");
+  expect_read_error(w, ErrorKind::invalid_input, "sliding_window");
+
+  // Command R+ (64 layers): per-head q/k norm rows, no ffn_norm, no output.weight
+  w = minimal_cohere("command-r");
+  w.set("command-r.block_count", Value::u32(64));
+  w.write(dir.file("p.gguf"));
+  const HParams plus = read_hparams(*gguf::File::open(dir.file("p.gguf")));
+  EXPECT_TRUE(plus.per_head_qk_norm());
+  std::map<std::string, TensorSpec> m;
+  for (const TensorSpec& t : arch_tensors(plus)) m[t.name] = t;
+  EXPECT_EQ(m.at("blk.63.attn_q_norm.weight").ne[1], 32);
+  EXPECT_EQ(m.at("blk.63.attn_k_norm.weight").ne[1], 32);
+  EXPECT_EQ(m.count("blk.0.ffn_norm.weight"), 0u);
+  EXPECT_EQ(m.count("output.weight"), 0u);
+}
+
 TEST(Arch, Glm4MoeTensorList) {
   const HParams hp = preset_hparams(Arch::glm4moe, "glm-4.5-air");
   std::map<std::string, TensorSpec> m;

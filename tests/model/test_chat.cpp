@@ -106,10 +106,22 @@ TEST(ChatTemplate, Chatglm4) {
             "<|assistant|>\n");
 }
 
+// Cohere's Command R as llama.cpp's built-in command-r renders it: every message trimmed.
+TEST(ChatTemplate, CommandR) {
+  EXPECT_EQ(render("command-r"),
+            "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are helpful.<|END_OF_TURN_TOKEN|>"
+            "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>hello<|END_OF_TURN_TOKEN|>"
+            "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>hi there<|END_OF_TURN_TOKEN|>"
+            "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>how are you<|END_OF_TURN_TOKEN|>"
+            "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
+}
+
 TEST(ChatTemplate, EveryNameRoundTrips) {
-  for (const char* n : {"chatml", "llama2", "llama2-sys", "llama2-sys-bos", "llama2-sys-strip", "mistral-v1",
-                        "mistral-v3", "mistral-v3-tekken", "mistral-v7", "phi3", "phi4", "gemma", "llama3", "deepseek",
-                        "deepseek2", "deepseek3", "gpt-oss", "granite", "chatglm4"}) {
+  for (const char* n : {"chatml",           "llama2",     "llama2-sys", "llama2-sys-bos",
+                        "llama2-sys-strip", "mistral-v1", "mistral-v3", "mistral-v3-tekken",
+                        "mistral-v7",       "phi3",       "phi4",       "gemma",
+                        "llama3",           "deepseek",   "deepseek2",  "deepseek3",
+                        "gpt-oss",          "granite",    "chatglm4",   "command-r"}) {
     auto t = loom::chat_template_from_name(n);
     ASSERT_TRUE(t.has_value()) << n;
     EXPECT_STREQ(loom::chat_template_name(*t), n);
@@ -147,6 +159,8 @@ TEST(ChatTemplate, DetectsFamiliesFromTemplateText) {
   EXPECT_EQ(detect("[gMASK]<sop>{%- for m in messages %}{{ '<|' + m.role + '|>\n' + m.content }}{%- endfor %}"
                    "{{ '<|assistant|>' }}"),
             "chatglm4");
+  EXPECT_EQ(detect("{{ '<|START_OF_TURN_TOKEN|><|USER_TOKEN|>' + content | trim + '<|END_OF_TURN_TOKEN|>' }}"),
+            "command-r");
   EXPECT_EQ(detect("llama3"), "llama3") << "a name is accepted as the template";
   EXPECT_EQ(detect("{% for m in messages %}{{ m.content }}{% endfor %}"), "none");
 }

@@ -1,9 +1,10 @@
 // The newer architectures' forward (gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4moe, Llama 3's
-// rope_freqs, Mixtral-shaped llama, qwen2moe, smollm3, glm4) against a double-precision reference written from
-// llama.cpp's graphs: scaled embeddings, GELU FFN, post norms, soft-capping, q/k norms, sliding windows with their
-// layer pattern and local RoPE base, RoPE divisors and YaRN, fused projections, sinks, biased experts with gpt-oss's
-// gating, sigmoid routing with a selection bias and a shared expert (gated in qwen2moe). Small windows so the sliding
-// mask cuts inside the sequence.
+// rope_freqs, Mixtral-shaped llama, qwen2moe, smollm3, glm4, command-r, cohere2) against a double-precision reference
+// written from llama.cpp's graphs: scaled embeddings, GELU FFN, post norms, soft-capping, q/k norms, sliding windows
+// with their layer pattern and local RoPE base, RoPE divisors and YaRN, fused projections, sinks, biased experts with
+// gpt-oss's gating, sigmoid routing with a selection bias and a shared expert (gated in qwen2moe), Cohere's layer
+// norms (per head in Command R+) and parallel attention and FFN. Small windows so the sliding mask cuts inside the
+// sequence.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -61,6 +62,20 @@ void rope(Vec& v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, bool 
       v[a] = (x0 * std::cos(theta) - x1 * std::sin(theta)) * m;
       v[b] = (x0 * std::sin(theta) + x1 * std::cos(theta)) * m;
     }
+}
+
+// The architecture's norm of x[off, off + n) times w's row `row`: RMS, or Cohere's layer norm.
+Vec arch_norm(const HParams& hp, const Vec& x, const Tensor* w, size_t off = 0, size_t n = 0, int64_t row = 0) {
+  if (n == 0) n = x.size();
+  const Vec wv = weight_row(w, row);
+  double mean = 0, ss = 0;
+  if (arch_is_cohere(hp.arch))
+    for (size_t i = 0; i < n; ++i) mean += x[off + i] / (double)n;
+  for (size_t i = 0; i < n; ++i) ss += (x[off + i] - mean) * (x[off + i] - mean);
+  const double s = 1.0 / std::sqrt(ss / (double)n + hp.rms_eps);
+  Vec y(n);
+  for (size_t i = 0; i < n; ++i) y[i] = (x[off + i] - mean) * s * wv[i];
+  return y;
 }
 
 double silu(double x) { return x / (1.0 + std::exp(-x)); }
@@ -147,9 +162,10 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
     const RopeSpec rs{swa ? hp.rope_theta_swa : hp.rope_theta,
                       hp.rope_scaling == RopeScaling::none ? 1.0 : (swa ? hp.rope_freq_scale_swa : hp.rope_freq_scale),
                       hp.rope_attn_factor, hp.rope_scaling == RopeScaling::yarn, hp.n_ctx_orig_or_train(), factors};
-    std::vector<Vec> q(T), k(T), v(T);
+    std::vector<Vec> q(T), k(T), v(T), normed(T);
     for (int64_t i = 0; i < T; ++i) {
-      Vec h = rms_norm(x[(size_t)i], l.attn_norm, hp.rms_eps);
+      Vec h = arch_norm(hp, x[(size_t)i], l.attn_norm);
+      normed[i] = h;
       if (l.wqkv) {
         Vec all = matvec(l.wqkv, h);
         q[i] = Vec(all.begin(), all.begin() + n_q);
@@ -165,17 +181,19 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
         add_to(k[i], weight_row(l.bk, 0));
         add_to(v[i], weight_row(l.bv, 0));
       }
-      if (l.q_norm) {
+      if (l.q_norm) {  // Command R+: a weight row per head
+        const bool per_head = l.q_norm->ne[1] > 1;
         for (int64_t h2 = 0; h2 < hp.n_head; ++h2) {
-          Vec n = rms_norm(q[i], l.q_norm, hp.rms_eps, (size_t)(h2 * hd), (size_t)hd);
+          Vec n = arch_norm(hp, q[i], l.q_norm, (size_t)(h2 * hd), (size_t)hd, per_head ? h2 : 0);
           std::copy(n.begin(), n.end(), q[i].begin() + h2 * hd);
         }
         for (int64_t h2 = 0; h2 < hp.n_head_kv; ++h2) {
-          Vec n = rms_norm(k[i], l.k_norm, hp.rms_eps, (size_t)(h2 * hd), (size_t)hd);
+          Vec n = arch_norm(hp, k[i], l.k_norm, (size_t)(h2 * hd), (size_t)hd, per_head ? h2 : 0);
           std::copy(n.begin(), n.end(), k[i].begin() + h2 * hd);
         }
       }
-      if (hp.rotates(il)) {  // smollm3: every 4th layer has no RoPE
+      const bool rotates = hp.arch == Arch::cohere2 ? swa : hp.rotates(il);  // cohere2: global layers have none
+      if (rotates) {                                                         // smollm3: every 4th layer has no RoPE
         rope(q[i], hp.n_head, hd, hp.rot_dims(), i, neox, rs);
         rope(k[i], hp.n_head_kv, hd, hp.rot_dims(), i, neox, rs);
       }
@@ -200,11 +218,12 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
       }
       Vec a = matvec(l.wo, o);
       if (l.bo) add_to(a, weight_row(l.bo, 0));
-      if (l.attn_post_norm) a = rms_norm(a, l.attn_post_norm, hp.rms_eps);
+      if (l.attn_post_norm) a = arch_norm(hp, a, l.attn_post_norm);
       if (hp.residual_scale != 0)  // granite: each branch scaled before its residual add
         for (double& e : a) e *= hp.residual_scale;
-      add_to(x[i], a);
-      Vec h = rms_norm(x[(size_t)i], l.ffn_norm, hp.rms_eps);
+      const bool parallel = arch_is_cohere(hp.arch);  // the FFN reads the attention's input
+      if (!parallel) add_to(x[i], a);
+      Vec h = parallel ? normed[i] : arch_norm(hp, x[(size_t)i], l.ffn_norm);
       Vec out;
       if (l.ffn_gate_inp) {
         out = moe(m, l, h);
@@ -228,16 +247,19 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
         for (size_t j = 0; j < g.size(); ++j) g[j] = (gemma ? gelu(g[j]) : silu(g[j])) * u[j];
         out = matvec(l.ffn_down, g);
       }
-      if (l.ffn_post_norm) out = rms_norm(out, l.ffn_post_norm, hp.rms_eps);
+      if (l.ffn_post_norm) out = arch_norm(hp, out, l.ffn_post_norm);
       if (hp.residual_scale != 0)
         for (double& e : out) e *= hp.residual_scale;
       add_to(x[i], out);
+      if (parallel) add_to(x[i], a);
     }
   }
   std::vector<Vec> logits;
   for (int64_t i = 0; i < T; ++i) {
-    Vec y = matvec(m.output, rms_norm(x[(size_t)i], m.output_norm, hp.rms_eps));
-    for (double& e : y) e = softcap(e, hp.final_softcap) / (hp.logit_scale != 0 ? hp.logit_scale : 1.0);
+    Vec y = matvec(m.output, arch_norm(hp, x[(size_t)i], m.output_norm));
+    const double granite_div = hp.arch == Arch::granite && hp.logit_scale != 0 ? hp.logit_scale : 1.0;
+    const double cohere_mul = arch_is_cohere(hp.arch) && hp.logit_scale != 0 ? hp.logit_scale : 1.0;
+    for (double& e : y) e = softcap(e, hp.final_softcap) / granite_div * cohere_mul;
     logits.push_back(y);
   }
   return logits;
@@ -250,6 +272,7 @@ struct Case {
   int64_t n_expert = 0;  // llama: Mixtral-shaped
   int64_t n_rot = 0;     // partial rotary embeddings (Phi-4-mini: 3/4 of each head; 0: the preset's)
   bool qk_norm = false;  // glm4moe: GLM-4.5's q/k norms, 3 layers, weights not renormalized
+  int64_t n_layer = 0;   // command-r: 64 layers carry Command R+'s per-head q/k norms
 };
 
 HParams case_hparams(const Case& c) {
@@ -257,6 +280,14 @@ HParams case_hparams(const Case& c) {
   if (hp.n_swa > 0) hp.n_swa = 4;  // the window cuts into the 11-token sequence
   hp.rope_freqs = c.rope_freqs;
   if (c.n_rot > 0) hp.n_rot = c.n_rot;
+  if (c.n_layer > 0) {  // many layers, each small
+    hp.n_layer = c.n_layer;
+    hp.n_embd = 64;
+    hp.n_head = 4;
+    hp.n_head_kv = 2;
+    hp.head_dim = 16;
+    hp.n_ff = 96;
+  }
   if (c.qk_norm) {
     hp.qk_norm = true;
     hp.n_layer = 3;
@@ -275,6 +306,7 @@ std::string make_model(const Case& c) {
   o.hparams = case_hparams(c);
   o.type = DType::F32;
   o.seed = 11;
+  o.norm_jitter = 0.2f;  // each norm weight its own, so a norm applied with another's weights shows
   o.output =
       (std::filesystem::temp_directory_path() / ("loom-fwd-arch-" + std::to_string(getpid()) + "-" + c.name + ".gguf"))
           .string();
@@ -316,16 +348,16 @@ TEST_P(ArchForwardTest, LogitsMatchDoubleReference) {
   std::filesystem::remove(path);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, ArchForwardTest,
-                         ::testing::Values(Case{"gemma", Arch::gemma}, Case{"gemma2", Arch::gemma2},
-                                           Case{"gemma3", Arch::gemma3}, Case{"phi3", Arch::phi3},
-                                           Case{"gpt_oss", Arch::gpt_oss}, Case{"llama3", Arch::llama, true},
-                                           Case{"mixtral", Arch::llama, false, 4},
-                                           Case{"phi4_mini", Arch::phi3, false, 0, 24}, Case{"granite", Arch::granite},
-                                           Case{"glm45_air", Arch::glm4moe}, Case{"qwen2moe", Arch::qwen2moe},
-                                           Case{"smollm3", Arch::smollm3}, Case{"glm4", Arch::glm4},
-                                           Case{"glm45", Arch::glm4moe, false, 0, 0, true}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Archs, ArchForwardTest,
+    ::testing::Values(Case{"gemma", Arch::gemma}, Case{"gemma2", Arch::gemma2}, Case{"gemma3", Arch::gemma3},
+                      Case{"phi3", Arch::phi3}, Case{"gpt_oss", Arch::gpt_oss}, Case{"llama3", Arch::llama, true},
+                      Case{"mixtral", Arch::llama, false, 4}, Case{"phi4_mini", Arch::phi3, false, 0, 24},
+                      Case{"granite", Arch::granite}, Case{"glm45_air", Arch::glm4moe},
+                      Case{"qwen2moe", Arch::qwen2moe}, Case{"smollm3", Arch::smollm3}, Case{"glm4", Arch::glm4},
+                      Case{"glm45", Arch::glm4moe, false, 0, 0, true}, Case{"command_r", Arch::command_r},
+                      Case{"cohere2", Arch::cohere2}, Case{"command_r_plus", Arch::command_r, false, 0, 0, false, 64}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 // The hyper-parameters survive the file: what write_hparams wrote, read_hparams reads back.
 TEST(ArchHParams, RoundTripThroughTheFile) {
@@ -334,7 +366,9 @@ TEST(ArchHParams, RoundTripThroughTheFile) {
         Case{"rt-phi3", Arch::phi3}, Case{"rt-gpt_oss", Arch::gpt_oss}, Case{"rt-llama3", Arch::llama, true},
         Case{"rt-phi4_mini", Arch::phi3, false, 0, 24}, Case{"rt-granite", Arch::granite},
         Case{"rt-glm45_air", Arch::glm4moe}, Case{"rt-glm45", Arch::glm4moe, false, 0, 0, true},
-        Case{"rt-qwen2moe", Arch::qwen2moe}, Case{"rt-smollm3", Arch::smollm3}, Case{"rt-glm4", Arch::glm4}}) {
+        Case{"rt-qwen2moe", Arch::qwen2moe}, Case{"rt-smollm3", Arch::smollm3}, Case{"rt-glm4", Arch::glm4},
+        Case{"rt-command_r", Arch::command_r}, Case{"rt-cohere2", Arch::cohere2},
+        Case{"rt-command_r_plus", Arch::command_r, false, 0, 0, false, 64}}) {
     const std::string path = make_model(c);
     const HParams want = case_hparams(c);
     const HParams got = Model::load(path)->hparams();
@@ -366,6 +400,8 @@ TEST(ArchHParams, RoundTripThroughTheFile) {
     EXPECT_FLOAT_EQ(got.expert_weights_scale, want.expert_weights_scale) << c.name;
     EXPECT_EQ(got.qk_norm, want.qk_norm) << c.name;
     EXPECT_EQ(got.n_no_rope_layer_step, want.n_no_rope_layer_step) << c.name;
+    EXPECT_FLOAT_EQ(got.rms_eps, want.rms_eps) << c.name;
+    EXPECT_EQ(got.per_head_qk_norm(), want.per_head_qk_norm()) << c.name;
     std::filesystem::remove(path);
   }
 }

@@ -162,12 +162,37 @@ INSTANTIATE_TEST_SUITE_P(Archs, TensorParallel,
                                            Case{Arch::qwen3moe, DType::Q8_0}, Case{Arch::granite, DType::F32},
                                            Case{Arch::gemma, DType::F32}, Case{Arch::glm4moe, DType::F32},
                                            Case{Arch::glm4moe, DType::Q8_0}, Case{Arch::qwen2moe, DType::F32},
-                                           Case{Arch::smollm3, DType::F32}, Case{Arch::glm4, DType::F32}),
+                                           Case{Arch::smollm3, DType::F32}, Case{Arch::glm4, DType::F32},
+                                           Case{Arch::command_r, DType::F32}, Case{Arch::cohere2, DType::Q8_0}),
                          [](const auto& info) {
                            std::string name = std::string(arch_name(info.param.arch)) + "_" + dtype_name(info.param.type);
                            std::replace(name.begin(), name.end(), '-', '_');  // "gpt-oss"
                            return name;
                          });
+
+// Command R+'s per-head q/k norms (64 layers and more): each member takes its heads' rows. The norm
+// weights differ, so a member normalizing with another head's row would show in the logits.
+TEST(TensorParallelCohere, PerHeadQkNormsFollowTheHeads) {
+  NewModelOptions o;
+  o.hparams = odd_hparams(Arch::command_r);
+  o.hparams.n_layer = 64;
+  ASSERT_TRUE(o.hparams.per_head_qk_norm());
+  o.type = DType::F32;
+  o.seed = 7;
+  o.norm_jitter = 0.2f;
+  o.output = temp_path("command-r-plus");
+  make_random_model(o);
+  auto single = Model::load(o.output);
+  const RunResult want = run(*single);
+  for (const Config& c : {kConfigs[1], kConfigs[2]}) {
+    SCOPED_TRACE(c.name);
+    DeviceSet set = make_devices(std::to_string(c.n_sim) + "x64MiB", 2);
+    auto m = load_tp(o.output, set, c);
+    const RunResult got = run(*m);
+    EXPECT_EQ(got.tokens, want.tokens);
+    EXPECT_EQ(got.logits, want.logits);
+  }
+}
 
 TEST(TensorParallelBf16, ReductionInBf16HalvesTheBytesAndStaysClose) {
   const std::string path = make_model(Arch::llama, DType::F32);

@@ -5,6 +5,7 @@
 // the tools or a Vulkan device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -109,10 +110,12 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, VulkanQuantTokens,
                          });
 // The architectures of shared experts, sigmoid routing and NoPE layers: float and one quant type.
 INSTANTIATE_TEST_SUITE_P(NewerArchs, VulkanQuantTokens,
-                         ::testing::Combine(::testing::Values("glm4moe", "qwen2moe", "smollm3"),
+                         ::testing::Combine(::testing::Values("glm4moe", "qwen2moe", "smollm3", "command-r", "cohere2"),
                                             ::testing::Values("f32", "q4_k")),
                          [](const auto& info) {
-                           return std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+                           std::string name = std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+                           std::replace(name.begin(), name.end(), '-', '_');  // "command-r"
+                           return name;
                          });
 
 // An i-quant model on Vulkan0: every product runs there (no weight crosses to the CPU), the run

@@ -14,9 +14,9 @@
 namespace loom {
 
 namespace {
-constexpr Arch kArchs[] = {Arch::llama,   Arch::qwen2,    Arch::qwen3,   Arch::qwen3moe, Arch::gemma,
-                           Arch::gemma2,  Arch::gemma3,   Arch::phi3,    Arch::gpt_oss,  Arch::granite,
-                           Arch::glm4moe, Arch::qwen2moe, Arch::smollm3, Arch::glm4};
+constexpr Arch kArchs[] = {Arch::llama,   Arch::qwen2, Arch::qwen3,     Arch::qwen3moe, Arch::gemma,   Arch::gemma2,
+                           Arch::gemma3,  Arch::phi3,  Arch::gpt_oss,   Arch::granite,  Arch::glm4moe, Arch::qwen2moe,
+                           Arch::smollm3, Arch::glm4,  Arch::command_r, Arch::cohere2};
 }  // namespace
 
 // clang-format off
@@ -36,6 +36,8 @@ const char* arch_name(Arch arch) {
     case Arch::glm4moe: return "glm4moe";
     case Arch::smollm3: return "smollm3";
     case Arch::glm4: return "glm4";
+    case Arch::command_r: return "command-r";
+    case Arch::cohere2: return "cohere2";
   }
   return "?";
 }
@@ -62,12 +64,19 @@ bool arch_has_qkv_bias(Arch arch) {
          arch == Arch::glm4;
 }
 bool arch_rope_neox(Arch arch) {
-  return arch != Arch::llama && arch != Arch::granite && arch != Arch::smollm3 && arch != Arch::glm4;
+  return arch != Arch::llama && arch != Arch::granite && arch != Arch::smollm3 && arch != Arch::glm4 &&
+         !arch_is_cohere(arch);
 }
 bool arch_is_gemma(Arch arch) { return arch == Arch::gemma || arch == Arch::gemma2 || arch == Arch::gemma3; }
 bool arch_has_post_norms(Arch arch) { return arch == Arch::gemma2 || arch == Arch::gemma3 || arch == Arch::glm4; }
 bool arch_fused_gate_up(Arch arch) { return arch == Arch::phi3 || arch == Arch::glm4; }
 bool arch_partial_rope(Arch arch) { return arch == Arch::phi3 || arch == Arch::glm4 || arch == Arch::glm4moe; }
+bool arch_is_cohere(Arch arch) { return arch == Arch::command_r || arch == Arch::cohere2; }
+
+float HParams::logit_multiplier() const {
+  if (logit_scale == 0.0f) return 1.0f;
+  return arch == Arch::granite ? 1.0f / logit_scale : logit_scale;
+}
 
 float HParams::attn_scale() const {
   if (arch == Arch::granite && attention_scale != 0.0f) return attention_scale;
@@ -151,6 +160,20 @@ void add_arch_features(HParams& hp, int64_t n_swa) {
       hp.n_expert_shared = 1;
       hp.n_ff_shared = 2 * hp.n_ff_exp;
       hp.expert_weights_norm = false;
+      break;
+    case Arch::command_r:  // Command R 35B: logits x 0.0625, tied
+      hp.logit_scale = 0.0625f;
+      hp.rms_eps = 1e-5f;
+      hp.tied_embeddings = true;
+      break;
+    case Arch::cohere2:  // Command R7B: three sliding-window layers (with RoPE) per global one (without)
+      hp.n_layer = std::max<int64_t>(hp.n_layer, 4);
+      hp.n_swa = n_swa;
+      hp.swa_period = 4;
+      hp.rope_theta_swa = hp.rope_theta;
+      hp.logit_scale = 0.25f;
+      hp.rms_eps = 1e-5f;
+      hp.tied_embeddings = true;
       break;
     case Arch::granite:  // Granite 3.x's multipliers (8B: embeddings 12, residuals 0.22, logits / 16)
       hp.embedding_scale = 12.0f;
@@ -404,9 +427,11 @@ void validate_hparams(const HParams& hp) {
   LOOM_CHECK(hp.head_dim % 2 == 0, invalid_input, "{}: head_dim = {} must be even for RoPE", a, hp.head_dim);
   for (float s : {hp.embedding_scale, hp.residual_scale, hp.attention_scale, hp.logit_scale})
     LOOM_CHECK(std::isfinite(s) && s >= 0, invalid_input, "{}: a scale of {} must be finite and >= 0", a, s);
-  LOOM_CHECK(hp.arch == Arch::granite ||
-                 (hp.embedding_scale == 0 && hp.residual_scale == 0 && hp.attention_scale == 0 && hp.logit_scale == 0),
-             invalid_input, "{}: embedding, residual, attention and logit scales are granite's", a);
+  LOOM_CHECK(hp.arch == Arch::granite || (hp.embedding_scale == 0 && hp.residual_scale == 0 &&
+                                          hp.attention_scale == 0 && (hp.logit_scale == 0 || arch_is_cohere(hp.arch))),
+             invalid_input,
+             "{}: embedding, residual and attention scales are granite's, logit scales granite's and Cohere's", a);
+  LOOM_CHECK(!arch_is_cohere(hp.arch) || hp.tied_embeddings, invalid_input, "{}: the output is always token_embd", a);
   LOOM_CHECK(hp.arch != Arch::granite || hp.logit_scale > 0, invalid_input, "{}: logit_scale must be positive", a);
   in_range("n_rot", hp.n_rot, 0, hp.head_dim);
   LOOM_CHECK(hp.n_rot % 2 == 0, invalid_input, "{}: n_rot = {} must be even", a, hp.n_rot);

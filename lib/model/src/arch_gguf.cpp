@@ -42,7 +42,7 @@ void write_hparams(gguf::Writer& w, const HParams& hp) {
   u32("attention.value_length", hp.head_dim);
   u32("rope.dimension_count", hp.rot_dims());
   f32("rope.freq_base", hp.rope_theta);
-  f32("attention.layer_norm_rms_epsilon", hp.rms_eps);
+  f32(arch_is_cohere(hp.arch) ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon", hp.rms_eps);
   if (hp.is_moe()) {
     u32("expert_count", hp.n_expert);
     u32("expert_used_count", hp.n_expert_used);
@@ -69,6 +69,7 @@ void write_hparams(gguf::Writer& w, const HParams& hp) {
     f32("attn_logit_softcapping", hp.attn_softcap);
     f32("final_logit_softcapping", hp.final_softcap);
   }
+  if (arch_is_cohere(hp.arch)) f32("logit_scale", hp.logit_scale);
   if (hp.arch == Arch::granite) {
     f32("logit_scale", hp.logit_scale);
     if (hp.embedding_scale != 0.0f) f32("embedding_scale", hp.embedding_scale);
@@ -149,6 +150,17 @@ void read_arch_features(const gguf::File& f, const std::string& a, HParams& hp) 
       hp.n_swa = *swa;
       hp.swa_period = find_layer_int(f, a + "attention.sliding_window_pattern").value_or(2);
       hp.rope_theta_swa = (float)f.find_float(a + "rope.freq_base_swa").value_or(hp.rope_theta);
+      break;
+    case Arch::command_r:  // llama.cpp: logit_scale required (0: not applied), no window
+      hp.logit_scale = (float)required_float(f, a + "logit_scale");
+      hp.n_swa = 0;
+      hp.swa_period = 0;
+      break;
+    case Arch::cohere2:  // llama.cpp: the window required, three local layers per global one
+      LOOM_CHECK(swa.has_value(), invalid_input, "{}: missing {}attention.sliding_window", f.path(), a);
+      hp.n_swa = *swa;
+      hp.swa_period = 4;
+      hp.logit_scale = (float)required_float(f, a + "logit_scale");
       break;
     case Arch::smollm3:  // fixed by llama.cpp's loader (no key)
       hp.n_no_rope_layer_step = 4;
@@ -243,7 +255,8 @@ HParams read_hparams(const gguf::File& f) {
              "{}: {}rope.dimension_count {} != key_length {}: only phi3, glm4 and glm4moe rotate part of each head",
              f.path(), a, rope_dims, hp.head_dim);
   hp.n_rot = rope_dims == hp.head_dim ? 0 : rope_dims;
-  hp.rms_eps = (float)f.get_float(a + "attention.layer_norm_rms_epsilon");
+  hp.rms_eps = (float)required_float(
+      f, a + (arch_is_cohere(hp.arch) ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon"));
   hp.rope_theta = (float)f.find_float(a + "rope.freq_base").value_or(10000.0);
   hp.n_expert = find_layer_int(f, a + "expert_count").value_or(0);
   if (arch_is_moe(hp.arch)) {
@@ -277,7 +290,8 @@ HParams read_hparams(const gguf::File& f) {
          f.path(), a);
   }
   read_arch_features(f, a, hp);
-  hp.tied_embeddings = !f.tensors().empty() && f.find_tensor("output.weight") == nullptr;
+  // Cohere's output is token_embd whatever the file holds (an output.weight is a tensor too many)
+  hp.tied_embeddings = arch_is_cohere(hp.arch) || (!f.tensors().empty() && f.find_tensor("output.weight") == nullptr);
   hp.rope_freqs = hp.arch == Arch::llama && f.find_tensor("rope_freqs.weight") != nullptr;
   hp.rope_long_short = hp.arch == Arch::phi3 && f.find_tensor("rope_factors_long.weight") != nullptr;
   try {

@@ -115,7 +115,10 @@ std::vector<TensorSpec> arch_tensors(const HParams& hp) {
       add(blk("attn_k.bias"), R::attn_k_bias, il, {n_kv});
       add(blk("attn_v.bias"), R::attn_v_bias, il, {n_kv});
     }
-    if (arch_has_qk_norm(a) || hp.qk_norm) {
+    if (hp.per_head_qk_norm()) {  // Command R+: a weight row per head
+      add(blk("attn_q_norm.weight"), R::attn_q_norm, il, {hp.head_dim, hp.n_head});
+      add(blk("attn_k_norm.weight"), R::attn_k_norm, il, {hp.head_dim, hp.n_head_kv});
+    } else if (arch_has_qk_norm(a) || hp.qk_norm) {
       add(blk("attn_q_norm.weight"), R::attn_q_norm, il, {hp.head_dim});
       add(blk("attn_k_norm.weight"), R::attn_k_norm, il, {hp.head_dim});
     }
@@ -127,7 +130,9 @@ std::vector<TensorSpec> arch_tensors(const HParams& hp) {
     if (arch_has_post_norms(a)) add(blk("post_attention_norm.weight"), R::attn_post_norm, il, {E});
     // gpt-oss and glm4moe name their pre-FFN norm post_attention_norm (they have no ffn_norm)
     const bool post_attention_ffn_norm = a == Arch::gpt_oss || a == Arch::glm4moe;
-    add(blk(post_attention_ffn_norm ? "post_attention_norm.weight" : "ffn_norm.weight"), R::ffn_norm, il, {E});
+    // Cohere's FFN reads the attention's normed input: no norm of its own
+    if (!arch_is_cohere(a))
+      add(blk(post_attention_ffn_norm ? "post_attention_norm.weight" : "ffn_norm.weight"), R::ffn_norm, il, {E});
     if (hp.is_moe_layer(il)) {
       const int64_t n_ff = hp.n_ff_exp, n_e = hp.n_expert;
       add(blk("ffn_gate_inp.weight"), R::ffn_gate_inp, il, {E, n_e});

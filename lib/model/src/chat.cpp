@@ -27,6 +27,7 @@ constexpr std::pair<const char*, ChatTemplate> kNames[] = {
     {"gpt-oss", ChatTemplate::gpt_oss},
     {"granite", ChatTemplate::granite},
     {"chatglm4", ChatTemplate::chatglm4},
+    {"command-r", ChatTemplate::command_r},
 };
 
 std::string trim(std::string_view s) {
@@ -153,6 +154,7 @@ std::optional<ChatTemplate> detect_chat_template(std::string_view text) {
   if (has("<｜Assistant｜>") && has("<｜User｜>") && has("<｜end▁of▁sentence｜>")) return ChatTemplate::deepseek3;
   if (has("<|channel|>") && has("<|start|>")) return ChatTemplate::gpt_oss;
   if (has("<|start_of_role|>")) return ChatTemplate::granite;
+  if (has("<|START_OF_TURN_TOKEN|>") && has("<|USER_TOKEN|>")) return ChatTemplate::command_r;
   return std::nullopt;
 }
 
@@ -232,6 +234,13 @@ std::string render_chat(ChatTemplate t, std::span<const ChatMessage> messages, b
       s += "[gMASK]<sop>";
       for (const ChatMessage& m : messages) s += "<|" + m.role + "|>\n" + m.content;
       if (add_assistant) s += "<|assistant|>\n";
+      break;
+    case ChatTemplate::command_r:
+      for (const ChatMessage& m : messages) {
+        const std::string role = m.role == "system" ? "SYSTEM" : m.role == "user" ? "USER" : "CHATBOT";
+        s += "<|START_OF_TURN_TOKEN|><|" + role + "_TOKEN|>" + trim(m.content) + "<|END_OF_TURN_TOKEN|>";
+      }
+      if (add_assistant) s += "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>";
       break;
   }
   return s;

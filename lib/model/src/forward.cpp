@@ -4,8 +4,8 @@
 // and FFN (SwiGLU, GELU, phi3's fused gate/up, routed experts with softmax or sigmoid gating, a
 // selection bias, renormalized and scaled weights, a shared expert (glm4moe; gated in qwen2moe),
 // or gpt-oss gating),
-// gemma's post norms, final norm, output projection for the requested rows and
-// gemma2's logit soft-capping.
+// gemma's post norms, Cohere's layer norms and parallel attention and FFN, final norm, output
+// projection for the requested rows, gemma2's logit soft-capping and the logit scales.
 #include "loom/model/forward.h"
 
 #include <fmt/format.h>
@@ -263,12 +263,14 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
   if (gemma) x = scale(c, x, std::sqrt((float)hp.n_embd));
   if (hp.embedding_scale != 0.0f) x = scale(c, x, hp.embedding_scale);  // granite
   const Join join{c, in, model.tensor_parallel};
+  const bool parallel_ffn = arch_is_cohere(hp.arch);
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     const size_t first_tensor = c.size();
     const LayerWeights& l = (*model.layers)[(size_t)il];
     const bool swa = hp.is_swa_layer(il);
-    Tensor* cur = norm_mul(c, x, l.attn_norm, hp.rms_eps);
+    Tensor* cur = arch_norm(c, hp, x, l.attn_norm);
     cur->name = fmt::format("blk.{}.attn_norm-out", il);
+    Tensor* normed = cur;    // Cohere: the FFN's input too
     Tensor* attn = nullptr;  // {n_embd_q here, T}
     if (model.n_head_kv == 0) {  // a member without heads
       attn = zero_rows(c, cur);
@@ -294,12 +296,19 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
       in.out_rows->flags |= kFlagInput;
       cur = get_rows(c, cur, in.out_rows);
       x = get_rows(c, x, in.out_rows);
+      if (parallel_ffn) normed = get_rows(c, normed, in.out_rows);
     }
-    if (l.attn_post_norm) cur = norm_mul(c, cur, l.attn_post_norm, hp.rms_eps);
+    if (l.attn_post_norm) cur = arch_norm(c, hp, cur, l.attn_post_norm);
     if (hp.residual_scale != 0.0f) cur = scale(c, cur, hp.residual_scale);  // granite
-    Tensor* ffn_in = add(c, cur, x);
-    cur = norm_mul(c, ffn_in, l.ffn_norm, hp.rms_eps);
-    cur->name = fmt::format("blk.{}.ffn_norm-out", il);
+    Tensor* attn_out = cur;
+    Tensor* ffn_in = parallel_ffn ? x : add(c, cur, x);  // what the FFN's output is added to
+    if (parallel_ffn) {
+      cur = normed;
+    } else {
+      cur = arch_norm(c, hp, ffn_in, l.ffn_norm);
+      cur->name = fmt::format("blk.{}.ffn_norm-out", il);
+      ffn_in->name = fmt::format("blk.{}.ffn_inp", il);
+    }
     const int64_t t_out = ffn_in->ne[1];
     if (l.ffn_gate_inp_b) {
       cur = moe_ffn_oai(c, model, l, cur, t_out, join, il);
@@ -312,20 +321,20 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
       cur = l.ffn_down ? lora_mm(c, l.lora, l.ffn_down, h) : zero_rows(c, cur);
     }
     cur = join(cur, l.ffn_down || l.ffn_down_exps ? model.first.embd : 0, hp.n_embd, il, "ffn_out_gather");
-    if (l.ffn_post_norm) cur = norm_mul(c, cur, l.ffn_post_norm, hp.rms_eps);
+    if (l.ffn_post_norm) cur = arch_norm(c, hp, cur, l.ffn_post_norm);
     if (hp.residual_scale != 0.0f) cur = scale(c, cur, hp.residual_scale);
-    ffn_in->name = fmt::format("blk.{}.ffn_inp", il);
     x = add(c, cur, ffn_in);
+    if (parallel_ffn) x = add(c, x, attn_out);  // as llama.cpp: (FFN + residual) + attention
     if (l.cvec) x = add(c, x, l.cvec);  // --control-vector
     x->name = fmt::format("blk.{}.out", il);
     name_unnamed(c, first_tensor, fmt::format("blk.{}", il));
   }
   const size_t first_tensor = c.size();
-  x = norm_mul(c, x, model.output_norm, hp.rms_eps);
+  x = arch_norm(c, hp, x, model.output_norm);
   x->name = "result_norm";
   if (model.output) {
     in.logits = logit_softcap(c, lora_mm(c, model.output_lora, model.output, x), hp.final_softcap);
-    if (hp.logit_scale != 0.0f) in.logits = scale(c, in.logits, 1.0f / hp.logit_scale);  // granite
+    if (hp.logit_multiplier() != 1.0f) in.logits = scale(c, in.logits, hp.logit_multiplier());  // granite, Cohere
     in.logits->name = "logits";
     in.logits->flags |= kFlagOutput;
     in.last = in.logits;

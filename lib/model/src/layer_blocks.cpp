@@ -9,6 +9,10 @@ using namespace ops;
 
 Tensor* norm_mul(Context& c, Tensor* x, Tensor* w, float eps) { return mul(c, rms_norm(c, x, eps), w); }
 
+Tensor* arch_norm(Context& c, const HParams& hp, Tensor* x, Tensor* w) {
+  return arch_is_cohere(hp.arch) ? mul(c, ops::norm(c, x, hp.rms_eps), w) : norm_mul(c, x, w, hp.rms_eps);
+}
+
 RopeParams rope_params(const HParams& hp, bool swa_layer) {
   RopeParams p;
   p.n_dims = (int32_t)hp.rot_dims();
@@ -51,8 +55,8 @@ QkvHeads project_qkv(Context& c, const HParams& hp, const LayerWeights& l, Tenso
   if (l.bv) v = add(c, v, l.bv);
   q = reshape(c, q, {hd, n_head, T});
   k = reshape(c, k, {hd, n_head_kv, T});
-  if (l.q_norm) q = norm_mul(c, q, l.q_norm, hp.rms_eps);
-  if (l.k_norm) k = norm_mul(c, k, l.k_norm, hp.rms_eps);
+  if (l.q_norm) q = arch_norm(c, hp, q, l.q_norm);
+  if (l.k_norm) k = arch_norm(c, hp, k, l.k_norm);
   if (rotate) {
     q = rope(c, q, positions, rope_factors, rope_p);
     k = rope(c, k, positions, rope_factors, rope_p);

@@ -254,9 +254,15 @@ NewModelResult make_random_model(const NewModelOptions& opts) {
     const int64_t ne0 = t.ne[0];
     if (tensor_role_is_norm(t.role) || is_rope_factors(t.role)) {  // norms 1, RoPE divisors by formula
       const TensorRole role = t.role;
-      w.add_tensor_rows(t.name, type, t.n_dims, t.ne, [=](uint8_t* dst, int64_t, int64_t n_rows) {
+      const float jitter = opts.norm_jitter;
+      const uint64_t seed = opts.seed;
+      w.add_tensor_rows(t.name, type, t.n_dims, t.ne, [=](uint8_t* dst, int64_t row0, int64_t n_rows) {
         auto* f = reinterpret_cast<float*>(dst);
-        for (int64_t i = 0; i < ne0 * n_rows; ++i) f[i] = is_rope_factors(role) ? rope_factor(role, hp, i) : 1.0f;
+        for (int64_t r = 0; r < n_rows; ++r) {
+          NormalRng rng(row_seed(seed, ti, (uint64_t)(row0 + r)));
+          for (int64_t i = 0; i < ne0; ++i)
+            f[r * ne0 + i] = is_rope_factors(role) ? rope_factor(role, hp, r * ne0 + i) : 1.0f + jitter * rng.next();
+        }
       });
       continue;
     }

@@ -217,10 +217,17 @@ void Model::place_tensor_parallel(const PlacementParams& p) {
                                                                : kv_rows;
       TpSplit split = tp_split_of(spec.role);
       if (arch_fused_gate_up(hp.arch) && spec.role == TensorRole::ffn_up) split = TpSplit::fused_rows;
+      // Command R+'s q/k norms hold a row per head: the member's heads
+      const bool head_rows = spec.n_dims == 2 && (role == TensorRole::attn_q_norm || role == TensorRole::attn_k_norm);
+      if (head_rows) split = TpSplit::rows;
       Tensor* t = nullptr;
       switch (split) {
         case TpSplit::rows:
-          t = add(src, 1, range);
+          if (head_rows)
+            t = add(src, 1,
+                    role == TensorRole::attn_q_norm ? tp::Range{heads.begin * q_per_kv, heads.end * q_per_kv} : heads);
+          else
+            t = add(src, 1, range);
           break;
         case TpSplit::fused_rows:  // q | k | v (phi3 attn_qkv) or gate | up (phi3 ffn_up)
           if (spec.role == TensorRole::attn_qkv) {

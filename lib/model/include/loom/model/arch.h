@@ -1,5 +1,6 @@
 // Model architectures (llama with Llama 3 / Mistral / Mixtral shapes, qwen2, qwen3, qwen3moe,
-// qwen2moe, gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4, glm4moe, smollm3): hyper-parameters,
+// qwen2moe, gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4, glm4moe, smollm3, command-r, cohere2):
+// hyper-parameters,
 // named presets with the real shapes, the tensor list of each architecture (names and shapes as
 // llama.cpp's GGUF files have them, with a role per tensor), and the GGUF keys that carry the
 // hyper-parameters.
@@ -20,10 +21,10 @@ namespace loom {
 
 // clang-format off
 enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, gpt_oss, granite, glm4moe, qwen2moe,
-                  smollm3, glm4 };
+                  smollm3, glm4, command_r, cohere2 };
 // clang-format on
 
-const char* arch_name(Arch arch);  // the general.architecture string ("gpt-oss" for gpt_oss)
+const char* arch_name(Arch arch);  // the general.architecture string ("gpt-oss", "command-r")
 std::optional<Arch> arch_from_name(std::string_view name);
 std::string arch_names();          // "llama, qwen2, ..." for messages
 bool arch_is_moe(Arch arch);       // always routed experts (qwen2moe, qwen3moe, gpt-oss, glm4moe); llama may too
@@ -34,6 +35,10 @@ bool arch_is_gemma(Arch arch);      // gemma, gemma2, gemma3: scaled embeddings,
 bool arch_has_post_norms(Arch arch);  // gemma2, gemma3, glm4: norms on the attention's and the FFN's outputs
 bool arch_fused_gate_up(Arch arch);   // phi3, glm4: ffn_up holds the gate rows, then the up rows
 bool arch_partial_rope(Arch arch);    // phi3, glm4, glm4moe: rope.dimension_count may be below the head size
+// command-r, cohere2 (Cohere): layer norms (mean removed, weight, no bias) instead of RMS norms; the
+// FFN reads the attention's normed input and both branches add to the residual (no ffn_norm);
+// the output always tied; the logits multiplied by logit_scale.
+bool arch_is_cohere(Arch arch);
 
 enum class RopeScaling { none, linear, yarn };
 // How a router's logits become expert weights: softmax (Mixtral, qwen3moe) or sigmoid (glm4moe).
@@ -67,7 +72,7 @@ struct HParams {
   bool qk_norm = false;  // glm4moe: attn_q_norm / attn_k_norm present (GLM-4.5 has them, Air not)
   int64_t n_vocab = 0;
   int64_t n_ctx_train = 0;
-  float rms_eps = 1e-5f;
+  float rms_eps = 1e-5f;  // every norm's epsilon (Cohere's layer norms: attention.layernorm_epsilon)
   float rope_theta = 10000.0f;
   bool tied_embeddings = false;  // no output.weight: the output projection reuses token_embd
 
@@ -94,7 +99,7 @@ struct HParams {
   float rope_freq_scale_swa = 1.0f;
   // granite: the embeddings times embedding_scale, each residual branch (attention, FFN) times
   // residual_scale before its add, the scores times attention_scale instead of 1/sqrt(head_dim),
-  // the logits divided by logit_scale (0: not applied).
+  // the logits divided by logit_scale (0: not applied). Cohere multiplies them by logit_scale.
   float embedding_scale = 0.0f, residual_scale = 0.0f, attention_scale = 0.0f, logit_scale = 0.0f;
   int64_t n_no_rope_layer_step = 0;  // smollm3: every 4th layer (il + 1 a multiple) has no RoPE (0: all have)
   float attn_softcap = 0.0f;   // gemma2: c tanh(s / c) on attention scores (0: off)
@@ -109,7 +114,15 @@ struct HParams {
   int64_t n_ff_shexp() const { return n_ff_shared > 0 ? n_ff_shared : n_ff_exp * n_expert_shared; }
   bool is_swa_layer(int64_t il) const { return n_swa > 0 && swa_period > 0 && il % swa_period < swa_period - 1; }
   bool has_swa() const { return n_swa > 0 && swa_period > 1; }
-  bool rotates(int64_t il) const { return n_no_rope_layer_step == 0 || (il + 1) % n_no_rope_layer_step != 0; }
+  // smollm3 leaves out RoPE in every 4th layer, cohere2 in its global (not sliding-window) layers
+  bool rotates(int64_t il) const {
+    if (arch == Arch::cohere2) return is_swa_layer(il);
+    return n_no_rope_layer_step == 0 || (il + 1) % n_no_rope_layer_step != 0;
+  }
+  // What the logits are multiplied by: 1 / logit_scale (granite), logit_scale (Cohere), 1.
+  float logit_multiplier() const;
+  // command-r's 64+ layer sizes (Command R+) carry per-head q/k layer norms {head_dim, heads}.
+  bool per_head_qk_norm() const { return arch == Arch::command_r && n_layer >= 64; }
   // The attention's score scale: 1/sqrt(head_dim), but gemma's 27B sizes use 1/sqrt(n_embd / n_head)
   // and granite its attention_scale.
   float attn_scale() const;

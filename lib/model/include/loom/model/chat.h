@@ -31,6 +31,7 @@ enum class ChatTemplate {
   gpt_oss,            // OpenAI harmony: <|start|>role<|message|>...<|end|>
   granite,            // IBM Granite: <|start_of_role|>role<|end_of_role|>...<|end_of_text|>\n
   chatglm4,           // GLM-4 / GLM-4.5: [gMASK]<sop><|role|>\n...<|assistant|>\n
+  command_r,          // Cohere: <|START_OF_TURN_TOKEN|><|USER_TOKEN|>...<|END_OF_TURN_TOKEN|>
 };
 
 struct ChatMessage {

@@ -12,6 +12,8 @@ namespace loom {
 
 // rms_norm(x) * w
 Tensor* norm_mul(Context& c, Tensor* x, Tensor* w, float eps);
+// The architecture's norm times w: rms_norm, or Cohere's layer norm (mean removed, no bias).
+Tensor* arch_norm(Context& c, const HParams& hp, Tensor* x, Tensor* w);
 
 // RoPE over the whole head, in the architecture's mode (neox or normal), with its scaling; a
 // sliding-window layer rotates with the local base and scale.
@@ -26,7 +28,8 @@ struct QkvHeads {
   Tensor* products[3] = {};
 };
 // The attention inputs of layer l from its normed input cur {n_embd, T}: projections (phi3's
-// fused q|k|v), biases (qwen2, gpt-oss), per-head q/k norms (qwen3, gemma3), RoPE at positions
+// fused q|k|v), biases (qwen2, gpt-oss), per-head q/k norms (qwen3, gemma3; a weight row per head in
+// Command R+), RoPE at positions
 // with the per-pair divisors rope_factors (Llama 3, phi3) or none; rotate false: no RoPE at all
 // (smollm3's NoPE layers).
 QkvHeads project_qkv(Context& c, const HParams& hp, const LayerWeights& l, Tensor* cur, int64_t n_head,

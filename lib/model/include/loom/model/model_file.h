@@ -23,6 +23,7 @@ struct NewModelOptions {
   std::string vocab_path;    // graft every tokenizer.* key from this GGUF (empty: byte-level vocab)
   bool header_only = false;  // metadata + tensor infos; data section a sparse hole
   uint64_t seed = 42;
+  float norm_jitter = 0.0f;  // norm weights 1 + norm_jitter N(0, 1) instead of 1 (tests that tell rows apart)
   std::string name;          // general.name (empty: "<arch>")
   std::string output;        // the file to write (through AtomicFile)
 };
