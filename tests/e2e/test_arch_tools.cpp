@@ -43,6 +43,7 @@ const ArchCase kCases[] = {
     {"glm4", "", {"blk.0.post_ffw_norm.weight", "blk.1.attn_q.bias", "blk.0.ffn_up.weight"}},
     {"command-r", "", {"blk.1.attn_norm.weight", "blk.0.ffn_gate.weight", "token_embd.weight"}},
     {"cohere2", "", {"blk.3.attn_q.weight", "blk.0.ffn_up.weight", "output_norm.weight"}},
+    {"olmo2", "--n-swa 8 --n-layer 4", {"blk.0.attn_q_norm.weight", "blk.3.post_ffw_norm.weight", "output.weight"}},
     {"glm4moe",
      "",
      {"blk.0.ffn_gate.weight", "blk.1.exp_probs_b.bias", "blk.1.ffn_gate_shexp.weight", "blk.1.attn_q.bias",
@@ -141,6 +142,21 @@ TEST_F(ArchTools, NewPhi4MiniShapeRunsEverywhere) {
     EXPECT_NE(r.err.find("n_rot"), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(dir_ / "bad.gguf")) << bad;
   }
+}
+
+// --n-swa: a window for the architectures that have sliding-window layers (olmo2 gets OLMo 3's
+// pattern); refused elsewhere and when not positive, with nothing written.
+TEST_F(ArchTools, NewSlidingWindowOnlyWhereTheArchitectureHasOne) {
+  for (const char* bad : {"--arch llama --n-swa 8", "--arch olmo2 --n-swa 0", "--arch qwen3 --n-swa 16"}) {
+    const Result r =
+        run_tool(std::string("loom-gguf new --preset tiny ") + bad + " -o " + quote((dir_ / "bad.gguf").string()));
+    EXPECT_EQ(r.rc, 2) << bad;
+    EXPECT_NE(r.err.find("--n-swa"), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(dir_ / "bad.gguf")) << bad;
+  }
+  const Result ok = run_tool("loom-gguf info " + quote(model("olmo2")));
+  ASSERT_EQ(ok.rc, 0) << ok.err;
+  EXPECT_NE(ok.out.find("olmo2.attention.sliding_window_pattern"), std::string::npos) << ok.out;
 }
 
 TEST_F(ArchTools, GreedyTextIsTheSameInEverySplitMode) {

@@ -1,10 +1,11 @@
 // The newer architectures' forward (gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4moe, Llama 3's
-// rope_freqs, Mixtral-shaped llama, qwen2moe, smollm3, glm4, command-r, cohere2) against a double-precision reference
+// rope_freqs, Mixtral-shaped llama, qwen2moe, smollm3, glm4, command-r, cohere2, olmo2) against a double-precision
+// reference
 // written from llama.cpp's graphs: scaled embeddings, GELU FFN, post norms, soft-capping, q/k norms, sliding windows
 // with their layer pattern and local RoPE base, RoPE divisors and YaRN, fused projections, sinks, biased experts with
 // gpt-oss's gating, sigmoid routing with a selection bias and a shared expert (gated in qwen2moe), Cohere's layer
-// norms (per head in Command R+) and parallel attention and FFN. Small windows so the sliding mask cuts inside the
-// sequence.
+// norms (per head in Command R+) and parallel attention and FFN, olmo2's post norms alone and q/k norms over all heads
+// (OLMo 3's local layers without YaRN). Small windows so the sliding mask cuts inside the sequence.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -159,12 +160,16 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     const LayerWeights& l = m.layers[(size_t)il];
     const bool swa = hp.is_swa_layer(il);
-    const RopeSpec rs{swa ? hp.rope_theta_swa : hp.rope_theta,
-                      hp.rope_scaling == RopeScaling::none ? 1.0 : (swa ? hp.rope_freq_scale_swa : hp.rope_freq_scale),
-                      hp.rope_attn_factor, hp.rope_scaling == RopeScaling::yarn, hp.n_ctx_orig_or_train(), factors};
+    RopeSpec rs{swa ? hp.rope_theta_swa : hp.rope_theta,
+                hp.rope_scaling == RopeScaling::none ? 1.0 : (swa ? hp.rope_freq_scale_swa : hp.rope_freq_scale),
+                hp.rope_attn_factor,
+                hp.rope_scaling == RopeScaling::yarn,
+                hp.n_ctx_orig_or_train(),
+                factors};
+    if (swa && hp.arch == Arch::olmo2) rs = {hp.rope_theta, 1.0, 1.0, false, hp.n_ctx_orig_or_train(), nullptr};
     std::vector<Vec> q(T), k(T), v(T), normed(T);
     for (int64_t i = 0; i < T; ++i) {
-      Vec h = arch_norm(hp, x[(size_t)i], l.attn_norm);
+      Vec h = l.attn_norm ? arch_norm(hp, x[(size_t)i], l.attn_norm) : x[(size_t)i];  // olmo2: none
       normed[i] = h;
       if (l.wqkv) {
         Vec all = matvec(l.wqkv, h);
@@ -181,7 +186,10 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
         add_to(k[i], weight_row(l.bk, 0));
         add_to(v[i], weight_row(l.bv, 0));
       }
-      if (l.q_norm) {  // Command R+: a weight row per head
+      if (hp.arch == Arch::olmo2) {  // over the whole q and k
+        q[i] = arch_norm(hp, q[i], l.q_norm);
+        k[i] = arch_norm(hp, k[i], l.k_norm);
+      } else if (l.q_norm) {  // Command R+: a weight row per head
         const bool per_head = l.q_norm->ne[1] > 1;
         for (int64_t h2 = 0; h2 < hp.n_head; ++h2) {
           Vec n = arch_norm(hp, q[i], l.q_norm, (size_t)(h2 * hd), (size_t)hd, per_head ? h2 : 0);
@@ -223,7 +231,7 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
         for (double& e : a) e *= hp.residual_scale;
       const bool parallel = arch_is_cohere(hp.arch);  // the FFN reads the attention's input
       if (!parallel) add_to(x[i], a);
-      Vec h = parallel ? normed[i] : arch_norm(hp, x[(size_t)i], l.ffn_norm);
+      Vec h = parallel ? normed[i] : l.ffn_norm ? arch_norm(hp, x[(size_t)i], l.ffn_norm) : x[(size_t)i];
       Vec out;
       if (l.ffn_gate_inp) {
         out = moe(m, l, h);
@@ -273,6 +281,7 @@ struct Case {
   int64_t n_rot = 0;     // partial rotary embeddings (Phi-4-mini: 3/4 of each head; 0: the preset's)
   bool qk_norm = false;  // glm4moe: GLM-4.5's q/k norms, 3 layers, weights not renormalized
   int64_t n_layer = 0;   // command-r: 64 layers carry Command R+'s per-head q/k norms
+  bool olmo3 = false;    // olmo2: OLMo 3's windows (3 local layers of 4) and YaRN on the global ones
 };
 
 HParams case_hparams(const Case& c) {
@@ -287,6 +296,14 @@ HParams case_hparams(const Case& c) {
     hp.n_head_kv = 2;
     hp.head_dim = 16;
     hp.n_ff = 96;
+  }
+  if (c.olmo3) {
+    hp.n_layer = 4;
+    hp.n_swa = 4;
+    hp.swa_period = 4;
+    hp.rope_scaling = RopeScaling::yarn;
+    hp.rope_freq_scale = 0.25f;
+    hp.n_ctx_orig = 128;
   }
   if (c.qk_norm) {
     hp.qk_norm = true;
@@ -356,7 +373,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"granite", Arch::granite}, Case{"glm45_air", Arch::glm4moe},
                       Case{"qwen2moe", Arch::qwen2moe}, Case{"smollm3", Arch::smollm3}, Case{"glm4", Arch::glm4},
                       Case{"glm45", Arch::glm4moe, false, 0, 0, true}, Case{"command_r", Arch::command_r},
-                      Case{"cohere2", Arch::cohere2}, Case{"command_r_plus", Arch::command_r, false, 0, 0, false, 64}),
+                      Case{"cohere2", Arch::cohere2}, Case{"command_r_plus", Arch::command_r, false, 0, 0, false, 64},
+                      Case{"olmo2", Arch::olmo2}, Case{"olmo3", Arch::olmo2, false, 0, 0, false, 0, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // The hyper-parameters survive the file: what write_hparams wrote, read_hparams reads back.
@@ -368,7 +386,8 @@ TEST(ArchHParams, RoundTripThroughTheFile) {
         Case{"rt-glm45_air", Arch::glm4moe}, Case{"rt-glm45", Arch::glm4moe, false, 0, 0, true},
         Case{"rt-qwen2moe", Arch::qwen2moe}, Case{"rt-smollm3", Arch::smollm3}, Case{"rt-glm4", Arch::glm4},
         Case{"rt-command_r", Arch::command_r}, Case{"rt-cohere2", Arch::cohere2},
-        Case{"rt-command_r_plus", Arch::command_r, false, 0, 0, false, 64}}) {
+        Case{"rt-command_r_plus", Arch::command_r, false, 0, 0, false, 64}, Case{"rt-olmo2", Arch::olmo2},
+        Case{"rt-olmo3", Arch::olmo2, false, 0, 0, false, 0, true}}) {
     const std::string path = make_model(c);
     const HParams want = case_hparams(c);
     const HParams got = Model::load(path)->hparams();

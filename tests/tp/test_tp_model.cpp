@@ -146,29 +146,29 @@ TEST_P(TensorParallel, SameTokensAndLogitsAsOneDevice) {
     // every result element is one member's whole dot product: the same bits as one device
     EXPECT_EQ(got.logits, want.logits);
     // joins: attention heads, attn_output rows, FFN hidden rows, ffn_down rows; glm4moe's shared
-    // expert its own hidden rows
+    // expert its own hidden rows; olmo2's q and k for their norms over all heads
     const HParams& hp = m->hparams();
     const int64_t shared = hp.n_expert_shared > 0 ? hp.n_layer - hp.n_layer_dense_lead : 0;
-    EXPECT_EQ(got.all_reduce_per_token, (uint64_t)(4 * hp.n_layer + shared));
+    const int64_t qk = arch_is_olmo2(hp.arch) ? 2 * hp.n_layer : 0;
+    EXPECT_EQ(got.all_reduce_per_token, (uint64_t)(4 * hp.n_layer + shared + qk));
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, TensorParallel,
-                         ::testing::Values(Case{Arch::llama, DType::F32}, Case{Arch::qwen3, DType::F32},
-                                           Case{Arch::qwen3moe, DType::F32}, Case{Arch::llama, DType::Q8_0},
-                                           Case{Arch::qwen2, DType::F32}, Case{Arch::gemma2, DType::F32},
-                                           Case{Arch::gemma3, DType::F32}, Case{Arch::phi3, DType::F32},
-                                           Case{Arch::gpt_oss, DType::F32}, Case{Arch::qwen2, DType::Q4_0},
-                                           Case{Arch::qwen3moe, DType::Q8_0}, Case{Arch::granite, DType::F32},
-                                           Case{Arch::gemma, DType::F32}, Case{Arch::glm4moe, DType::F32},
-                                           Case{Arch::glm4moe, DType::Q8_0}, Case{Arch::qwen2moe, DType::F32},
-                                           Case{Arch::smollm3, DType::F32}, Case{Arch::glm4, DType::F32},
-                                           Case{Arch::command_r, DType::F32}, Case{Arch::cohere2, DType::Q8_0}),
-                         [](const auto& info) {
-                           std::string name = std::string(arch_name(info.param.arch)) + "_" + dtype_name(info.param.type);
-                           std::replace(name.begin(), name.end(), '-', '_');  // "gpt-oss"
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Archs, TensorParallel,
+    ::testing::Values(Case{Arch::llama, DType::F32}, Case{Arch::qwen3, DType::F32}, Case{Arch::qwen3moe, DType::F32},
+                      Case{Arch::llama, DType::Q8_0}, Case{Arch::qwen2, DType::F32}, Case{Arch::gemma2, DType::F32},
+                      Case{Arch::gemma3, DType::F32}, Case{Arch::phi3, DType::F32}, Case{Arch::gpt_oss, DType::F32},
+                      Case{Arch::qwen2, DType::Q4_0}, Case{Arch::qwen3moe, DType::Q8_0},
+                      Case{Arch::granite, DType::F32}, Case{Arch::gemma, DType::F32}, Case{Arch::glm4moe, DType::F32},
+                      Case{Arch::glm4moe, DType::Q8_0}, Case{Arch::qwen2moe, DType::F32},
+                      Case{Arch::smollm3, DType::F32}, Case{Arch::glm4, DType::F32}, Case{Arch::command_r, DType::F32},
+                      Case{Arch::cohere2, DType::Q8_0}, Case{Arch::olmo2, DType::F32}),
+    [](const auto& info) {
+      std::string name = std::string(arch_name(info.param.arch)) + "_" + dtype_name(info.param.type);
+      std::replace(name.begin(), name.end(), '-', '_');  // "gpt-oss"
+      return name;
+    });
 
 // Command R+'s per-head q/k norms (64 layers and more): each member takes its heads' rows. The norm
 // weights differ, so a member normalizing with another head's row would show in the logits.

@@ -55,7 +55,7 @@ struct Options {
   float cvec_sigma = 0.05f;
   int64_t n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0, n_ff = 0, n_expert = 0,
           n_expert_used = 0, n_ff_exp = 0, n_vocab = 0, n_ctx_train = 0, n_expert_shared = 0, n_dense_lead = 0,
-          n_nextn = 0;
+          n_nextn = 0, n_swa = 0;
   bool qk_norm = false;
 };
 
@@ -110,6 +110,12 @@ int run_new(const Options& o, const CLI::App& cmd) {
   take("--n-dense-lead", o.n_dense_lead, hp.n_layer_dense_lead);
   take("--n-nextn", o.n_nextn, hp.n_layer_nextn);
   if (o.qk_norm) hp.qk_norm = true;
+  if (cmd.count("--n-swa") > 0) {  // the window; olmo2 gets OLMo 3's pattern with it
+    LOOM_CHECK(o.n_swa > 0 && (hp.swa_period > 0 || *arch == loom::Arch::olmo2), usage,
+               "--n-swa {}: a window of at least 1 position, in gemma2, gemma3, gpt-oss, cohere2 or olmo2", o.n_swa);
+    hp.n_swa = o.n_swa;
+    if (*arch == loom::Arch::olmo2) hp.swa_period = 4;
+  }
   take("--n-vocab", o.n_vocab, hp.n_vocab);
   take("--n-ctx-train", o.n_ctx_train, hp.n_ctx_train);
   if (cmd.count("--n-ctx-train") > 0 && hp.n_ctx_orig > 0) loom::set_original_context(hp);
@@ -209,7 +215,7 @@ int main(int argc, char** argv) {
   CLI::App* nw = app.add_subcommand("new", "write a random-init (or header-only) model");
   nw->add_option("--arch", o.arch,
                  "llama | qwen2 | qwen2moe | qwen3 | qwen3moe | gemma | gemma2 | gemma3 | phi3 | gpt-oss | granite | "
-                 "glm4 | glm4moe | smollm3 | command-r | cohere2")
+                 "glm4 | glm4moe | smollm3 | command-r | cohere2 | olmo2")
       ->required();
   nw->add_option(
         "--preset", o.preset,
@@ -229,6 +235,8 @@ int main(int argc, char** argv) {
   nw->add_option("--n-dense-lead", o.n_dense_lead, "glm4moe: leading dense layers (leading_dense_block_count)");
   nw->add_option("--n-nextn", o.n_nextn, "glm4moe: multi-token-prediction layers after the others (never run)");
   nw->add_flag("--qk-norm", o.qk_norm, "glm4moe: attn_q_norm / attn_k_norm (GLM-4.5; Air has none)");
+  nw->add_option("--n-swa", o.n_swa,
+                 "sliding window (attention.sliding_window); olmo2: OLMo 3's 3 local layers of 4 (with --n-layer 4+)");
   nw->add_flag("--rope-freqs", o.rope_freqs, "llama: a Llama-3-shaped file (rope_freqs.weight, RoPE base 500000)");
   nw->add_flag("--tied", o.tied,
                "no output.weight: token_embd is also the output matrix (Llama 3.2 1B/3B; gemma always)");

@@ -16,7 +16,7 @@ namespace loom {
 namespace {
 constexpr Arch kArchs[] = {Arch::llama,   Arch::qwen2, Arch::qwen3,     Arch::qwen3moe, Arch::gemma,   Arch::gemma2,
                            Arch::gemma3,  Arch::phi3,  Arch::gpt_oss,   Arch::granite,  Arch::glm4moe, Arch::qwen2moe,
-                           Arch::smollm3, Arch::glm4,  Arch::command_r, Arch::cohere2};
+                           Arch::smollm3, Arch::glm4,  Arch::command_r, Arch::cohere2,  Arch::olmo2};
 }  // namespace
 
 // clang-format off
@@ -38,6 +38,7 @@ const char* arch_name(Arch arch) {
     case Arch::glm4: return "glm4";
     case Arch::command_r: return "command-r";
     case Arch::cohere2: return "cohere2";
+    case Arch::olmo2: return "olmo2";
   }
   return "?";
 }
@@ -68,10 +69,13 @@ bool arch_rope_neox(Arch arch) {
          !arch_is_cohere(arch);
 }
 bool arch_is_gemma(Arch arch) { return arch == Arch::gemma || arch == Arch::gemma2 || arch == Arch::gemma3; }
-bool arch_has_post_norms(Arch arch) { return arch == Arch::gemma2 || arch == Arch::gemma3 || arch == Arch::glm4; }
+bool arch_has_post_norms(Arch arch) {
+  return arch == Arch::gemma2 || arch == Arch::gemma3 || arch == Arch::glm4 || arch == Arch::olmo2;
+}
 bool arch_fused_gate_up(Arch arch) { return arch == Arch::phi3 || arch == Arch::glm4; }
 bool arch_partial_rope(Arch arch) { return arch == Arch::phi3 || arch == Arch::glm4 || arch == Arch::glm4moe; }
 bool arch_is_cohere(Arch arch) { return arch == Arch::command_r || arch == Arch::cohere2; }
+bool arch_is_olmo2(Arch arch) { return arch == Arch::olmo2; }
 
 float HParams::logit_multiplier() const {
   if (logit_scale == 0.0f) return 1.0f;
@@ -432,6 +436,11 @@ void validate_hparams(const HParams& hp) {
              invalid_input,
              "{}: embedding, residual and attention scales are granite's, logit scales granite's and Cohere's", a);
   LOOM_CHECK(!arch_is_cohere(hp.arch) || hp.tied_embeddings, invalid_input, "{}: the output is always token_embd", a);
+  if (arch_is_olmo2(hp.arch)) {  // llama.cpp's loader: q as wide as the embedding, output.weight required
+    LOOM_CHECK(hp.n_embd_q() == hp.n_embd, invalid_input, "{}: head_dim {} x n_head {} must equal n_embd {}", a,
+               hp.head_dim, hp.n_head, hp.n_embd);
+    LOOM_CHECK(!hp.tied_embeddings, invalid_input, "{}: output.weight is required", a);
+  }
   LOOM_CHECK(hp.arch != Arch::granite || hp.logit_scale > 0, invalid_input, "{}: logit_scale must be positive", a);
   in_range("n_rot", hp.n_rot, 0, hp.head_dim);
   LOOM_CHECK(hp.n_rot % 2 == 0, invalid_input, "{}: n_rot = {} must be even", a, hp.n_rot);

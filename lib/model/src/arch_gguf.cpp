@@ -65,6 +65,7 @@ void write_hparams(gguf::Writer& w, const HParams& hp) {
   if (hp.rope_attn_factor != 1.0f) f32("rope.scaling.attn_factor", hp.rope_attn_factor);
   if (hp.n_swa > 0) u32("attention.sliding_window", hp.n_swa);
   if (hp.arch == Arch::gpt_oss && hp.rope_theta_swa != hp.rope_theta) f32("rope.freq_base_swa", hp.rope_theta_swa);
+  if (hp.arch == Arch::olmo2 && hp.n_swa > 0) u32("attention.sliding_window_pattern", hp.swa_period);
   if (hp.arch == Arch::gemma2) {
     f32("attn_logit_softcapping", hp.attn_softcap);
     f32("final_logit_softcapping", hp.final_softcap);
@@ -161,6 +162,12 @@ void read_arch_features(const gguf::File& f, const std::string& a, HParams& hp) 
       hp.n_swa = *swa;
       hp.swa_period = 4;
       hp.logit_scale = (float)required_float(f, a + "logit_scale");
+      break;
+    case Arch::olmo2:  // OLMo 3: a window turns on 3 local layers of 4 (or the pattern's), rotating unscaled
+      // with the global base (llama.cpp's graph reads rope.freq_base_swa but rotates with freq_base)
+      hp.n_swa = swa.value_or(0);
+      hp.swa_period = hp.n_swa > 0 ? find_layer_int(f, a + "attention.sliding_window_pattern").value_or(4) : 0;
+      hp.rope_freq_scale_swa = 1.0f;
       break;
     case Arch::smollm3:  // fixed by llama.cpp's loader (no key)
       hp.n_no_rope_layer_step = 4;

@@ -268,16 +268,31 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
     const size_t first_tensor = c.size();
     const LayerWeights& l = (*model.layers)[(size_t)il];
     const bool swa = hp.is_swa_layer(il);
-    Tensor* cur = arch_norm(c, hp, x, l.attn_norm);
-    cur->name = fmt::format("blk.{}.attn_norm-out", il);
-    Tensor* normed = cur;    // Cohere: the FFN's input too
+    Tensor* cur = x;  // olmo2 norms only the attention's output
+    if (l.attn_norm) {
+      cur = arch_norm(c, hp, x, l.attn_norm);
+      cur->name = fmt::format("blk.{}.attn_norm-out", il);
+    }
+    Tensor* normed = cur;  // Cohere: the FFN's input too
+    // olmo2 under -sm tensor: q and k are joined for their norms (in the same order on every member)
+    const bool join_qk = model.tensor_parallel && arch_is_olmo2(hp.arch);
+    const int64_t k_first = model.first.q / (hp.n_head / hp.n_head_kv);
+    const WholeQkRows whole{[&](Tensor* part, bool is_k) {
+                              return join(part, is_k ? k_first : model.first.q, is_k ? hp.n_embd_kv() : hp.n_embd_q(),
+                                          il, is_k ? "k_gather" : "q_gather");
+                            },
+                            model.first.q, k_first};
     Tensor* attn = nullptr;  // {n_embd_q here, T}
     if (model.n_head_kv == 0) {  // a member without heads
+      if (join_qk)
+        for (bool is_k : {false, true}) in.expand_first.push_back(whole.join(zero_rows(c, cur), is_k));
       attn = zero_rows(c, cur);
     } else {
       const QkvHeads h = project_qkv(c, hp, l, cur, model.n_head, model.n_head_kv, in.positions, rope_params(hp, swa),
-                                     rope_factors, hp.rotates(il));
+                                     rope_factors, hp.rotates(il), join_qk ? &whole : nullptr);
       for (Tensor* t : h.products)
+        if (t) in.expand_first.push_back(t);
+      for (Tensor* t : h.joins)
         if (t) in.expand_first.push_back(t);
       const AttendedKv a = windows ? window_kv(c, model, h, s) : cached_kv(c, model, kv, il, h, in.kv_slots, s);
       attn = attention(c, model, h.q, a.k, a.v, swa ? in.mask_swa : in.mask, l.sinks, s);
@@ -305,9 +320,12 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
     if (parallel_ffn) {
       cur = normed;
     } else {
-      cur = arch_norm(c, hp, ffn_in, l.ffn_norm);
-      cur->name = fmt::format("blk.{}.ffn_norm-out", il);
       ffn_in->name = fmt::format("blk.{}.ffn_inp", il);
+      cur = ffn_in;  // olmo2 norms only the FFN's output
+      if (l.ffn_norm) {
+        cur = arch_norm(c, hp, ffn_in, l.ffn_norm);
+        cur->name = fmt::format("blk.{}.ffn_norm-out", il);
+      }
     }
     const int64_t t_out = ffn_in->ne[1];
     if (l.ffn_gate_inp_b) {

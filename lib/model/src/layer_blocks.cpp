@@ -25,12 +25,17 @@ RopeParams rope_params(const HParams& hp, bool swa_layer) {
   p.attn_factor = hp.rope_attn_factor * hp.yarn.attn_factor;
   p.beta_fast = hp.yarn.beta_fast;
   p.beta_slow = hp.yarn.beta_slow;
+  if (swa_layer && arch_is_olmo2(hp.arch)) {  // OLMo 3's local layers: plain RoPE, no YaRN
+    p.freq_scale = 1.0f;
+    p.ext_factor = 0.0f;
+    p.attn_factor = 1.0f;
+  }
   return p;
 }
 
 QkvHeads project_qkv(Context& c, const HParams& hp, const LayerWeights& l, Tensor* cur, int64_t n_head,
-                     int64_t n_head_kv, Tensor* positions, const RopeParams& rope_p, Tensor* rope_factors,
-                     bool rotate) {
+                     int64_t n_head_kv, Tensor* positions, const RopeParams& rope_p, Tensor* rope_factors, bool rotate,
+                     const WholeQkRows* whole) {
   const int64_t hd = hp.head_dim, T = cur->ne[1];
   Tensor *q, *k, *v;
   std::array<Tensor*, 3> products{};
@@ -53,15 +58,27 @@ QkvHeads project_qkv(Context& c, const HParams& hp, const LayerWeights& l, Tenso
   if (l.bq) q = add(c, q, l.bq);
   if (l.bk) k = add(c, k, l.bk);
   if (l.bv) v = add(c, v, l.bv);
+  std::array<Tensor*, 2> joins{};
+  if (arch_is_olmo2(hp.arch)) {  // RMS norms over the whole q and k, before they split into heads
+    auto norm_whole = [&](Tensor* part, Tensor* w, bool is_k) {
+      if (!whole) return arch_norm(c, hp, part, w);
+      Tensor* all = joins[is_k] = whole->join(part, is_k);
+      Tensor* normed = arch_norm(c, hp, all, w);
+      const size_t first = (size_t)(is_k ? whole->k_first : whole->q_first);
+      return cont(c, view_2d(c, normed, part->ne[0], T, normed->nb[1], first * sizeof(float)));
+    };
+    q = norm_whole(q, l.q_norm, false);
+    k = norm_whole(k, l.k_norm, true);
+  }
   q = reshape(c, q, {hd, n_head, T});
   k = reshape(c, k, {hd, n_head_kv, T});
-  if (l.q_norm) q = arch_norm(c, hp, q, l.q_norm);
-  if (l.k_norm) k = arch_norm(c, hp, k, l.k_norm);
+  if (l.q_norm && !arch_is_olmo2(hp.arch)) q = arch_norm(c, hp, q, l.q_norm);
+  if (l.k_norm && !arch_is_olmo2(hp.arch)) k = arch_norm(c, hp, k, l.k_norm);
   if (rotate) {
     q = rope(c, q, positions, rope_factors, rope_p);
     k = rope(c, k, positions, rope_factors, rope_p);
   }
-  return {q, k, v, {products[0], products[1], products[2]}};
+  return {q, k, v, {products[0], products[1], products[2]}, {joins[0], joins[1]}};
 }
 
 Tensor* dense_ffn_hidden(Context& c, const LayerWeights& l, Tensor* x, bool gelu_gate) {

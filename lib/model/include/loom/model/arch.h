@@ -1,9 +1,7 @@
 // Model architectures (llama with Llama 3 / Mistral / Mixtral shapes, qwen2, qwen3, qwen3moe,
-// qwen2moe, gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4, glm4moe, smollm3, command-r, cohere2):
-// hyper-parameters,
-// named presets with the real shapes, the tensor list of each architecture (names and shapes as
-// llama.cpp's GGUF files have them, with a role per tensor), and the GGUF keys that carry the
-// hyper-parameters.
+// qwen2moe, gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4, glm4moe, smollm3, command-r, cohere2,
+// olmo2): hyper-parameters, named presets with the real shapes, the tensor list of each architecture (names and shapes
+// as llama.cpp's GGUF files have them, with a role per tensor), and the GGUF keys that carry the hyper-parameters.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +19,7 @@ namespace loom {
 
 // clang-format off
 enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, gpt_oss, granite, glm4moe, qwen2moe,
-                  smollm3, glm4, command_r, cohere2 };
+                  smollm3, glm4, command_r, cohere2, olmo2 };
 // clang-format on
 
 const char* arch_name(Arch arch);  // the general.architecture string ("gpt-oss", "command-r")
@@ -32,13 +30,16 @@ bool arch_has_qk_norm(Arch arch);  // qwen3, qwen3moe, gemma3 (glm4moe: where th
 bool arch_has_qkv_bias(Arch arch);  // qwen2, qwen2moe, gpt-oss, glm4, glm4moe
 bool arch_rope_neox(Arch arch);     // rotate halves instead of adjacent pairs (not llama, granite, smollm3, glm4)
 bool arch_is_gemma(Arch arch);      // gemma, gemma2, gemma3: scaled embeddings, GELU FFN, tied output
-bool arch_has_post_norms(Arch arch);  // gemma2, gemma3, glm4: norms on the attention's and the FFN's outputs
+bool arch_has_post_norms(Arch arch);  // gemma2, gemma3, glm4, olmo2: norms on the attention's and the FFN's outputs
 bool arch_fused_gate_up(Arch arch);   // phi3, glm4: ffn_up holds the gate rows, then the up rows
 bool arch_partial_rope(Arch arch);    // phi3, glm4, glm4moe: rope.dimension_count may be below the head size
 // command-r, cohere2 (Cohere): layer norms (mean removed, weight, no bias) instead of RMS norms; the
 // FFN reads the attention's normed input and both branches add to the residual (no ffn_norm);
 // the output always tied; the logits multiplied by logit_scale.
 bool arch_is_cohere(Arch arch);
+// olmo2 (OLMo 2, OLMo 3): no norms before the attention and the FFN, only after them (post norms);
+// RMS q/k norms over the whole q and k vectors (weights {n_embd_q}, {n_embd_kv}), not per head.
+bool arch_is_olmo2(Arch arch);
 
 enum class RopeScaling { none, linear, yarn };
 // How a router's logits become expert weights: softmax (Mixtral, qwen3moe) or sigmoid (glm4moe).
@@ -91,8 +92,8 @@ struct HParams {
   } yarn;
 
   // Sliding-window attention: layer il sees the last n_swa positions when swa_period > 0 and
-  // il % swa_period < swa_period - 1 (gemma2 2, gemma3 6, gpt-oss 2); those layers rotate with
-  // rope_theta_swa / rope_freq_scale_swa.
+  // il % swa_period < swa_period - 1 (gemma2 2, gemma3 6, gpt-oss 2, cohere2 4, OLMo 3 4); those
+  // layers rotate with rope_theta_swa / rope_freq_scale_swa (OLMo 3's without YaRN).
   int64_t n_swa = 0;
   int64_t swa_period = 0;
   float rope_theta_swa = 10000.0f;
