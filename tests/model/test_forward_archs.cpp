@@ -265,7 +265,7 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
   std::vector<Vec> logits;
   for (int64_t i = 0; i < T; ++i) {
     Vec y = matvec(m.output, arch_norm(hp, x[(size_t)i], m.output_norm));
-    const double granite_div = hp.arch == Arch::granite && hp.logit_scale != 0 ? hp.logit_scale : 1.0;
+    const double granite_div = arch_is_granite(hp.arch) && hp.logit_scale != 0 ? hp.logit_scale : 1.0;
     const double cohere_mul = arch_is_cohere(hp.arch) && hp.logit_scale != 0 ? hp.logit_scale : 1.0;
     for (double& e : y) e = softcap(e, hp.final_softcap) / granite_div * cohere_mul;
     logits.push_back(y);
@@ -282,6 +282,7 @@ struct Case {
   bool qk_norm = false;  // glm4moe: GLM-4.5's q/k norms, 3 layers, weights not renormalized
   int64_t n_layer = 0;   // command-r: 64 layers carry Command R+'s per-head q/k norms
   bool olmo3 = false;    // olmo2: OLMo 3's windows (3 local layers of 4) and YaRN on the global ones
+  int64_t n_ff_shared = 0;  // granitemoe: Granite MoE Shared's expert
 };
 
 HParams case_hparams(const Case& c) {
@@ -296,6 +297,10 @@ HParams case_hparams(const Case& c) {
     hp.n_head_kv = 2;
     hp.head_dim = 16;
     hp.n_ff = 96;
+  }
+  if (c.n_ff_shared > 0) {
+    hp.n_ff_shared = c.n_ff_shared;
+    hp.n_expert_shared = 1;
   }
   if (c.olmo3) {
     hp.n_layer = 4;
@@ -374,20 +379,33 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"qwen2moe", Arch::qwen2moe}, Case{"smollm3", Arch::smollm3}, Case{"glm4", Arch::glm4},
                       Case{"glm45", Arch::glm4moe, false, 0, 0, true}, Case{"command_r", Arch::command_r},
                       Case{"cohere2", Arch::cohere2}, Case{"command_r_plus", Arch::command_r, false, 0, 0, false, 64},
-                      Case{"olmo2", Arch::olmo2}, Case{"olmo3", Arch::olmo2, false, 0, 0, false, 0, true}),
+                      Case{"olmo2", Arch::olmo2}, Case{"olmo3", Arch::olmo2, false, 0, 0, false, 0, true},
+                      Case{"granitemoe", Arch::granitemoe},
+                      Case{"granitemoe_shared", Arch::granitemoe, false, 0, 0, false, 0, false, 192}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // The hyper-parameters survive the file: what write_hparams wrote, read_hparams reads back.
 TEST(ArchHParams, RoundTripThroughTheFile) {
-  for (const Case& c :
-       {Case{"rt-gemma", Arch::gemma}, Case{"rt-gemma2", Arch::gemma2}, Case{"rt-gemma3", Arch::gemma3},
-        Case{"rt-phi3", Arch::phi3}, Case{"rt-gpt_oss", Arch::gpt_oss}, Case{"rt-llama3", Arch::llama, true},
-        Case{"rt-phi4_mini", Arch::phi3, false, 0, 24}, Case{"rt-granite", Arch::granite},
-        Case{"rt-glm45_air", Arch::glm4moe}, Case{"rt-glm45", Arch::glm4moe, false, 0, 0, true},
-        Case{"rt-qwen2moe", Arch::qwen2moe}, Case{"rt-smollm3", Arch::smollm3}, Case{"rt-glm4", Arch::glm4},
-        Case{"rt-command_r", Arch::command_r}, Case{"rt-cohere2", Arch::cohere2},
-        Case{"rt-command_r_plus", Arch::command_r, false, 0, 0, false, 64}, Case{"rt-olmo2", Arch::olmo2},
-        Case{"rt-olmo3", Arch::olmo2, false, 0, 0, false, 0, true}}) {
+  for (const Case& c : {Case{"rt-gemma", Arch::gemma},
+                        Case{"rt-gemma2", Arch::gemma2},
+                        Case{"rt-gemma3", Arch::gemma3},
+                        Case{"rt-phi3", Arch::phi3},
+                        Case{"rt-gpt_oss", Arch::gpt_oss},
+                        Case{"rt-llama3", Arch::llama, true},
+                        Case{"rt-phi4_mini", Arch::phi3, false, 0, 24},
+                        Case{"rt-granite", Arch::granite},
+                        Case{"rt-glm45_air", Arch::glm4moe},
+                        Case{"rt-glm45", Arch::glm4moe, false, 0, 0, true},
+                        Case{"rt-qwen2moe", Arch::qwen2moe},
+                        Case{"rt-smollm3", Arch::smollm3},
+                        Case{"rt-glm4", Arch::glm4},
+                        Case{"rt-command_r", Arch::command_r},
+                        Case{"rt-cohere2", Arch::cohere2},
+                        Case{"rt-command_r_plus", Arch::command_r, false, 0, 0, false, 64},
+                        Case{"rt-olmo2", Arch::olmo2},
+                        Case{"rt-olmo3", Arch::olmo2, false, 0, 0, false, 0, true},
+                        Case{"rt-granitemoe", Arch::granitemoe},
+                        Case{"rt-granitemoe_shared", Arch::granitemoe, false, 0, 0, false, 0, false, 192}}) {
     const std::string path = make_model(c);
     const HParams want = case_hparams(c);
     const HParams got = Model::load(path)->hparams();

@@ -37,7 +37,11 @@ HParams odd_hparams(Arch arch) {
   if (arch_is_moe(arch)) {
     hp.n_expert = 5;
     hp.n_expert_used = 2;
-    hp.n_ff_exp = 96;
+    hp.n_ff_exp = arch_experts_n_ff_wide(arch) ? hp.n_ff : 96;
+  }
+  if (arch == Arch::granitemoe) {  // Granite MoE Shared's expert
+    hp.n_ff_shared = 160;
+    hp.n_expert_shared = 1;
   }
   return hp;
 }
@@ -163,7 +167,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Arch::granite, DType::F32}, Case{Arch::gemma, DType::F32}, Case{Arch::glm4moe, DType::F32},
                       Case{Arch::glm4moe, DType::Q8_0}, Case{Arch::qwen2moe, DType::F32},
                       Case{Arch::smollm3, DType::F32}, Case{Arch::glm4, DType::F32}, Case{Arch::command_r, DType::F32},
-                      Case{Arch::cohere2, DType::Q8_0}, Case{Arch::olmo2, DType::F32}),
+                      Case{Arch::cohere2, DType::Q8_0}, Case{Arch::olmo2, DType::F32},
+                      Case{Arch::granitemoe, DType::F32}),
     [](const auto& info) {
       std::string name = std::string(arch_name(info.param.arch)) + "_" + dtype_name(info.param.type);
       std::replace(name.begin(), name.end(), '-', '_');  // "gpt-oss"

@@ -33,12 +33,13 @@ TEST(ModelGrad, WholeModelMatchesFiniteDifferences) {
     if (arch == Arch::phi3) hp.n_rot = 6;  // 3/4 of each head, as Phi-4-mini
     if (arch == Arch::glm4moe || arch == Arch::glm4) hp.n_rot = 4;  // half, as GLM
     hp.n_ff = 48;
-    if (arch_is_moe(arch)) hp.n_ff_exp = 16;
+    if (arch_is_moe(arch)) hp.n_ff_exp = arch_experts_n_ff_wide(arch) ? hp.n_ff : 16;
     // gpt-oss: every expert used. At 2 of 4 a step of 1e-3 moves some of its (biased) router
     // logits across top_k's choice, a jump finite differences cannot follow, and a smaller step
     // is lost in float noise; the gathered softmax, add_id biases and SWIGLU_OAI are the same ops.
     // glm4moe likewise: its selection bias picks among sigmoid gates that a step moves as well.
     if (arch == Arch::gpt_oss || arch == Arch::glm4moe) hp.n_expert_used = hp.n_expert;
+    if (arch == Arch::granitemoe) hp.n_ff_shared = 24;
     const std::string path = write_model(dir, hp, 21);
     auto tm = TrainModel::open(path, {});
     GradCase gc;

@@ -55,13 +55,18 @@ inline HParams small_hparams(Arch arch, int64_t n_layer = 1) {
     hp.expert_weights_scale = 1.0f;
   }
   if (arch == Arch::qwen2moe) hp.n_ff_shared = 64;
+  if (arch == Arch::granitemoe) {  // experts n_ff wide, Granite MoE Shared's expert, milder multipliers
+    hp.n_ff_exp = hp.n_ff;
+    hp.n_ff_shared = 48;
+    hp.n_expert_shared = 1;
+  }
   if (arch == Arch::glm4) hp.n_rot = 8;  // half of each head, in adjacent pairs
   if (arch_is_cohere(arch)) hp.logit_scale = 1.0f;  // Cohere's tied output, not scaled down 4-16x
   if (arch == Arch::smollm3) {  // the 4th layer has no RoPE; untied, since 64-wide tied embeddings
     hp.n_layer = 4;             // under 4 layers need more than the overfit test's 100 steps
     hp.tied_embeddings = false;
   }
-  if (arch == Arch::granite) {            // milder multipliers than Granite 3's: a few steps must overfit
+  if (arch_is_granite(arch)) {  // milder multipliers than Granite 3's: a few steps must overfit
     hp.embedding_scale = 2.0f;
     hp.residual_scale = 0.5f;
     hp.attention_scale = 0.3f;
@@ -71,10 +76,10 @@ inline HParams small_hparams(Arch arch, int64_t n_layer = 1) {
 }
 
 // The architectures loom-train trains.
-inline constexpr Arch kTrainedArchs[] = {Arch::llama,   Arch::qwen2,    Arch::qwen3,   Arch::qwen3moe, Arch::gemma,
-                                         Arch::gemma2,  Arch::gemma3,   Arch::phi3,    Arch::gpt_oss,  Arch::granite,
-                                         Arch::glm4moe, Arch::qwen2moe, Arch::smollm3, Arch::glm4,     Arch::command_r,
-                                         Arch::cohere2, Arch::olmo2};
+inline constexpr Arch kTrainedArchs[] = {
+    Arch::llama,   Arch::qwen2, Arch::qwen3,     Arch::qwen3moe, Arch::gemma,   Arch::gemma2,
+    Arch::gemma3,  Arch::phi3,  Arch::gpt_oss,   Arch::granite,  Arch::glm4moe, Arch::qwen2moe,
+    Arch::smollm3, Arch::glm4,  Arch::command_r, Arch::cohere2,  Arch::olmo2,   Arch::granitemoe};
 
 inline std::string write_model(const fs::path& dir, const HParams& hp, uint64_t seed = 5, DType type = DType::F32,
                                const std::string& name = "model.gguf") {

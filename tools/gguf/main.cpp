@@ -55,7 +55,7 @@ struct Options {
   float cvec_sigma = 0.05f;
   int64_t n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0, n_ff = 0, n_expert = 0,
           n_expert_used = 0, n_ff_exp = 0, n_vocab = 0, n_ctx_train = 0, n_expert_shared = 0, n_dense_lead = 0,
-          n_nextn = 0, n_swa = 0;
+          n_nextn = 0, n_swa = 0, n_ff_shared = 0;
   bool qk_norm = false;
 };
 
@@ -107,6 +107,8 @@ int run_new(const Options& o, const CLI::App& cmd) {
   take("--n-expert-used", o.n_expert_used, hp.n_expert_used);
   take("--n-ff-exp", o.n_ff_exp, hp.n_ff_exp);
   take("--n-expert-shared", o.n_expert_shared, hp.n_expert_shared);
+  take("--n-ff-shared", o.n_ff_shared, hp.n_ff_shared);
+  if (*arch == loom::Arch::granitemoe) hp.n_expert_shared = hp.n_ff_shared > 0 ? 1 : 0;
   take("--n-dense-lead", o.n_dense_lead, hp.n_layer_dense_lead);
   take("--n-nextn", o.n_nextn, hp.n_layer_nextn);
   if (o.qk_norm) hp.qk_norm = true;
@@ -128,6 +130,7 @@ int run_new(const Options& o, const CLI::App& cmd) {
     hp.n_ff_exp = hp.n_ff;
     if (cmd.count("--n-expert-used") == 0) hp.n_expert_used = std::min<int64_t>(2, hp.n_expert);
   }
+  if (*arch == loom::Arch::granitemoe) hp.n_ff_exp = hp.n_ff;  // experts as wide as n_ff
   if (cmd.count("--head-dim") > 0) {
     hp.head_dim = o.head_dim;
   } else if (cmd.count("--n-embd") > 0 || cmd.count("--n-head") > 0) {
@@ -215,7 +218,7 @@ int main(int argc, char** argv) {
   CLI::App* nw = app.add_subcommand("new", "write a random-init (or header-only) model");
   nw->add_option("--arch", o.arch,
                  "llama | qwen2 | qwen2moe | qwen3 | qwen3moe | gemma | gemma2 | gemma3 | phi3 | gpt-oss | granite | "
-                 "glm4 | glm4moe | smollm3 | command-r | cohere2 | olmo2")
+                 "granitemoe | glm4 | glm4moe | smollm3 | command-r | cohere2 | olmo2")
       ->required();
   nw->add_option(
         "--preset", o.preset,
@@ -232,6 +235,8 @@ int main(int argc, char** argv) {
   nw->add_option("--n-expert-used", o.n_expert_used, "experts used per token");
   nw->add_option("--n-ff-exp", o.n_ff_exp, "expert feed-forward width (qwen2moe, qwen3moe, gpt-oss, glm4moe)");
   nw->add_option("--n-expert-shared", o.n_expert_shared, "glm4moe: shared experts (one FFN n_ff_exp times as wide)");
+  nw->add_option("--n-ff-shared", o.n_ff_shared,
+                 "qwen2moe, granitemoe: the shared expert's width (granitemoe: 0, none, by default)");
   nw->add_option("--n-dense-lead", o.n_dense_lead, "glm4moe: leading dense layers (leading_dense_block_count)");
   nw->add_option("--n-nextn", o.n_nextn, "glm4moe: multi-token-prediction layers after the others (never run)");
   nw->add_flag("--qk-norm", o.qk_norm, "glm4moe: attn_q_norm / attn_k_norm (GLM-4.5; Air has none)");

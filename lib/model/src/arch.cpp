@@ -14,9 +14,11 @@
 namespace loom {
 
 namespace {
-constexpr Arch kArchs[] = {Arch::llama,   Arch::qwen2, Arch::qwen3,     Arch::qwen3moe, Arch::gemma,   Arch::gemma2,
-                           Arch::gemma3,  Arch::phi3,  Arch::gpt_oss,   Arch::granite,  Arch::glm4moe, Arch::qwen2moe,
-                           Arch::smollm3, Arch::glm4,  Arch::command_r, Arch::cohere2,  Arch::olmo2};
+// clang-format off
+constexpr Arch kArchs[] = {Arch::llama, Arch::qwen2, Arch::qwen3, Arch::qwen3moe, Arch::gemma, Arch::gemma2,
+                           Arch::gemma3, Arch::phi3, Arch::gpt_oss, Arch::granite, Arch::glm4moe, Arch::qwen2moe,
+                           Arch::smollm3, Arch::glm4, Arch::command_r, Arch::cohere2, Arch::olmo2, Arch::granitemoe};
+// clang-format on
 }  // namespace
 
 // clang-format off
@@ -39,6 +41,7 @@ const char* arch_name(Arch arch) {
     case Arch::command_r: return "command-r";
     case Arch::cohere2: return "cohere2";
     case Arch::olmo2: return "olmo2";
+    case Arch::granitemoe: return "granitemoe";
   }
   return "?";
 }
@@ -57,15 +60,18 @@ std::string arch_names() {
 }
 
 bool arch_is_moe(Arch arch) {
-  return arch == Arch::qwen2moe || arch == Arch::qwen3moe || arch == Arch::gpt_oss || arch == Arch::glm4moe;
+  return arch == Arch::qwen2moe || arch == Arch::qwen3moe || arch == Arch::gpt_oss || arch == Arch::glm4moe ||
+         arch == Arch::granitemoe;
 }
+bool arch_is_granite(Arch arch) { return arch == Arch::granite || arch == Arch::granitemoe; }
+bool arch_experts_n_ff_wide(Arch arch) { return arch == Arch::llama || arch == Arch::granitemoe; }
 bool arch_has_qk_norm(Arch arch) { return arch == Arch::qwen3 || arch == Arch::qwen3moe || arch == Arch::gemma3; }
 bool arch_has_qkv_bias(Arch arch) {
   return arch == Arch::qwen2 || arch == Arch::qwen2moe || arch == Arch::gpt_oss || arch == Arch::glm4moe ||
          arch == Arch::glm4;
 }
 bool arch_rope_neox(Arch arch) {
-  return arch != Arch::llama && arch != Arch::granite && arch != Arch::smollm3 && arch != Arch::glm4 &&
+  return arch != Arch::llama && !arch_is_granite(arch) && arch != Arch::smollm3 && arch != Arch::glm4 &&
          !arch_is_cohere(arch);
 }
 bool arch_is_gemma(Arch arch) { return arch == Arch::gemma || arch == Arch::gemma2 || arch == Arch::gemma3; }
@@ -79,11 +85,11 @@ bool arch_is_olmo2(Arch arch) { return arch == Arch::olmo2; }
 
 float HParams::logit_multiplier() const {
   if (logit_scale == 0.0f) return 1.0f;
-  return arch == Arch::granite ? 1.0f / logit_scale : logit_scale;
+  return arch_is_granite(arch) ? 1.0f / logit_scale : logit_scale;
 }
 
 float HParams::attn_scale() const {
-  if (arch == Arch::granite && attention_scale != 0.0f) return attention_scale;
+  if (arch_is_granite(arch) && attention_scale != 0.0f) return attention_scale;
   // gemma_pytorch's query_pre_attn_scalar: the 27B sizes scale by n_embd / n_head (llama.cpp
   // tells them by their layer count)
   const bool gemma_27b = (arch == Arch::gemma2 && n_layer == 46) || (arch == Arch::gemma3 && n_layer == 62);
@@ -177,6 +183,14 @@ void add_arch_features(HParams& hp, int64_t n_swa) {
       hp.rope_theta_swa = hp.rope_theta;
       hp.logit_scale = 0.25f;
       hp.rms_eps = 1e-5f;
+      hp.tied_embeddings = true;
+      break;
+    case Arch::granitemoe:  // Granite 3.x MoE (3B-A800M: embeddings 12, residuals 0.22, logits / 6), experts n_ff wide
+      hp.n_ff_exp = hp.n_ff;
+      hp.embedding_scale = 12.0f;
+      hp.residual_scale = 0.22f;
+      hp.attention_scale = 1.0f / (float)hp.head_dim;
+      hp.logit_scale = 6.0f;
       hp.tied_embeddings = true;
       break;
     case Arch::granite:  // Granite 3.x's multipliers (8B: embeddings 12, residuals 0.22, logits / 16)
@@ -431,7 +445,7 @@ void validate_hparams(const HParams& hp) {
   LOOM_CHECK(hp.head_dim % 2 == 0, invalid_input, "{}: head_dim = {} must be even for RoPE", a, hp.head_dim);
   for (float s : {hp.embedding_scale, hp.residual_scale, hp.attention_scale, hp.logit_scale})
     LOOM_CHECK(std::isfinite(s) && s >= 0, invalid_input, "{}: a scale of {} must be finite and >= 0", a, s);
-  LOOM_CHECK(hp.arch == Arch::granite || (hp.embedding_scale == 0 && hp.residual_scale == 0 &&
+  LOOM_CHECK(arch_is_granite(hp.arch) || (hp.embedding_scale == 0 && hp.residual_scale == 0 &&
                                           hp.attention_scale == 0 && (hp.logit_scale == 0 || arch_is_cohere(hp.arch))),
              invalid_input,
              "{}: embedding, residual and attention scales are granite's, logit scales granite's and Cohere's", a);
@@ -441,16 +455,21 @@ void validate_hparams(const HParams& hp) {
                hp.head_dim, hp.n_head, hp.n_embd);
     LOOM_CHECK(!hp.tied_embeddings, invalid_input, "{}: output.weight is required", a);
   }
-  LOOM_CHECK(hp.arch != Arch::granite || hp.logit_scale > 0, invalid_input, "{}: logit_scale must be positive", a);
+  LOOM_CHECK(!arch_is_granite(hp.arch) || hp.logit_scale > 0, invalid_input, "{}: logit_scale must be positive", a);
   in_range("n_rot", hp.n_rot, 0, hp.head_dim);
   LOOM_CHECK(hp.n_rot % 2 == 0, invalid_input, "{}: n_rot = {} must be even", a, hp.n_rot);
   LOOM_CHECK(arch_partial_rope(hp.arch) || hp.rot_dims() == hp.head_dim, invalid_input,
              "{}: only phi3, glm4 and glm4moe rotate part of each head (n_rot = {}, head_dim = {})", a, hp.n_rot,
              hp.head_dim);
   const bool glm = hp.arch == Arch::glm4moe, qwen2moe = hp.arch == Arch::qwen2moe;
+  const bool granitemoe = hp.arch == Arch::granitemoe;  // a shared expert where n_ff_shared says
   in_range("n_layer_dense_lead", hp.n_layer_dense_lead, 0, glm ? hp.n_layer : 0);
-  in_range("n_expert_shared", hp.n_expert_shared, qwen2moe ? 1 : 0, glm ? 64 : qwen2moe ? 1 : 0);
-  in_range("n_ff_shared", hp.n_ff_shared, qwen2moe ? 1 : 0, qwen2moe ? 1 << 22 : 0);
+  in_range("n_expert_shared", hp.n_expert_shared, qwen2moe ? 1 : 0, glm ? 64 : qwen2moe || granitemoe ? 1 : 0);
+  in_range("n_ff_shared", hp.n_ff_shared, qwen2moe ? 1 : 0, qwen2moe || granitemoe ? 1 << 22 : 0);
+  LOOM_CHECK(!granitemoe || (hp.n_expert_shared > 0) == (hp.n_ff_shared > 0), invalid_input,
+             "{}: a shared expert needs its width (n_ff_shared = {})", a, hp.n_ff_shared);
+  LOOM_CHECK(!arch_experts_n_ff_wide(hp.arch) || !hp.is_moe() || hp.n_ff_exp == hp.n_ff, invalid_input,
+             "{}: experts are feed_forward_length wide (n_ff_exp = {}, n_ff = {})", a, hp.n_ff_exp, hp.n_ff);
   in_range("n_layer_nextn", hp.n_layer_nextn, 0, glm ? 16 : 0);
   in_range("n_no_rope_layer_step", hp.n_no_rope_layer_step, 0, hp.arch == Arch::smollm3 ? 4096 : 0);
   LOOM_CHECK(glm || (!hp.qk_norm && hp.expert_gating == ExpertGating::softmax && hp.expert_weights_scale == 0.0f),

@@ -34,8 +34,8 @@ void write_hparams(gguf::Writer& w, const HParams& hp) {
   u32("context_length", hp.n_ctx_train);
   u32("embedding_length", hp.n_embd);
   u32("block_count", hp.n_layer + hp.n_layer_nextn);
-  // a llama's experts are feed_forward_length wide
-  u32("feed_forward_length", hp.arch == Arch::llama && hp.is_moe() ? hp.n_ff_exp : hp.n_ff);
+  // a llama's and granitemoe's experts are feed_forward_length wide
+  u32("feed_forward_length", arch_experts_n_ff_wide(hp.arch) && hp.is_moe() ? hp.n_ff_exp : hp.n_ff);
   u32("attention.head_count", hp.n_head);
   u32("attention.head_count_kv", hp.n_head_kv);
   u32("attention.key_length", hp.head_dim);
@@ -46,9 +46,9 @@ void write_hparams(gguf::Writer& w, const HParams& hp) {
   if (hp.is_moe()) {
     u32("expert_count", hp.n_expert);
     u32("expert_used_count", hp.n_expert_used);
-    if (hp.arch != Arch::llama) u32("expert_feed_forward_length", hp.n_ff_exp);
+    if (!arch_experts_n_ff_wide(hp.arch)) u32("expert_feed_forward_length", hp.n_ff_exp);
   }
-  if (hp.arch == Arch::qwen2moe) u32("expert_shared_feed_forward_length", hp.n_ff_shared);
+  if (hp.arch == Arch::qwen2moe || hp.n_ff_shared > 0) u32("expert_shared_feed_forward_length", hp.n_ff_shared);
   if (hp.arch == Arch::glm4moe) {
     u32("expert_shared_count", hp.n_expert_shared);
     u32("leading_dense_block_count", hp.n_layer_dense_lead);
@@ -71,7 +71,7 @@ void write_hparams(gguf::Writer& w, const HParams& hp) {
     f32("final_logit_softcapping", hp.final_softcap);
   }
   if (arch_is_cohere(hp.arch)) f32("logit_scale", hp.logit_scale);
-  if (hp.arch == Arch::granite) {
+  if (arch_is_granite(hp.arch)) {
     f32("logit_scale", hp.logit_scale);
     if (hp.embedding_scale != 0.0f) f32("embedding_scale", hp.embedding_scale);
     if (hp.residual_scale != 0.0f) f32("residual_scale", hp.residual_scale);
@@ -174,7 +174,8 @@ void read_arch_features(const gguf::File& f, const std::string& a, HParams& hp) 
       hp.n_swa = 0;
       hp.swa_period = 0;
       break;
-    case Arch::granite: {
+    case Arch::granite:
+    case Arch::granitemoe: {
       // llama.cpp: logit_scale required, the others 0 (not applied) when absent; RoPE switched
       // off by rope.scaling.finetuned = false, which loom does not support
       hp.logit_scale = (float)required_float(f, a + "logit_scale");
@@ -272,6 +273,12 @@ HParams read_hparams(const gguf::File& f) {
     hp.n_expert_used = required("expert_used_count");
     hp.n_ff_exp = f.find_int(a + "expert_feed_forward_length").value_or(0);
     if (hp.n_ff_exp == 0 && hp.n_expert_used > 0) hp.n_ff_exp = hp.n_ff / hp.n_expert_used;
+    if (hp.arch == Arch::granitemoe) {  // experts n_ff wide; Granite MoE Shared's expert where its width is given
+      hp.n_ff = required("feed_forward_length");
+      hp.n_ff_exp = hp.n_ff;
+      hp.n_ff_shared = f.find_int(a + "expert_shared_feed_forward_length").value_or(0);
+      hp.n_expert_shared = hp.n_ff_shared > 0 ? 1 : 0;
+    }
     if (hp.arch == Arch::glm4moe) read_glm4moe_router(f, a, hp);
     if (hp.arch == Arch::qwen2moe) {  // llama.cpp: the shared expert n_ff wide unless the key says
       hp.n_expert_shared = 1;

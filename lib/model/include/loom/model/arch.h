@@ -1,7 +1,8 @@
 // Model architectures (llama with Llama 3 / Mistral / Mixtral shapes, qwen2, qwen3, qwen3moe,
-// qwen2moe, gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4, glm4moe, smollm3, command-r, cohere2,
-// olmo2): hyper-parameters, named presets with the real shapes, the tensor list of each architecture (names and shapes
-// as llama.cpp's GGUF files have them, with a role per tensor), and the GGUF keys that carry the hyper-parameters.
+// qwen2moe, gemma, gemma2, gemma3, phi3, gpt-oss, granite, granitemoe, glm4, glm4moe, smollm3, command-r,
+// cohere2, olmo2): hyper-parameters, named presets with the real shapes, the tensor list of each architecture (names
+// and shapes as llama.cpp's GGUF files have them, with a role per tensor), and the GGUF keys that carry the
+// hyper-parameters.
 #pragma once
 
 #include <cstdint>
@@ -19,13 +20,17 @@ namespace loom {
 
 // clang-format off
 enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, gpt_oss, granite, glm4moe, qwen2moe,
-                  smollm3, glm4, command_r, cohere2, olmo2 };
+                  smollm3, glm4, command_r, cohere2, olmo2, granitemoe };
 // clang-format on
 
 const char* arch_name(Arch arch);  // the general.architecture string ("gpt-oss", "command-r")
 std::optional<Arch> arch_from_name(std::string_view name);
 std::string arch_names();          // "llama, qwen2, ..." for messages
-bool arch_is_moe(Arch arch);       // always routed experts (qwen2moe, qwen3moe, gpt-oss, glm4moe); llama may too
+bool arch_is_moe(Arch arch);  // always routed experts (qwen2moe, qwen3moe, gpt-oss, glm4moe, granitemoe); llama may too
+// granite and granitemoe: IBM's embedding, residual, attention and logit multipliers
+bool arch_is_granite(Arch arch);
+// llama (Mixtral) and granitemoe: experts as wide as feed_forward_length (no expert_feed_forward_length)
+bool arch_experts_n_ff_wide(Arch arch);
 bool arch_has_qk_norm(Arch arch);  // qwen3, qwen3moe, gemma3 (glm4moe: where the file has them, HParams::qk_norm)
 bool arch_has_qkv_bias(Arch arch);  // qwen2, qwen2moe, gpt-oss, glm4, glm4moe
 bool arch_rope_neox(Arch arch);     // rotate halves instead of adjacent pairs (not llama, granite, smollm3, glm4)
@@ -61,6 +66,7 @@ struct HParams {
   // leading dense layers (n_ff wide), and the multi-token-prediction layers after the n_layer
   // computed ones (in the file, never run: llama.cpp skips them too). qwen2moe: one shared expert
   // n_ff_shared wide whose output a sigmoid gate of its own (ffn_gate_inp_shexp) scales.
+  // granitemoe: one shared expert n_ff_shared wide where the file gives that width (Granite MoE Shared).
   int64_t n_expert_shared = 0;
   int64_t n_ff_shared = 0;
   int64_t n_layer_dense_lead = 0;
