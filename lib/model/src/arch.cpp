@@ -185,19 +185,14 @@ void add_arch_features(HParams& hp, int64_t n_swa) {
       hp.rms_eps = 1e-5f;
       hp.tied_embeddings = true;
       break;
-    case Arch::granitemoe:  // Granite 3.x MoE (3B-A800M: embeddings 12, residuals 0.22, logits / 6), experts n_ff wide
+    case Arch::granitemoe:  // experts n_ff wide
       hp.n_ff_exp = hp.n_ff;
+      [[fallthrough]];
+    case Arch::granite:  // Granite 3.x's multipliers (8B: embeddings 12, residuals 0.22, logits / 16; 3B-A800M / 6)
       hp.embedding_scale = 12.0f;
       hp.residual_scale = 0.22f;
       hp.attention_scale = 1.0f / (float)hp.head_dim;
-      hp.logit_scale = 6.0f;
-      hp.tied_embeddings = true;
-      break;
-    case Arch::granite:  // Granite 3.x's multipliers (8B: embeddings 12, residuals 0.22, logits / 16)
-      hp.embedding_scale = 12.0f;
-      hp.residual_scale = 0.22f;
-      hp.attention_scale = 1.0f / (float)hp.head_dim;
-      hp.logit_scale = 16.0f;
+      hp.logit_scale = hp.arch == Arch::granitemoe ? 6.0f : 16.0f;
       hp.tied_embeddings = true;
       break;
     default: break;
