@@ -1,6 +1,6 @@
 // The newer architectures' forward (gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4moe, Llama 3's
-// rope_freqs, Mixtral-shaped llama, qwen2moe, smollm3, glm4, command-r, cohere2, olmo2) against a double-precision
-// reference
+// rope_freqs, Mixtral-shaped llama, qwen2moe, smollm3, glm4, command-r, cohere2, olmo2, granitemoe, olmoe) against a
+// double-precision reference
 // written from llama.cpp's graphs: scaled embeddings, GELU FFN, post norms, soft-capping, q/k norms, sliding windows
 // with their layer pattern and local RoPE base, RoPE divisors and YaRN, fused projections, sinks, biased experts with
 // gpt-oss's gating, sigmoid routing with a selection bias and a shared expert (gated in qwen2moe), Cohere's layer
@@ -186,7 +186,7 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
         add_to(k[i], weight_row(l.bk, 0));
         add_to(v[i], weight_row(l.bv, 0));
       }
-      if (hp.arch == Arch::olmo2) {  // over the whole q and k
+      if (arch_whole_qk_norm(hp.arch)) {  // over the whole q and k
         q[i] = arch_norm(hp, q[i], l.q_norm);
         k[i] = arch_norm(hp, k[i], l.k_norm);
       } else if (l.q_norm) {  // Command R+: a weight row per head
@@ -380,7 +380,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"glm45", Arch::glm4moe, false, 0, 0, true}, Case{"command_r", Arch::command_r},
                       Case{"cohere2", Arch::cohere2}, Case{"command_r_plus", Arch::command_r, false, 0, 0, false, 64},
                       Case{"olmo2", Arch::olmo2}, Case{"olmo3", Arch::olmo2, false, 0, 0, false, 0, true},
-                      Case{"granitemoe", Arch::granitemoe},
+                      Case{"granitemoe", Arch::granitemoe}, Case{"olmoe", Arch::olmoe},
                       Case{"granitemoe_shared", Arch::granitemoe, false, 0, 0, false, 0, false, 192}),
     [](const auto& info) { return std::string(info.param.name); });
 
@@ -405,7 +405,8 @@ TEST(ArchHParams, RoundTripThroughTheFile) {
                         Case{"rt-olmo2", Arch::olmo2},
                         Case{"rt-olmo3", Arch::olmo2, false, 0, 0, false, 0, true},
                         Case{"rt-granitemoe", Arch::granitemoe},
-                        Case{"rt-granitemoe_shared", Arch::granitemoe, false, 0, 0, false, 0, false, 192}}) {
+                        Case{"rt-granitemoe_shared", Arch::granitemoe, false, 0, 0, false, 0, false, 192},
+                        Case{"rt-olmoe", Arch::olmoe}}) {
     const std::string path = make_model(c);
     const HParams want = case_hparams(c);
     const HParams got = Model::load(path)->hparams();

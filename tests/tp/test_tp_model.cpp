@@ -39,6 +39,7 @@ HParams odd_hparams(Arch arch) {
     hp.n_expert_used = 2;
     hp.n_ff_exp = arch_experts_n_ff_wide(arch) ? hp.n_ff : 96;
   }
+  if (arch == Arch::olmoe) hp.n_head_kv = hp.n_head;  // its k norm as wide as q's
   if (arch == Arch::granitemoe) {  // Granite MoE Shared's expert
     hp.n_ff_shared = 160;
     hp.n_expert_shared = 1;
@@ -153,7 +154,7 @@ TEST_P(TensorParallel, SameTokensAndLogitsAsOneDevice) {
     // expert its own hidden rows; olmo2's q and k for their norms over all heads
     const HParams& hp = m->hparams();
     const int64_t shared = hp.n_expert_shared > 0 ? hp.n_layer - hp.n_layer_dense_lead : 0;
-    const int64_t qk = arch_is_olmo2(hp.arch) ? 2 * hp.n_layer : 0;
+    const int64_t qk = arch_whole_qk_norm(hp.arch) ? 2 * hp.n_layer : 0;
     EXPECT_EQ(got.all_reduce_per_token, (uint64_t)(4 * hp.n_layer + shared + qk));
   }
 }
@@ -168,7 +169,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Arch::glm4moe, DType::Q8_0}, Case{Arch::qwen2moe, DType::F32},
                       Case{Arch::smollm3, DType::F32}, Case{Arch::glm4, DType::F32}, Case{Arch::command_r, DType::F32},
                       Case{Arch::cohere2, DType::Q8_0}, Case{Arch::olmo2, DType::F32},
-                      Case{Arch::granitemoe, DType::F32}),
+                      Case{Arch::granitemoe, DType::F32}, Case{Arch::olmoe, DType::F32}),
     [](const auto& info) {
       std::string name = std::string(arch_name(info.param.arch)) + "_" + dtype_name(info.param.type);
       std::replace(name.begin(), name.end(), '-', '_');  // "gpt-oss"

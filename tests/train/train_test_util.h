@@ -55,6 +55,10 @@ inline HParams small_hparams(Arch arch, int64_t n_layer = 1) {
     hp.expert_weights_scale = 1.0f;
   }
   if (arch == Arch::qwen2moe) hp.n_ff_shared = 64;
+  if (arch == Arch::olmoe) {  // experts n_ff wide, its k norm as wide as q's
+    hp.n_ff_exp = hp.n_ff;
+    hp.n_head_kv = hp.n_head;
+  }
   if (arch == Arch::granitemoe) {  // experts n_ff wide, Granite MoE Shared's expert, milder multipliers
     hp.n_ff_exp = hp.n_ff;
     hp.n_ff_shared = 48;
@@ -76,10 +80,12 @@ inline HParams small_hparams(Arch arch, int64_t n_layer = 1) {
 }
 
 // The architectures loom-train trains.
+// clang-format off
 inline constexpr Arch kTrainedArchs[] = {
-    Arch::llama,   Arch::qwen2, Arch::qwen3,     Arch::qwen3moe, Arch::gemma,   Arch::gemma2,
-    Arch::gemma3,  Arch::phi3,  Arch::gpt_oss,   Arch::granite,  Arch::glm4moe, Arch::qwen2moe,
-    Arch::smollm3, Arch::glm4,  Arch::command_r, Arch::cohere2,  Arch::olmo2,   Arch::granitemoe};
+    Arch::llama, Arch::qwen2, Arch::qwen3, Arch::qwen3moe, Arch::gemma, Arch::gemma2, Arch::gemma3, Arch::phi3,
+    Arch::gpt_oss, Arch::granite, Arch::glm4moe, Arch::qwen2moe, Arch::smollm3, Arch::glm4, Arch::command_r,
+    Arch::cohere2, Arch::olmo2, Arch::granitemoe, Arch::olmoe};
+// clang-format on
 
 inline std::string write_model(const fs::path& dir, const HParams& hp, uint64_t seed = 5, DType type = DType::F32,
                                const std::string& name = "model.gguf") {

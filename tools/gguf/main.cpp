@@ -130,7 +130,8 @@ int run_new(const Options& o, const CLI::App& cmd) {
     hp.n_ff_exp = hp.n_ff;
     if (cmd.count("--n-expert-used") == 0) hp.n_expert_used = std::min<int64_t>(2, hp.n_expert);
   }
-  if (*arch == loom::Arch::granitemoe) hp.n_ff_exp = hp.n_ff;  // experts as wide as n_ff
+  if (*arch == loom::Arch::granitemoe || *arch == loom::Arch::olmoe) hp.n_ff_exp = hp.n_ff;  // experts n_ff wide
+  if (*arch == loom::Arch::olmoe && cmd.count("--n-head-kv") == 0) hp.n_head_kv = hp.n_head;
   if (cmd.count("--head-dim") > 0) {
     hp.head_dim = o.head_dim;
   } else if (cmd.count("--n-embd") > 0 || cmd.count("--n-head") > 0) {
@@ -218,7 +219,7 @@ int main(int argc, char** argv) {
   CLI::App* nw = app.add_subcommand("new", "write a random-init (or header-only) model");
   nw->add_option("--arch", o.arch,
                  "llama | qwen2 | qwen2moe | qwen3 | qwen3moe | gemma | gemma2 | gemma3 | phi3 | gpt-oss | granite | "
-                 "granitemoe | glm4 | glm4moe | smollm3 | command-r | cohere2 | olmo2")
+                 "granitemoe | glm4 | glm4moe | smollm3 | command-r | cohere2 | olmo2 | olmoe")
       ->required();
   nw->add_option(
         "--preset", o.preset,

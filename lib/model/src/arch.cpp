@@ -17,7 +17,8 @@ namespace {
 // clang-format off
 constexpr Arch kArchs[] = {Arch::llama, Arch::qwen2, Arch::qwen3, Arch::qwen3moe, Arch::gemma, Arch::gemma2,
                            Arch::gemma3, Arch::phi3, Arch::gpt_oss, Arch::granite, Arch::glm4moe, Arch::qwen2moe,
-                           Arch::smollm3, Arch::glm4, Arch::command_r, Arch::cohere2, Arch::olmo2, Arch::granitemoe};
+                           Arch::smollm3, Arch::glm4, Arch::command_r, Arch::cohere2, Arch::olmo2, Arch::granitemoe,
+                           Arch::olmoe};
 // clang-format on
 }  // namespace
 
@@ -42,6 +43,7 @@ const char* arch_name(Arch arch) {
     case Arch::cohere2: return "cohere2";
     case Arch::olmo2: return "olmo2";
     case Arch::granitemoe: return "granitemoe";
+    case Arch::olmoe: return "olmoe";
   }
   return "?";
 }
@@ -61,10 +63,12 @@ std::string arch_names() {
 
 bool arch_is_moe(Arch arch) {
   return arch == Arch::qwen2moe || arch == Arch::qwen3moe || arch == Arch::gpt_oss || arch == Arch::glm4moe ||
-         arch == Arch::granitemoe;
+         arch == Arch::granitemoe || arch == Arch::olmoe;
 }
 bool arch_is_granite(Arch arch) { return arch == Arch::granite || arch == Arch::granitemoe; }
-bool arch_experts_n_ff_wide(Arch arch) { return arch == Arch::llama || arch == Arch::granitemoe; }
+bool arch_experts_n_ff_wide(Arch arch) {
+  return arch == Arch::llama || arch == Arch::granitemoe || arch == Arch::olmoe;
+}
 bool arch_has_qk_norm(Arch arch) { return arch == Arch::qwen3 || arch == Arch::qwen3moe || arch == Arch::gemma3; }
 bool arch_has_qkv_bias(Arch arch) {
   return arch == Arch::qwen2 || arch == Arch::qwen2moe || arch == Arch::gpt_oss || arch == Arch::glm4moe ||
@@ -82,6 +86,7 @@ bool arch_fused_gate_up(Arch arch) { return arch == Arch::phi3 || arch == Arch::
 bool arch_partial_rope(Arch arch) { return arch == Arch::phi3 || arch == Arch::glm4 || arch == Arch::glm4moe; }
 bool arch_is_cohere(Arch arch) { return arch == Arch::command_r || arch == Arch::cohere2; }
 bool arch_is_olmo2(Arch arch) { return arch == Arch::olmo2; }
+bool arch_whole_qk_norm(Arch arch) { return arch == Arch::olmo2 || arch == Arch::olmoe; }
 
 float HParams::logit_multiplier() const {
   if (logit_scale == 0.0f) return 1.0f;
@@ -165,6 +170,11 @@ void add_arch_features(HParams& hp, int64_t n_swa) {
       hp.n_layer = std::max<int64_t>(hp.n_layer, 4);
       hp.n_no_rope_layer_step = 4;
       hp.tied_embeddings = true;
+      break;
+    case Arch::olmoe:  // OLMoE: the k weights as the softmax gave them, experts n_ff wide, as many kv heads as q
+      hp.n_ff_exp = hp.n_ff;
+      hp.n_head_kv = hp.n_head;
+      hp.expert_weights_norm = false;
       break;
     case Arch::qwen2moe:  // Qwen1.5-MoE: the k weights as the softmax gave them, a gated shared expert
       hp.n_expert_shared = 1;
@@ -445,10 +455,13 @@ void validate_hparams(const HParams& hp) {
              invalid_input,
              "{}: embedding, residual and attention scales are granite's, logit scales granite's and Cohere's", a);
   LOOM_CHECK(!arch_is_cohere(hp.arch) || hp.tied_embeddings, invalid_input, "{}: the output is always token_embd", a);
-  if (arch_is_olmo2(hp.arch)) {  // llama.cpp's loader: q as wide as the embedding, output.weight required
+  if (arch_whole_qk_norm(hp.arch)) {  // llama.cpp's loader: q as wide as the embedding, output.weight required
     LOOM_CHECK(hp.n_embd_q() == hp.n_embd, invalid_input, "{}: head_dim {} x n_head {} must equal n_embd {}", a,
                hp.head_dim, hp.n_head, hp.n_embd);
     LOOM_CHECK(!hp.tied_embeddings, invalid_input, "{}: output.weight is required", a);
+    // olmoe's k norm is n_embd wide in llama.cpp's loader: as many key/value heads as query heads
+    LOOM_CHECK(hp.arch != Arch::olmoe || hp.n_head_kv == hp.n_head, invalid_input,
+               "{}: n_head_kv {} must equal n_head {}", a, hp.n_head_kv, hp.n_head);
   }
   LOOM_CHECK(!arch_is_granite(hp.arch) || hp.logit_scale > 0, invalid_input, "{}: logit_scale must be positive", a);
   in_range("n_rot", hp.n_rot, 0, hp.head_dim);
@@ -469,8 +482,9 @@ void validate_hparams(const HParams& hp) {
   in_range("n_no_rope_layer_step", hp.n_no_rope_layer_step, 0, hp.arch == Arch::smollm3 ? 4096 : 0);
   LOOM_CHECK(glm || (!hp.qk_norm && hp.expert_gating == ExpertGating::softmax && hp.expert_weights_scale == 0.0f),
              invalid_input, "{}: optional q/k norms, sigmoid routing and expert weight scaling are glm4moe's", a);
-  // the k weights: as the softmax gave them in qwen2moe, renormalized in llama (Mixtral), qwen3moe, gpt-oss
-  LOOM_CHECK(glm || !hp.is_moe() || hp.expert_weights_norm == !qwen2moe, invalid_input,
+  // the k weights: as the softmax gave them in qwen2moe and olmoe, renormalized in llama (Mixtral), qwen3moe, gpt-oss
+  const bool unnormed = qwen2moe || hp.arch == Arch::olmoe;
+  LOOM_CHECK(glm || !hp.is_moe() || hp.expert_weights_norm == !unnormed, invalid_input,
              "{}: expert_weights_norm = {} is not this architecture's", a, hp.expert_weights_norm);
   if (hp.n_layer_dense_lead > 0) in_range("n_ff", hp.n_ff, 1, 1 << 22);
   // glm4moe scales its expert weights (the others must not: checked above)

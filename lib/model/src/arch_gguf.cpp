@@ -279,6 +279,11 @@ HParams read_hparams(const gguf::File& f) {
       hp.n_ff_shared = f.find_int(a + "expert_shared_feed_forward_length").value_or(0);
       hp.n_expert_shared = hp.n_ff_shared > 0 ? 1 : 0;
     }
+    if (hp.arch == Arch::olmoe) {  // experts n_ff wide, their k weights not renormalized
+      hp.n_ff = required("feed_forward_length");
+      hp.n_ff_exp = hp.n_ff;
+      hp.expert_weights_norm = false;
+    }
     if (hp.arch == Arch::glm4moe) read_glm4moe_router(f, a, hp);
     if (hp.arch == Arch::qwen2moe) {  // llama.cpp: the shared expert n_ff wide unless the key says
       hp.n_expert_shared = 1;

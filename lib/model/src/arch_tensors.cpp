@@ -115,7 +115,7 @@ std::vector<TensorSpec> arch_tensors(const HParams& hp) {
       add(blk("attn_k.bias"), R::attn_k_bias, il, {n_kv});
       add(blk("attn_v.bias"), R::attn_v_bias, il, {n_kv});
     }
-    if (arch_is_olmo2(a)) {  // over the whole q and k
+    if (arch_whole_qk_norm(a)) {  // over the whole q and k
       add(blk("attn_q_norm.weight"), R::attn_q_norm, il, {n_q});
       add(blk("attn_k_norm.weight"), R::attn_k_norm, il, {n_kv});
     } else if (hp.per_head_qk_norm()) {  // Command R+: a weight row per head

@@ -274,8 +274,8 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
       cur->name = fmt::format("blk.{}.attn_norm-out", il);
     }
     Tensor* normed = cur;  // Cohere: the FFN's input too
-    // olmo2 under -sm tensor: q and k are joined for their norms (in the same order on every member)
-    const bool join_qk = model.tensor_parallel && arch_is_olmo2(hp.arch);
+    // olmo2, olmoe under -sm tensor: q and k are joined for their norms (in the same order on every member)
+    const bool join_qk = model.tensor_parallel && arch_whole_qk_norm(hp.arch);
     const int64_t k_first = model.first.q / (hp.n_head / hp.n_head_kv);
     const WholeQkRows whole{[&](Tensor* part, bool is_k) {
                               return join(part, is_k ? k_first : model.first.q, is_k ? hp.n_embd_kv() : hp.n_embd_q(),

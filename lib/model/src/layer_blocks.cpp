@@ -59,7 +59,7 @@ QkvHeads project_qkv(Context& c, const HParams& hp, const LayerWeights& l, Tenso
   if (l.bk) k = add(c, k, l.bk);
   if (l.bv) v = add(c, v, l.bv);
   std::array<Tensor*, 2> joins{};
-  if (arch_is_olmo2(hp.arch)) {  // RMS norms over the whole q and k, before they split into heads
+  if (arch_whole_qk_norm(hp.arch)) {  // RMS norms over the whole q and k, before they split into heads
     auto norm_whole = [&](Tensor* part, Tensor* w, bool is_k) {
       if (!whole) return arch_norm(c, hp, part, w);
       Tensor* all = joins[is_k] = whole->join(part, is_k);
@@ -72,8 +72,8 @@ QkvHeads project_qkv(Context& c, const HParams& hp, const LayerWeights& l, Tenso
   }
   q = reshape(c, q, {hd, n_head, T});
   k = reshape(c, k, {hd, n_head_kv, T});
-  if (l.q_norm && !arch_is_olmo2(hp.arch)) q = arch_norm(c, hp, q, l.q_norm);
-  if (l.k_norm && !arch_is_olmo2(hp.arch)) k = arch_norm(c, hp, k, l.k_norm);
+  if (l.q_norm && !arch_whole_qk_norm(hp.arch)) q = arch_norm(c, hp, q, l.q_norm);
+  if (l.k_norm && !arch_whole_qk_norm(hp.arch)) k = arch_norm(c, hp, k, l.k_norm);
   if (rotate) {
     q = rope(c, q, positions, rope_factors, rope_p);
     k = rope(c, k, positions, rope_factors, rope_p);

@@ -1,7 +1,7 @@
 // Model architectures (llama with Llama 3 / Mistral / Mixtral shapes, qwen2, qwen3, qwen3moe,
 // qwen2moe, gemma, gemma2, gemma3, phi3, gpt-oss, granite, granitemoe, glm4, glm4moe, smollm3, command-r,
-// cohere2, olmo2): hyper-parameters, named presets with the real shapes, the tensor list of each architecture (names
-// and shapes as llama.cpp's GGUF files have them, with a role per tensor), and the GGUF keys that carry the
+// cohere2, olmo2, olmoe): hyper-parameters, named presets with the real shapes, the tensor list of each architecture
+// (names and shapes as llama.cpp's GGUF files have them, with a role per tensor), and the GGUF keys that carry the
 // hyper-parameters.
 #pragma once
 
@@ -20,16 +20,17 @@ namespace loom {
 
 // clang-format off
 enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, gpt_oss, granite, glm4moe, qwen2moe,
-                  smollm3, glm4, command_r, cohere2, olmo2, granitemoe };
+                  smollm3, glm4, command_r, cohere2, olmo2, granitemoe, olmoe };
 // clang-format on
 
 const char* arch_name(Arch arch);  // the general.architecture string ("gpt-oss", "command-r")
 std::optional<Arch> arch_from_name(std::string_view name);
 std::string arch_names();          // "llama, qwen2, ..." for messages
-bool arch_is_moe(Arch arch);  // always routed experts (qwen2moe, qwen3moe, gpt-oss, glm4moe, granitemoe); llama may too
+// always routed experts (qwen2moe, qwen3moe, gpt-oss, glm4moe, granitemoe, olmoe); llama may have them too
+bool arch_is_moe(Arch arch);
 // granite and granitemoe: IBM's embedding, residual, attention and logit multipliers
 bool arch_is_granite(Arch arch);
-// llama (Mixtral) and granitemoe: experts as wide as feed_forward_length (no expert_feed_forward_length)
+// llama (Mixtral), granitemoe and olmoe: experts as wide as feed_forward_length (no expert_feed_forward_length)
 bool arch_experts_n_ff_wide(Arch arch);
 bool arch_has_qk_norm(Arch arch);  // qwen3, qwen3moe, gemma3 (glm4moe: where the file has them, HParams::qk_norm)
 bool arch_has_qkv_bias(Arch arch);  // qwen2, qwen2moe, gpt-oss, glm4, glm4moe
@@ -42,9 +43,10 @@ bool arch_partial_rope(Arch arch);    // phi3, glm4, glm4moe: rope.dimension_cou
 // FFN reads the attention's normed input and both branches add to the residual (no ffn_norm);
 // the output always tied; the logits multiplied by logit_scale.
 bool arch_is_cohere(Arch arch);
-// olmo2 (OLMo 2, OLMo 3): no norms before the attention and the FFN, only after them (post norms);
-// RMS q/k norms over the whole q and k vectors (weights {n_embd_q}, {n_embd_kv}), not per head.
+// olmo2 (OLMo 2, OLMo 3): no norms before the attention and the FFN, only after them (post norms).
 bool arch_is_olmo2(Arch arch);
+// olmo2 and olmoe: RMS q/k norms over the whole q and k vectors (weights {n_embd_q}, {n_embd_kv}), not per head.
+bool arch_whole_qk_norm(Arch arch);
 
 enum class RopeScaling { none, linear, yarn };
 // How a router's logits become expert weights: softmax (Mixtral, qwen3moe) or sigmoid (glm4moe).
