@@ -47,6 +47,7 @@ const ArchCase kCases[] = {
      "--n-ff-shared 96",
      {"blk.1.ffn_up_exps.weight", "blk.0.ffn_down_shexp.weight", "token_embd.weight"}},
     {"olmoe", "", {"blk.0.attn_k_norm.weight", "blk.1.ffn_gate_inp.weight", "blk.0.ffn_norm.weight"}},
+    {"ernie4_5", "", {"blk.1.attn_q.weight", "blk.0.ffn_norm.weight", "token_embd.weight"}},
     {"olmo2", "--n-swa 8 --n-layer 4", {"blk.0.attn_q_norm.weight", "blk.3.post_ffw_norm.weight", "output.weight"}},
     {"glm4moe",
      "",

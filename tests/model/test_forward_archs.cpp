@@ -1,6 +1,6 @@
 // The newer architectures' forward (gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4moe, Llama 3's
-// rope_freqs, Mixtral-shaped llama, qwen2moe, smollm3, glm4, command-r, cohere2, olmo2, granitemoe, olmoe) against a
-// double-precision reference
+// rope_freqs, Mixtral-shaped llama, qwen2moe, smollm3, glm4, command-r, cohere2, olmo2, granitemoe, olmoe,
+// ernie4_5) against a double-precision reference
 // written from llama.cpp's graphs: scaled embeddings, GELU FFN, post norms, soft-capping, q/k norms, sliding windows
 // with their layer pattern and local RoPE base, RoPE divisors and YaRN, fused projections, sinks, biased experts with
 // gpt-oss's gating, sigmoid routing with a selection bias and a shared expert (gated in qwen2moe), Cohere's layer
@@ -381,6 +381,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"cohere2", Arch::cohere2}, Case{"command_r_plus", Arch::command_r, false, 0, 0, false, 64},
                       Case{"olmo2", Arch::olmo2}, Case{"olmo3", Arch::olmo2, false, 0, 0, false, 0, true},
                       Case{"granitemoe", Arch::granitemoe}, Case{"olmoe", Arch::olmoe},
+                      Case{"ernie4_5", Arch::ernie4_5},
                       Case{"granitemoe_shared", Arch::granitemoe, false, 0, 0, false, 0, false, 192}),
     [](const auto& info) { return std::string(info.param.name); });
 
@@ -406,7 +407,8 @@ TEST(ArchHParams, RoundTripThroughTheFile) {
                         Case{"rt-olmo3", Arch::olmo2, false, 0, 0, false, 0, true},
                         Case{"rt-granitemoe", Arch::granitemoe},
                         Case{"rt-granitemoe_shared", Arch::granitemoe, false, 0, 0, false, 0, false, 192},
-                        Case{"rt-olmoe", Arch::olmoe}}) {
+                        Case{"rt-olmoe", Arch::olmoe},
+                        Case{"rt-ernie4_5", Arch::ernie4_5}}) {
     const std::string path = make_model(c);
     const HParams want = case_hparams(c);
     const HParams got = Model::load(path)->hparams();

@@ -169,7 +169,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Arch::glm4moe, DType::Q8_0}, Case{Arch::qwen2moe, DType::F32},
                       Case{Arch::smollm3, DType::F32}, Case{Arch::glm4, DType::F32}, Case{Arch::command_r, DType::F32},
                       Case{Arch::cohere2, DType::Q8_0}, Case{Arch::olmo2, DType::F32},
-                      Case{Arch::granitemoe, DType::F32}, Case{Arch::olmoe, DType::F32}),
+                      Case{Arch::granitemoe, DType::F32}, Case{Arch::olmoe, DType::F32},
+                      Case{Arch::ernie4_5, DType::Q8_0}),
     [](const auto& info) {
       std::string name = std::string(arch_name(info.param.arch)) + "_" + dtype_name(info.param.type);
       std::replace(name.begin(), name.end(), '-', '_');  // "gpt-oss"

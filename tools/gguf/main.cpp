@@ -219,7 +219,7 @@ int main(int argc, char** argv) {
   CLI::App* nw = app.add_subcommand("new", "write a random-init (or header-only) model");
   nw->add_option("--arch", o.arch,
                  "llama | qwen2 | qwen2moe | qwen3 | qwen3moe | gemma | gemma2 | gemma3 | phi3 | gpt-oss | granite | "
-                 "granitemoe | glm4 | glm4moe | smollm3 | command-r | cohere2 | olmo2 | olmoe")
+                 "granitemoe | glm4 | glm4moe | smollm3 | command-r | cohere2 | olmo2 | olmoe | ernie4_5")
       ->required();
   nw->add_option(
         "--preset", o.preset,

@@ -18,7 +18,7 @@ namespace {
 constexpr Arch kArchs[] = {Arch::llama, Arch::qwen2, Arch::qwen3, Arch::qwen3moe, Arch::gemma, Arch::gemma2,
                            Arch::gemma3, Arch::phi3, Arch::gpt_oss, Arch::granite, Arch::glm4moe, Arch::qwen2moe,
                            Arch::smollm3, Arch::glm4, Arch::command_r, Arch::cohere2, Arch::olmo2, Arch::granitemoe,
-                           Arch::olmoe};
+                           Arch::olmoe, Arch::ernie4_5};
 // clang-format on
 }  // namespace
 
@@ -44,6 +44,7 @@ const char* arch_name(Arch arch) {
     case Arch::olmo2: return "olmo2";
     case Arch::granitemoe: return "granitemoe";
     case Arch::olmoe: return "olmoe";
+    case Arch::ernie4_5: return "ernie4_5";
   }
   return "?";
 }
@@ -76,7 +77,7 @@ bool arch_has_qkv_bias(Arch arch) {
 }
 bool arch_rope_neox(Arch arch) {
   return arch != Arch::llama && !arch_is_granite(arch) && arch != Arch::smollm3 && arch != Arch::glm4 &&
-         !arch_is_cohere(arch);
+         arch != Arch::ernie4_5 && !arch_is_cohere(arch);
 }
 bool arch_is_gemma(Arch arch) { return arch == Arch::gemma || arch == Arch::gemma2 || arch == Arch::gemma3; }
 bool arch_has_post_norms(Arch arch) {
@@ -169,6 +170,9 @@ void add_arch_features(HParams& hp, int64_t n_swa) {
     case Arch::smollm3:  // SmolLM3: a llama whose every 4th layer has no RoPE, tied output
       hp.n_layer = std::max<int64_t>(hp.n_layer, 4);
       hp.n_no_rope_layer_step = 4;
+      hp.tied_embeddings = true;
+      break;
+    case Arch::ernie4_5:  // ERNIE 4.5 0.3B: a llama with tied output
       hp.tied_embeddings = true;
       break;
     case Arch::olmoe:  // OLMoE: the k weights as the softmax gave them, experts n_ff wide, as many kv heads as q

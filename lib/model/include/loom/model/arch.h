@@ -1,8 +1,8 @@
 // Model architectures (llama with Llama 3 / Mistral / Mixtral shapes, qwen2, qwen3, qwen3moe,
 // qwen2moe, gemma, gemma2, gemma3, phi3, gpt-oss, granite, granitemoe, glm4, glm4moe, smollm3, command-r,
-// cohere2, olmo2, olmoe): hyper-parameters, named presets with the real shapes, the tensor list of each architecture
-// (names and shapes as llama.cpp's GGUF files have them, with a role per tensor), and the GGUF keys that carry the
-// hyper-parameters.
+// cohere2, olmo2, olmoe, ernie4_5): hyper-parameters, named presets with the real shapes, the tensor list of each
+// architecture (names and shapes as llama.cpp's GGUF files have them, with a role per tensor), and the GGUF keys that
+// carry the hyper-parameters.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +20,7 @@ namespace loom {
 
 // clang-format off
 enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, gpt_oss, granite, glm4moe, qwen2moe,
-                  smollm3, glm4, command_r, cohere2, olmo2, granitemoe, olmoe };
+                  smollm3, glm4, command_r, cohere2, olmo2, granitemoe, olmoe, ernie4_5 };
 // clang-format on
 
 const char* arch_name(Arch arch);  // the general.architecture string ("gpt-oss", "command-r")
@@ -34,7 +34,8 @@ bool arch_is_granite(Arch arch);
 bool arch_experts_n_ff_wide(Arch arch);
 bool arch_has_qk_norm(Arch arch);  // qwen3, qwen3moe, gemma3 (glm4moe: where the file has them, HParams::qk_norm)
 bool arch_has_qkv_bias(Arch arch);  // qwen2, qwen2moe, gpt-oss, glm4, glm4moe
-bool arch_rope_neox(Arch arch);     // rotate halves instead of adjacent pairs (not llama, granite, smollm3, glm4)
+// rotate halves instead of adjacent pairs (not llama, granite(moe), smollm3, glm4, Cohere's, ernie4_5)
+bool arch_rope_neox(Arch arch);
 bool arch_is_gemma(Arch arch);      // gemma, gemma2, gemma3: scaled embeddings, GELU FFN, tied output
 bool arch_has_post_norms(Arch arch);  // gemma2, gemma3, glm4, olmo2: norms on the attention's and the FFN's outputs
 bool arch_fused_gate_up(Arch arch);   // phi3, glm4: ffn_up holds the gate rows, then the up rows
