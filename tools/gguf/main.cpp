@@ -130,7 +130,7 @@ int run_new(const Options& o, const CLI::App& cmd) {
     hp.n_ff_exp = hp.n_ff;
     if (cmd.count("--n-expert-used") == 0) hp.n_expert_used = std::min<int64_t>(2, hp.n_expert);
   }
-  if (*arch == loom::Arch::granitemoe || *arch == loom::Arch::olmoe) hp.n_ff_exp = hp.n_ff;  // experts n_ff wide
+  if (loom::arch_is_moe(*arch) && loom::arch_experts_n_ff_wide(*arch)) hp.n_ff_exp = hp.n_ff;  // granitemoe, olmoe
   if (*arch == loom::Arch::olmoe && cmd.count("--n-head-kv") == 0) hp.n_head_kv = hp.n_head;
   if (cmd.count("--head-dim") > 0) {
     hp.head_dim = o.head_dim;

@@ -273,17 +273,15 @@ HParams read_hparams(const gguf::File& f) {
     hp.n_expert_used = required("expert_used_count");
     hp.n_ff_exp = f.find_int(a + "expert_feed_forward_length").value_or(0);
     if (hp.n_ff_exp == 0 && hp.n_expert_used > 0) hp.n_ff_exp = hp.n_ff / hp.n_expert_used;
-    if (hp.arch == Arch::granitemoe) {  // experts n_ff wide; Granite MoE Shared's expert where its width is given
+    if (arch_experts_n_ff_wide(hp.arch)) {  // granitemoe, olmoe
       hp.n_ff = required("feed_forward_length");
       hp.n_ff_exp = hp.n_ff;
+    }
+    if (hp.arch == Arch::granitemoe) {  // Granite MoE Shared's expert where its width is given
       hp.n_ff_shared = f.find_int(a + "expert_shared_feed_forward_length").value_or(0);
       hp.n_expert_shared = hp.n_ff_shared > 0 ? 1 : 0;
     }
-    if (hp.arch == Arch::olmoe) {  // experts n_ff wide, their k weights not renormalized
-      hp.n_ff = required("feed_forward_length");
-      hp.n_ff_exp = hp.n_ff;
-      hp.expert_weights_norm = false;
-    }
+    if (hp.arch == Arch::olmoe) hp.expert_weights_norm = false;  // the k weights as the softmax gave them
     if (hp.arch == Arch::glm4moe) read_glm4moe_router(f, a, hp);
     if (hp.arch == Arch::qwen2moe) {  // llama.cpp: the shared expert n_ff wide unless the key says
       hp.n_expert_shared = 1;
