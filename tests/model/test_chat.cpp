@@ -116,12 +116,41 @@ TEST(ChatTemplate, CommandR) {
             "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>");
 }
 
+// EXAONE 3/4 and Seed-OSS as llama.cpp's built-in exaone3/exaone4 and seed_oss render them: EXAONE
+// trims every message and closes a user turn with a newline alone; Seed-OSS trims the assistant's.
+TEST(ChatTemplate, ExaoneAndSeedOss) {
+  const std::string exaone =
+      "[|system|]You are helpful.[|endofturn|]\n[|user|]hello\n[|assistant|]hi there[|endofturn|]\n"
+      "[|user|]how are you\n[|assistant|]";
+  EXPECT_EQ(render("exaone4"), exaone);
+  EXPECT_EQ(render("exaone3"), exaone);
+  const std::vector<ChatMessage> padded = {{"user", " hello "}, {"assistant", " hi there\n"}};
+  EXPECT_EQ(loom::render_chat(ChatTemplate::seed_oss, padded, true),
+            "<seed:bos>user\n hello <seed:eos><seed:bos>assistant\nhi there<seed:eos><seed:bos>assistant\n");
+  EXPECT_EQ(loom::render_chat(ChatTemplate::exaone4, padded, false),
+            "[|user|]hello\n[|assistant|]hi there[|endofturn|]\n");
+}
+
+// The <|role|> families: Falcon 3, GLM-Edge (what llama.cpp makes of OLMo 2 Instruct's template), Zephyr.
+TEST(ChatTemplate, RoleTagFamilies) {
+  EXPECT_EQ(render("zephyr"),
+            "<|system|>\nYou are helpful.<|endoftext|>\n<|user|>\nhello<|endoftext|>\n<|assistant|>\nhi there"
+            "<|endoftext|>\n<|user|>\nhow are you<|endoftext|>\n<|assistant|>\n");
+  EXPECT_EQ(render("falcon3"),
+            "<|system|>\nYou are helpful.\n<|user|>\nhello\n<|assistant|>\nhi there\n<|user|>\nhow are you\n"
+            "<|assistant|>\n");
+  EXPECT_EQ(render("glmedge"),
+            "<|system|>\nYou are helpful.<|user|>\nhello<|assistant|>\nhi there<|user|>\nhow are you<|assistant|>");
+}
+
 TEST(ChatTemplate, EveryNameRoundTrips) {
   for (const char* n : {"chatml",           "llama2",     "llama2-sys", "llama2-sys-bos",
                         "llama2-sys-strip", "mistral-v1", "mistral-v3", "mistral-v3-tekken",
                         "mistral-v7",       "phi3",       "phi4",       "gemma",
                         "llama3",           "deepseek",   "deepseek2",  "deepseek3",
-                        "gpt-oss",          "granite",    "chatglm4",   "command-r"}) {
+                        "gpt-oss",          "granite",    "chatglm4",   "command-r",
+                        "falcon3",          "glmedge",    "zephyr",     "exaone3",
+                        "exaone4",          "seed_oss"}) {
     auto t = loom::chat_template_from_name(n);
     ASSERT_TRUE(t.has_value()) << n;
     EXPECT_STREQ(loom::chat_template_name(*t), n);
@@ -161,6 +190,16 @@ TEST(ChatTemplate, DetectsFamiliesFromTemplateText) {
             "chatglm4");
   EXPECT_EQ(detect("{{ '<|START_OF_TURN_TOKEN|><|USER_TOKEN|>' + content | trim + '<|END_OF_TURN_TOKEN|>' }}"),
             "command-r");
+  // EXAONE: a tool role tells 4.0 from 3.x
+  EXPECT_EQ(detect("{{ '[|system|]' + s + '[|endofturn|]\n' }}{{ '[|assistant|]' }}"), "exaone3");
+  EXPECT_EQ(detect("{{ '[|system|]' + s + '[|endofturn|]\n' }}{{ '[|tool|]' }}{{ '[|assistant|]' }}"), "exaone4");
+  EXPECT_EQ(detect("{{ '<seed:bos>' + message.role + '\n' + content + '<seed:eos>' }}"), "seed_oss");
+  // OLMo 2 Instruct: <|user|> and <|assistant|> without </s> (glmedge, as in llama.cpp); with </s> Falcon 3
+  EXPECT_EQ(detect("{{ bos_token }}{% for m in messages %}{{ '<|user|>\n' + m.content }}{% endfor %}"
+                   "{{ '<|assistant|>\n' + m.content + eos_token }}"),
+            "glmedge");
+  EXPECT_EQ(detect("{{ '<|user|>\n' + c + '\n' }}{{ '<|assistant|>\n' + c + '</s>' }}"), "falcon3");
+  EXPECT_EQ(detect("{{ '<|user|>\n' + message['content'] + '<|endoftext|>' }}"), "zephyr");
   EXPECT_EQ(detect("llama3"), "llama3") << "a name is accepted as the template";
   EXPECT_EQ(detect("{% for m in messages %}{{ m.content }}{% endfor %}"), "none");
 }

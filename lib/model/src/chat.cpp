@@ -28,6 +28,12 @@ constexpr std::pair<const char*, ChatTemplate> kNames[] = {
     {"granite", ChatTemplate::granite},
     {"chatglm4", ChatTemplate::chatglm4},
     {"command-r", ChatTemplate::command_r},
+    {"falcon3", ChatTemplate::falcon3},
+    {"glmedge", ChatTemplate::glmedge},
+    {"zephyr", ChatTemplate::zephyr},
+    {"exaone3", ChatTemplate::exaone3},
+    {"exaone4", ChatTemplate::exaone4},
+    {"seed_oss", ChatTemplate::seed_oss},
 };
 
 std::string trim(std::string_view s) {
@@ -147,6 +153,9 @@ std::optional<ChatTemplate> detect_chat_template(std::string_view text) {
   if (text.starts_with("mistral") || has("[INST]")) return detect_inst(text);
   if (has("<|assistant|>") && has("<|end|>")) return ChatTemplate::phi3;
   if (has("[gMASK]<sop>")) return ChatTemplate::chatglm4;
+  // <|user|> turns: llama.cpp's order (OLMo 2's <|endoftext|><|user|> template is glmedge there)
+  if (has("<|assistant|>") && has("<|user|>")) return has("</s>") ? ChatTemplate::falcon3 : ChatTemplate::glmedge;
+  if (has("<|user|>") && has("<|endoftext|>")) return ChatTemplate::zephyr;
   if (has("<start_of_turn>")) return ChatTemplate::gemma;
   if (has("### Instruction:") && has("<|EOT|>")) return ChatTemplate::deepseek;
   if (has("<|start_header_id|>") && has("<|end_header_id|>")) return ChatTemplate::llama3;
@@ -155,6 +164,9 @@ std::optional<ChatTemplate> detect_chat_template(std::string_view text) {
   if (has("<|channel|>") && has("<|start|>")) return ChatTemplate::gpt_oss;
   if (has("<|start_of_role|>")) return ChatTemplate::granite;
   if (has("<|START_OF_TURN_TOKEN|>") && has("<|USER_TOKEN|>")) return ChatTemplate::command_r;
+  if (has("[|system|]") && has("[|assistant|]") && has("[|endofturn|]"))
+    return has("[|tool|]") ? ChatTemplate::exaone4 : ChatTemplate::exaone3;
+  if (has("<seed:bos>")) return ChatTemplate::seed_oss;
   return std::nullopt;
 }
 
@@ -241,6 +253,29 @@ std::string render_chat(ChatTemplate t, std::span<const ChatMessage> messages, b
         s += "<|START_OF_TURN_TOKEN|><|" + role + "_TOKEN|>" + trim(m.content) + "<|END_OF_TURN_TOKEN|>";
       }
       if (add_assistant) s += "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>";
+      break;
+    case ChatTemplate::falcon3:
+      for (const ChatMessage& m : messages) s += "<|" + m.role + "|>\n" + m.content + "\n";
+      if (add_assistant) s += "<|assistant|>\n";
+      break;
+    case ChatTemplate::glmedge:
+      for (const ChatMessage& m : messages) s += "<|" + m.role + "|>\n" + m.content;
+      if (add_assistant) s += "<|assistant|>";
+      break;
+    case ChatTemplate::zephyr:
+      for (const ChatMessage& m : messages) s += "<|" + m.role + "|>\n" + m.content + "<|endoftext|>\n";
+      if (add_assistant) s += "<|assistant|>\n";
+      break;
+    case ChatTemplate::exaone3:
+    case ChatTemplate::exaone4:  // the same for loom's roles (exaone4 adds a tool role)
+      for (const ChatMessage& m : messages)
+        s += "[|" + m.role + "|]" + trim(m.content) + (m.role == "user" ? "\n" : "[|endofturn|]\n");
+      if (add_assistant) s += "[|assistant|]";
+      break;
+    case ChatTemplate::seed_oss:
+      for (const ChatMessage& m : messages)
+        s += "<seed:bos>" + m.role + "\n" + (m.role == "assistant" ? trim(m.content) : m.content) + "<seed:eos>";
+      if (add_assistant) s += "<seed:bos>assistant\n";
       break;
   }
   return s;

@@ -32,6 +32,12 @@ enum class ChatTemplate {
   granite,            // IBM Granite: <|start_of_role|>role<|end_of_role|>...<|end_of_text|>\n
   chatglm4,           // GLM-4 / GLM-4.5: [gMASK]<sop><|role|>\n...<|assistant|>\n
   command_r,          // Cohere: <|START_OF_TURN_TOKEN|><|USER_TOKEN|>...<|END_OF_TURN_TOKEN|>
+  falcon3,            // <|role|>\n...\n
+  glmedge,            // <|role|>\n... (OLMo 2 Instruct's template is detected as this one)
+  zephyr,             // <|role|>\n...<|endoftext|>\n
+  exaone3,            // LG EXAONE: [|role|]...[|endofturn|]\n, a user turn closed by \n alone
+  exaone4,            // EXAONE 4.0: exaone3 with a tool role
+  seed_oss,           // ByteDance Seed-OSS: <seed:bos>role\n...<seed:eos>
 };
 
 struct ChatMessage {
