@@ -48,6 +48,8 @@ const ArchCase kCases[] = {
      {"blk.1.ffn_up_exps.weight", "blk.0.ffn_down_shexp.weight", "token_embd.weight"}},
     {"olmoe", "", {"blk.0.attn_k_norm.weight", "blk.1.ffn_gate_inp.weight", "blk.0.ffn_norm.weight"}},
     {"ernie4_5", "", {"blk.1.attn_q.weight", "blk.0.ffn_norm.weight", "token_embd.weight"}},
+    {"exaone4", "--rope-freqs", {"rope_freqs.weight", "blk.1.attn_q_norm.weight", "blk.0.post_ffw_norm.weight"}},
+    {"seed_oss", "", {"blk.0.post_attention_norm.weight", "blk.1.attn_k.bias", "output.weight"}},
     {"olmo2", "--n-swa 8 --n-layer 4", {"blk.0.attn_q_norm.weight", "blk.3.post_ffw_norm.weight", "output.weight"}},
     {"glm4moe",
      "",
@@ -152,7 +154,9 @@ TEST_F(ArchTools, NewPhi4MiniShapeRunsEverywhere) {
 // --n-swa: a window for the architectures that have sliding-window layers (olmo2 gets OLMo 3's
 // pattern); refused elsewhere and when not positive, with nothing written.
 TEST_F(ArchTools, NewSlidingWindowOnlyWhereTheArchitectureHasOne) {
-  for (const char* bad : {"--arch llama --n-swa 8", "--arch olmo2 --n-swa 0", "--arch qwen3 --n-swa 16"}) {
+  // exaone4's window applies with 64 layers only (llama.cpp's loader)
+  for (const char* bad : {"--arch llama --n-swa 8", "--arch olmo2 --n-swa 0", "--arch qwen3 --n-swa 16",
+                          "--arch exaone4 --n-swa 8"}) {
     const Result r =
         run_tool(std::string("loom-gguf new --preset tiny ") + bad + " -o " + quote((dir_ / "bad.gguf").string()));
     EXPECT_EQ(r.rc, 2) << bad;

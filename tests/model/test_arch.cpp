@@ -131,6 +131,13 @@ gguf::Writer minimal_llama(const std::string& a = "llama") {
   return w;
 }
 
+// What read_hparams makes of the file w writes.
+HParams read_back(const gguf::Writer& w) {
+  test::ScratchDir dir("arch");
+  w.write(dir.file("m.gguf"));
+  return read_hparams(*gguf::File::open(dir.file("m.gguf")));
+}
+
 TEST(Arch, ReadHParamsUsesLlamaCppDefaults) {
   test::ScratchDir dir("arch");
   minimal_llama().write(dir.file("m.gguf"));
@@ -328,6 +335,59 @@ TEST(Arch, CohereKeysAreReadAsLlamaCppReadsThem) {
   EXPECT_EQ(m.at("blk.63.attn_k_norm.weight").ne[1], 32);
   EXPECT_EQ(m.count("blk.0.ffn_norm.weight"), 0u);
   EXPECT_EQ(m.count("output.weight"), 0u);
+}
+
+// EXAONE 4.0 as llama.cpp's loader reads it: sliding windows with 64 layers only (4096 wide unless
+// the file says; three local layers of four, which alone rotate), a window key elsewhere not
+// applied; post norms alone, per-head q/k norms, rope_freqs where the file has it.
+TEST(Arch, Exaone4KeysAreReadAsLlamaCppReadsThem) {
+  gguf::Writer w = minimal_llama("exaone4");
+  w.set("exaone4.block_count", Value::u32(64));
+  const HParams big = read_back(w);
+  EXPECT_EQ(big.n_swa, 4096);
+  EXPECT_TRUE(big.has_swa());
+  for (int64_t il : {0, 1, 2, 60}) EXPECT_TRUE(big.is_swa_layer(il) && big.rotates(il)) << il;
+  for (int64_t il : {3, 63}) EXPECT_FALSE(big.is_swa_layer(il) || big.rotates(il)) << il;
+
+  w.set("exaone4.attention.sliding_window", Value::u32(128));
+  EXPECT_EQ(read_back(w).n_swa, 128);
+
+  w.set("exaone4.block_count", Value::u32(30));  // EXAONE 4.0 1.2B: the key is not applied
+  const HParams small = read_back(w);
+  EXPECT_FALSE(small.has_swa());
+  for (int64_t il : {0, 3, 29}) EXPECT_TRUE(!small.is_swa_layer(il) && small.rotates(il)) << il;
+
+  std::map<std::string, TensorSpec> m;
+  HParams hp = preset_hparams(Arch::exaone4, "tiny");
+  hp.rope_freqs = true;
+  for (const TensorSpec& t : arch_tensors(hp)) m[t.name] = t;
+  for (const char* absent : {"blk.0.attn_norm.weight", "blk.0.ffn_norm.weight"}) EXPECT_EQ(m.count(absent), 0u);
+  EXPECT_EQ(m.at("blk.1.post_attention_norm.weight").role, TensorRole::attn_post_norm);
+  EXPECT_EQ(m.at("blk.1.post_ffw_norm.weight").role, TensorRole::ffn_post_norm);
+  EXPECT_EQ(m.at("blk.1.attn_q_norm.weight").ne[0], hp.head_dim);
+  EXPECT_EQ(m.at("blk.1.attn_q_norm.weight").n_dims, 1);
+  EXPECT_EQ(m.count("rope_freqs.weight"), 1u);
+
+  hp.head_dim *= 2;  // llama.cpp's attn_output is {n_embd, n_embd}
+  EXPECT_THROW(validate_hparams(hp), Error);
+}
+
+// Seed-OSS: a llama whose pre-FFN norm is named post_attention_norm, with q/k/v biases. Its
+// attention.scale is not read (llama.cpp's seed_oss loader does not: scores stay 1/sqrt(head_dim)).
+TEST(Arch, SeedOssTensorsAndScale) {
+  const HParams hp = preset_hparams(Arch::seed_oss, "tiny");
+  EXPECT_EQ(hp.n_embd_q(), 2 * hp.n_embd);
+  std::map<std::string, TensorSpec> m;
+  for (const TensorSpec& t : arch_tensors(hp)) m[t.name] = t;
+  EXPECT_EQ(m.at("blk.0.post_attention_norm.weight").role, TensorRole::ffn_norm);
+  EXPECT_EQ(m.count("blk.0.ffn_norm.weight"), 0u);
+  EXPECT_EQ(m.at("blk.0.attn_q.bias").ne[0], hp.n_embd_q());
+  EXPECT_EQ(m.at("blk.0.attn_output.weight").ne[0], hp.n_embd_q());
+
+  gguf::Writer w = minimal_llama("seed_oss");
+  w.set("seed_oss.attention.scale", Value::f32(0.0625f));
+  const HParams read = read_back(w);
+  EXPECT_FLOAT_EQ(read.attn_scale(), 1.0f / std::sqrt((float)read.head_dim));
 }
 
 TEST(Arch, Glm4MoeTensorList) {

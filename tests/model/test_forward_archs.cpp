@@ -1,11 +1,13 @@
 // The newer architectures' forward (gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4moe, Llama 3's
 // rope_freqs, Mixtral-shaped llama, qwen2moe, smollm3, glm4, command-r, cohere2, olmo2, granitemoe, olmoe,
-// ernie4_5) against a double-precision reference
+// ernie4_5, exaone4, seed_oss) against a double-precision reference
 // written from llama.cpp's graphs: scaled embeddings, GELU FFN, post norms, soft-capping, q/k norms, sliding windows
 // with their layer pattern and local RoPE base, RoPE divisors and YaRN, fused projections, sinks, biased experts with
 // gpt-oss's gating, sigmoid routing with a selection bias and a shared expert (gated in qwen2moe), Cohere's layer
 // norms (per head in Command R+) and parallel attention and FFN, olmo2's post norms alone and q/k norms over all heads
-// (OLMo 3's local layers without YaRN). Small windows so the sliding mask cuts inside the sequence.
+// (OLMo 3's local layers without YaRN), EXAONE 4's post norms with per-head q/k norms (its 64-layer size rotating
+// the local layers alone), Seed-OSS's wide q with biases. Small windows so the sliding mask cuts inside the
+// sequence.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -200,13 +202,17 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
           std::copy(n.begin(), n.end(), k[i].begin() + h2 * hd);
         }
       }
-      const bool rotates = hp.arch == Arch::cohere2 ? swa : hp.rotates(il);  // cohere2: global layers have none
-      if (rotates) {                                                         // smollm3: every 4th layer has no RoPE
+      // cohere2 and windowed exaone4: global layers have none; smollm3: every 4th layer has none
+      const bool local_rotate_only = hp.arch == Arch::cohere2 || (hp.arch == Arch::exaone4 && hp.swa_period > 0);
+      const int64_t step = hp.n_no_rope_layer_step;
+      if (local_rotate_only ? swa : step == 0 || (il + 1) % step != 0) {
         rope(q[i], hp.n_head, hd, hp.rot_dims(), i, neox, rs);
         rope(k[i], hp.n_head_kv, hd, hp.rot_dims(), i, neox, rs);
       }
     }
     const Vec sinks = l.sinks ? weight_row(l.sinks, 0) : Vec();
+    // a file's attention.scale (granite) replaces 1/sqrt(head_dim)
+    const double scale = hp.attention_scale != 0 ? hp.attention_scale : hp.attn_scale();
     for (int64_t i = 0; i < T; ++i) {
       Vec o((size_t)n_q, 0.0);
       const int64_t first = swa ? std::max<int64_t>(0, i - hp.n_swa + 1) : 0;
@@ -216,7 +222,7 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
         for (int64_t j = first; j <= i; ++j) {
           double d = 0;
           for (int64_t e = 0; e < hd; ++e) d += q[i][(size_t)(h * hd + e)] * k[j][(size_t)(kvh * hd + e)];
-          s.push_back(softcap(d * hp.attn_scale(), hp.attn_softcap));
+          s.push_back(softcap(d * scale, hp.attn_softcap));
         }
         if (!sinks.empty()) s.push_back(sinks[(size_t)h]);  // the sink's weight is dropped below
         s = softmax(s);
@@ -297,6 +303,10 @@ HParams case_hparams(const Case& c) {
     hp.n_head_kv = 2;
     hp.head_dim = 16;
     hp.n_ff = 96;
+  }
+  if (c.arch == Arch::exaone4 && hp.n_layer == 64) {  // EXAONE 4.0 32B's windows
+    hp.n_swa = 4;
+    hp.swa_period = 4;
   }
   if (c.n_ff_shared > 0) {
     hp.n_ff_shared = c.n_ff_shared;
@@ -381,7 +391,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"cohere2", Arch::cohere2}, Case{"command_r_plus", Arch::command_r, false, 0, 0, false, 64},
                       Case{"olmo2", Arch::olmo2}, Case{"olmo3", Arch::olmo2, false, 0, 0, false, 0, true},
                       Case{"granitemoe", Arch::granitemoe}, Case{"olmoe", Arch::olmoe},
-                      Case{"ernie4_5", Arch::ernie4_5},
+                      Case{"ernie4_5", Arch::ernie4_5}, Case{"exaone4", Arch::exaone4, true},
+                      Case{"exaone4_32b", Arch::exaone4, true, 0, 0, false, 64}, Case{"seed_oss", Arch::seed_oss},
                       Case{"granitemoe_shared", Arch::granitemoe, false, 0, 0, false, 0, false, 192}),
     [](const auto& info) { return std::string(info.param.name); });
 
@@ -408,7 +419,10 @@ TEST(ArchHParams, RoundTripThroughTheFile) {
                         Case{"rt-granitemoe", Arch::granitemoe},
                         Case{"rt-granitemoe_shared", Arch::granitemoe, false, 0, 0, false, 0, false, 192},
                         Case{"rt-olmoe", Arch::olmoe},
-                        Case{"rt-ernie4_5", Arch::ernie4_5}}) {
+                        Case{"rt-ernie4_5", Arch::ernie4_5},
+                        Case{"rt-exaone4", Arch::exaone4, true},
+                        Case{"rt-exaone4_32b", Arch::exaone4, true, 0, 0, false, 64},
+                        Case{"rt-seed_oss", Arch::seed_oss}}) {
     const std::string path = make_model(c);
     const HParams want = case_hparams(c);
     const HParams got = Model::load(path)->hparams();

@@ -88,7 +88,8 @@ int run_tokenize(const Options& o) {
 int run_new(const Options& o, const CLI::App& cmd) {
   const std::optional<loom::Arch> arch = loom::arch_from_name(o.arch);
   LOOM_CHECK(arch.has_value(), usage, "--arch {}: unknown architecture ({})", o.arch, loom::arch_names());
-  LOOM_CHECK(!o.rope_freqs || *arch == loom::Arch::llama, usage, "--rope-freqs: only a llama file has rope_freqs.weight");
+  LOOM_CHECK(!o.rope_freqs || loom::arch_reads_rope_freqs(*arch), usage,
+             "--rope-freqs: only llama and exaone4 files have rope_freqs.weight");
   const std::optional<loom::DType> type = loom::dtype_from_name(o.type);
   LOOM_CHECK(type.has_value() && *type != loom::DType::I32, usage,
              "--type {}: unknown weight type (f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)", o.type);
@@ -112,18 +113,22 @@ int run_new(const Options& o, const CLI::App& cmd) {
   take("--n-dense-lead", o.n_dense_lead, hp.n_layer_dense_lead);
   take("--n-nextn", o.n_nextn, hp.n_layer_nextn);
   if (o.qk_norm) hp.qk_norm = true;
-  if (cmd.count("--n-swa") > 0) {  // the window; olmo2 gets OLMo 3's pattern with it
-    LOOM_CHECK(o.n_swa > 0 && (hp.swa_period > 0 || *arch == loom::Arch::olmo2), usage,
-               "--n-swa {}: a window of at least 1 position, in gemma2, gemma3, gpt-oss, cohere2 or olmo2", o.n_swa);
+  if (cmd.count("--n-swa") > 0) {  // the window; olmo2 gets OLMo 3's pattern with it, exaone4 EXAONE 4.0 32B's
+    const bool exaone = *arch == loom::Arch::exaone4;
+    LOOM_CHECK(o.n_swa > 0 && (hp.swa_period > 0 || *arch == loom::Arch::olmo2 || exaone), usage,
+               "--n-swa {}: a window of at least 1 position, in gemma2, gemma3, gpt-oss, cohere2, olmo2 or exaone4",
+               o.n_swa);
+    LOOM_CHECK(!exaone || hp.n_layer == 64, usage,
+               "--n-swa: llama.cpp applies exaone4's window with 64 layers only (give --n-layer 64)");
     hp.n_swa = o.n_swa;
-    if (*arch == loom::Arch::olmo2) hp.swa_period = 4;
+    if (*arch == loom::Arch::olmo2 || exaone) hp.swa_period = 4;
   }
   take("--n-vocab", o.n_vocab, hp.n_vocab);
   take("--n-ctx-train", o.n_ctx_train, hp.n_ctx_train);
   if (cmd.count("--n-ctx-train") > 0 && hp.n_ctx_orig > 0) loom::set_original_context(hp);
   if (o.rope_freqs) {  // Llama 3: its RoPE base and the per-pair divisors of its long-context scaling
     hp.rope_freqs = true;
-    hp.rope_theta = 500000.0f;
+    if (*arch == loom::Arch::llama) hp.rope_theta = 500000.0f;
   }
   if (o.tied) hp.tied_embeddings = true;                // no output.weight: token_embd is the output matrix too
   if (*arch == loom::Arch::llama && hp.n_expert > 0) {  // Mixtral: experts as wide as n_ff
@@ -219,7 +224,8 @@ int main(int argc, char** argv) {
   CLI::App* nw = app.add_subcommand("new", "write a random-init (or header-only) model");
   nw->add_option("--arch", o.arch,
                  "llama | qwen2 | qwen2moe | qwen3 | qwen3moe | gemma | gemma2 | gemma3 | phi3 | gpt-oss | granite | "
-                 "granitemoe | glm4 | glm4moe | smollm3 | command-r | cohere2 | olmo2 | olmoe | ernie4_5")
+                 "granitemoe | glm4 | glm4moe | smollm3 | command-r | cohere2 | olmo2 | olmoe | ernie4_5 | exaone4 | "
+                 "seed_oss")
       ->required();
   nw->add_option(
         "--preset", o.preset,
@@ -242,8 +248,10 @@ int main(int argc, char** argv) {
   nw->add_option("--n-nextn", o.n_nextn, "glm4moe: multi-token-prediction layers after the others (never run)");
   nw->add_flag("--qk-norm", o.qk_norm, "glm4moe: attn_q_norm / attn_k_norm (GLM-4.5; Air has none)");
   nw->add_option("--n-swa", o.n_swa,
-                 "sliding window (attention.sliding_window); olmo2: OLMo 3's 3 local layers of 4 (with --n-layer 4+)");
-  nw->add_flag("--rope-freqs", o.rope_freqs, "llama: a Llama-3-shaped file (rope_freqs.weight, RoPE base 500000)");
+                 "sliding window (attention.sliding_window); olmo2: OLMo 3's 3 local layers of 4 (with --n-layer "
+                 "4+); exaone4: EXAONE 4.0 32B's (with --n-layer 64)");
+  nw->add_flag("--rope-freqs", o.rope_freqs,
+               "llama, exaone4: Llama 3's RoPE scaling (rope_freqs.weight; llama: RoPE base 500000)");
   nw->add_flag("--tied", o.tied,
                "no output.weight: token_embd is also the output matrix (Llama 3.2 1B/3B; gemma always)");
   nw->add_option("--n-vocab", o.n_vocab, "vocabulary size");

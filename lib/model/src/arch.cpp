@@ -18,7 +18,7 @@ namespace {
 constexpr Arch kArchs[] = {Arch::llama, Arch::qwen2, Arch::qwen3, Arch::qwen3moe, Arch::gemma, Arch::gemma2,
                            Arch::gemma3, Arch::phi3, Arch::gpt_oss, Arch::granite, Arch::glm4moe, Arch::qwen2moe,
                            Arch::smollm3, Arch::glm4, Arch::command_r, Arch::cohere2, Arch::olmo2, Arch::granitemoe,
-                           Arch::olmoe, Arch::ernie4_5};
+                           Arch::olmoe, Arch::ernie4_5, Arch::exaone4, Arch::seed_oss};
 // clang-format on
 }  // namespace
 
@@ -45,6 +45,8 @@ const char* arch_name(Arch arch) {
     case Arch::granitemoe: return "granitemoe";
     case Arch::olmoe: return "olmoe";
     case Arch::ernie4_5: return "ernie4_5";
+    case Arch::exaone4: return "exaone4";
+    case Arch::seed_oss: return "seed_oss";
   }
   return "?";
 }
@@ -70,23 +72,26 @@ bool arch_is_granite(Arch arch) { return arch == Arch::granite || arch == Arch::
 bool arch_experts_n_ff_wide(Arch arch) {
   return arch == Arch::llama || arch == Arch::granitemoe || arch == Arch::olmoe;
 }
-bool arch_has_qk_norm(Arch arch) { return arch == Arch::qwen3 || arch == Arch::qwen3moe || arch == Arch::gemma3; }
+bool arch_has_qk_norm(Arch arch) {
+  return arch == Arch::qwen3 || arch == Arch::qwen3moe || arch == Arch::gemma3 || arch == Arch::exaone4;
+}
 bool arch_has_qkv_bias(Arch arch) {
   return arch == Arch::qwen2 || arch == Arch::qwen2moe || arch == Arch::gpt_oss || arch == Arch::glm4moe ||
-         arch == Arch::glm4;
+         arch == Arch::glm4 || arch == Arch::seed_oss;
 }
+bool arch_reads_rope_freqs(Arch arch) { return arch == Arch::llama || arch == Arch::exaone4; }
 bool arch_rope_neox(Arch arch) {
   return arch != Arch::llama && !arch_is_granite(arch) && arch != Arch::smollm3 && arch != Arch::glm4 &&
          arch != Arch::ernie4_5 && !arch_is_cohere(arch);
 }
 bool arch_is_gemma(Arch arch) { return arch == Arch::gemma || arch == Arch::gemma2 || arch == Arch::gemma3; }
 bool arch_has_post_norms(Arch arch) {
-  return arch == Arch::gemma2 || arch == Arch::gemma3 || arch == Arch::glm4 || arch == Arch::olmo2;
+  return arch == Arch::gemma2 || arch == Arch::gemma3 || arch == Arch::glm4 || arch_post_norms_only(arch);
 }
 bool arch_fused_gate_up(Arch arch) { return arch == Arch::phi3 || arch == Arch::glm4; }
 bool arch_partial_rope(Arch arch) { return arch == Arch::phi3 || arch == Arch::glm4 || arch == Arch::glm4moe; }
 bool arch_is_cohere(Arch arch) { return arch == Arch::command_r || arch == Arch::cohere2; }
-bool arch_is_olmo2(Arch arch) { return arch == Arch::olmo2; }
+bool arch_post_norms_only(Arch arch) { return arch == Arch::olmo2 || arch == Arch::exaone4; }
 bool arch_whole_qk_norm(Arch arch) { return arch == Arch::olmo2 || arch == Arch::olmoe; }
 
 float HParams::logit_multiplier() const {
@@ -174,6 +179,9 @@ void add_arch_features(HParams& hp, int64_t n_swa) {
       break;
     case Arch::ernie4_5:  // ERNIE 4.5 0.3B: a llama with tied output
       hp.tied_embeddings = true;
+      break;
+    case Arch::seed_oss:  // Seed-OSS-36B: q twice as wide as the embedding (80 heads of 128 over 5120)
+      hp.head_dim = 2 * hp.n_embd / hp.n_head;
       break;
     case Arch::olmoe:  // OLMoE: the k weights as the softmax gave them, experts n_ff wide, as many kv heads as q
       hp.n_ff_exp = hp.n_ff;
@@ -449,7 +457,8 @@ void validate_hparams(const HParams& hp) {
   in_range("swa_period", hp.swa_period, 0, 4096);
   for (float cap : {hp.attn_softcap, hp.final_softcap})
     LOOM_CHECK(std::isfinite(cap) && cap >= 0, invalid_input, "{}: soft-capping value {} must be >= 0", a, cap);
-  LOOM_CHECK(!hp.rope_freqs || hp.arch == Arch::llama, invalid_input, "{}: rope_freqs.weight is a llama tensor", a);
+  LOOM_CHECK(!hp.rope_freqs || arch_reads_rope_freqs(hp.arch), invalid_input,
+             "{}: rope_freqs.weight is llama's and exaone4's", a);
   LOOM_CHECK(!hp.rope_long_short || hp.arch == Arch::phi3, invalid_input, "{}: long/short RoPE factors are phi3's", a);
   LOOM_CHECK(hp.head_dim % 2 == 0, invalid_input, "{}: head_dim = {} must be even for RoPE", a, hp.head_dim);
   for (float s : {hp.embedding_scale, hp.residual_scale, hp.attention_scale, hp.logit_scale})
@@ -459,6 +468,9 @@ void validate_hparams(const HParams& hp) {
              invalid_input,
              "{}: embedding, residual and attention scales are granite's, logit scales granite's and Cohere's", a);
   LOOM_CHECK(!arch_is_cohere(hp.arch) || hp.tied_embeddings, invalid_input, "{}: the output is always token_embd", a);
+  // llama.cpp's exaone4 loader: attn_output is {n_embd, n_embd}
+  LOOM_CHECK(hp.arch != Arch::exaone4 || hp.n_embd_q() == hp.n_embd, invalid_input,
+             "{}: head_dim {} x n_head {} must equal n_embd {}", a, hp.head_dim, hp.n_head, hp.n_embd);
   if (arch_whole_qk_norm(hp.arch)) {  // llama.cpp's loader: q as wide as the embedding, output.weight required
     LOOM_CHECK(hp.n_embd_q() == hp.n_embd, invalid_input, "{}: head_dim {} x n_head {} must equal n_embd {}", a,
                hp.head_dim, hp.n_head, hp.n_embd);

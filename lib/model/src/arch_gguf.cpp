@@ -169,6 +169,11 @@ void read_arch_features(const gguf::File& f, const std::string& a, HParams& hp) 
       hp.swa_period = hp.n_swa > 0 ? find_layer_int(f, a + "attention.sliding_window_pattern").value_or(4) : 0;
       hp.rope_freq_scale_swa = 1.0f;
       break;
+    case Arch::exaone4:  // llama.cpp: windows with 64 layers only (EXAONE 4.0 32B), 4096 wide unless the
+      // file says, three local layers of four; elsewhere a window key is not applied
+      hp.n_swa = hp.n_layer == 64 ? swa.value_or(4096) : swa.value_or(0);
+      hp.swa_period = hp.n_layer == 64 ? 4 : 0;
+      break;
     case Arch::smollm3:  // fixed by llama.cpp's loader (no key)
       hp.n_no_rope_layer_step = 4;
       hp.n_swa = 0;
@@ -309,7 +314,7 @@ HParams read_hparams(const gguf::File& f) {
   read_arch_features(f, a, hp);
   // Cohere's output is token_embd whatever the file holds (an output.weight is a tensor too many)
   hp.tied_embeddings = arch_is_cohere(hp.arch) || (!f.tensors().empty() && f.find_tensor("output.weight") == nullptr);
-  hp.rope_freqs = hp.arch == Arch::llama && f.find_tensor("rope_freqs.weight") != nullptr;
+  hp.rope_freqs = arch_reads_rope_freqs(hp.arch) && f.find_tensor("rope_freqs.weight") != nullptr;
   hp.rope_long_short = hp.arch == Arch::phi3 && f.find_tensor("rope_factors_long.weight") != nullptr;
   try {
     validate_hparams(hp);

@@ -102,7 +102,7 @@ std::vector<TensorSpec> arch_tensors(const HParams& hp) {
   for (int il = 0; il < (int)(hp.n_layer + hp.n_layer_nextn); ++il) {
     auto blk = [il](const char* what) { return fmt::format("blk.{}.{}", il, what); };
     const size_t first_of_layer = out.size();
-    if (!arch_is_olmo2(a)) add(blk("attn_norm.weight"), R::attn_norm, il, {E});
+    if (!arch_post_norms_only(a)) add(blk("attn_norm.weight"), R::attn_norm, il, {E});
     if (a == Arch::phi3) {
       add(blk("attn_qkv.weight"), R::attn_qkv, il, {E, n_q + 2 * n_kv});
     } else {
@@ -131,10 +131,11 @@ std::vector<TensorSpec> arch_tensors(const HParams& hp) {
       add(blk("attn_sinks.weight"), R::attn_sinks, il, {hp.n_head});
     }
     if (arch_has_post_norms(a)) add(blk("post_attention_norm.weight"), R::attn_post_norm, il, {E});
-    // gpt-oss and glm4moe name their pre-FFN norm post_attention_norm (they have no ffn_norm)
-    const bool post_attention_ffn_norm = a == Arch::gpt_oss || a == Arch::glm4moe;
-    // Cohere's FFN reads the attention's normed input, olmo2's the residual itself: no norm of their own
-    if (!arch_is_cohere(a) && !arch_is_olmo2(a))
+    // gpt-oss, glm4moe and seed_oss name their pre-FFN norm post_attention_norm (they have no ffn_norm)
+    const bool post_attention_ffn_norm = a == Arch::gpt_oss || a == Arch::glm4moe || a == Arch::seed_oss;
+    // Cohere's FFN reads the attention's normed input, olmo2's and exaone4's the residual itself: no
+    // norm of their own
+    if (!arch_is_cohere(a) && !arch_post_norms_only(a))
       add(blk(post_attention_ffn_norm ? "post_attention_norm.weight" : "ffn_norm.weight"), R::ffn_norm, il, {E});
     if (hp.is_moe_layer(il)) {
       const int64_t n_ff = hp.n_ff_exp, n_e = hp.n_expert;

@@ -25,7 +25,7 @@ RopeParams rope_params(const HParams& hp, bool swa_layer) {
   p.attn_factor = hp.rope_attn_factor * hp.yarn.attn_factor;
   p.beta_fast = hp.yarn.beta_fast;
   p.beta_slow = hp.yarn.beta_slow;
-  if (swa_layer && arch_is_olmo2(hp.arch)) {  // OLMo 3's local layers: plain RoPE, no YaRN
+  if (swa_layer && hp.arch == Arch::olmo2) {  // OLMo 3's local layers: plain RoPE, no YaRN
     p.freq_scale = 1.0f;
     p.ext_factor = 0.0f;
     p.attn_factor = 1.0f;

@@ -1,8 +1,8 @@
 // Model architectures (llama with Llama 3 / Mistral / Mixtral shapes, qwen2, qwen3, qwen3moe,
 // qwen2moe, gemma, gemma2, gemma3, phi3, gpt-oss, granite, granitemoe, glm4, glm4moe, smollm3, command-r,
-// cohere2, olmo2, olmoe, ernie4_5): hyper-parameters, named presets with the real shapes, the tensor list of each
-// architecture (names and shapes as llama.cpp's GGUF files have them, with a role per tensor), and the GGUF keys that
-// carry the hyper-parameters.
+// cohere2, olmo2, olmoe, ernie4_5, exaone4, seed_oss): hyper-parameters, named presets with the real shapes, the tensor
+// list of each architecture (names and shapes as llama.cpp's GGUF files have them, with a role per tensor), and the
+// GGUF keys that carry the hyper-parameters.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +20,7 @@ namespace loom {
 
 // clang-format off
 enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, gpt_oss, granite, glm4moe, qwen2moe,
-                  smollm3, glm4, command_r, cohere2, olmo2, granitemoe, olmoe, ernie4_5 };
+                  smollm3, glm4, command_r, cohere2, olmo2, granitemoe, olmoe, ernie4_5, exaone4, seed_oss };
 // clang-format on
 
 const char* arch_name(Arch arch);  // the general.architecture string ("gpt-oss", "command-r")
@@ -32,20 +32,24 @@ bool arch_is_moe(Arch arch);
 bool arch_is_granite(Arch arch);
 // llama (Mixtral), granitemoe and olmoe: experts as wide as feed_forward_length (no expert_feed_forward_length)
 bool arch_experts_n_ff_wide(Arch arch);
-bool arch_has_qk_norm(Arch arch);  // qwen3, qwen3moe, gemma3 (glm4moe: where the file has them, HParams::qk_norm)
-bool arch_has_qkv_bias(Arch arch);  // qwen2, qwen2moe, gpt-oss, glm4, glm4moe
+// qwen3, qwen3moe, gemma3, exaone4 (glm4moe: where the file has them, HParams::qk_norm)
+bool arch_has_qk_norm(Arch arch);
+bool arch_has_qkv_bias(Arch arch);  // qwen2, qwen2moe, gpt-oss, glm4, glm4moe, seed_oss
+// llama and exaone4: a rope_freqs.weight of per-pair divisors where the file has one (Llama 3's RoPE scaling)
+bool arch_reads_rope_freqs(Arch arch);
 // rotate halves instead of adjacent pairs (not llama, granite(moe), smollm3, glm4, Cohere's, ernie4_5)
 bool arch_rope_neox(Arch arch);
 bool arch_is_gemma(Arch arch);      // gemma, gemma2, gemma3: scaled embeddings, GELU FFN, tied output
-bool arch_has_post_norms(Arch arch);  // gemma2, gemma3, glm4, olmo2: norms on the attention's and the FFN's outputs
+// gemma2, gemma3, glm4, olmo2, exaone4: norms on the attention's and the FFN's outputs
+bool arch_has_post_norms(Arch arch);
 bool arch_fused_gate_up(Arch arch);   // phi3, glm4: ffn_up holds the gate rows, then the up rows
 bool arch_partial_rope(Arch arch);    // phi3, glm4, glm4moe: rope.dimension_count may be below the head size
 // command-r, cohere2 (Cohere): layer norms (mean removed, weight, no bias) instead of RMS norms; the
 // FFN reads the attention's normed input and both branches add to the residual (no ffn_norm);
 // the output always tied; the logits multiplied by logit_scale.
 bool arch_is_cohere(Arch arch);
-// olmo2 (OLMo 2, OLMo 3): no norms before the attention and the FFN, only after them (post norms).
-bool arch_is_olmo2(Arch arch);
+// olmo2 (OLMo 2, OLMo 3), exaone4: no norms before the attention and the FFN, only after them (post norms).
+bool arch_post_norms_only(Arch arch);
 // olmo2 and olmoe: RMS q/k norms over the whole q and k vectors (weights {n_embd_q}, {n_embd_kv}), not per head.
 bool arch_whole_qk_norm(Arch arch);
 
@@ -124,9 +128,10 @@ struct HParams {
   int64_t n_ff_shexp() const { return n_ff_shared > 0 ? n_ff_shared : n_ff_exp * n_expert_shared; }
   bool is_swa_layer(int64_t il) const { return n_swa > 0 && swa_period > 0 && il % swa_period < swa_period - 1; }
   bool has_swa() const { return n_swa > 0 && swa_period > 1; }
-  // smollm3 leaves out RoPE in every 4th layer, cohere2 in its global (not sliding-window) layers
+  // smollm3 leaves out RoPE in every 4th layer, cohere2 and exaone4 with a window in their global
+  // (not sliding-window) layers
   bool rotates(int64_t il) const {
-    if (arch == Arch::cohere2) return is_swa_layer(il);
+    if (arch == Arch::cohere2 || (arch == Arch::exaone4 && has_swa())) return is_swa_layer(il);
     return n_no_rope_layer_step == 0 || (il + 1) % n_no_rope_layer_step != 0;
   }
   // What the logits are multiplied by: 1 / logit_scale (granite), logit_scale (Cohere), 1.
