@@ -63,10 +63,12 @@ TEST_P(CudaCoverage, EveryNodeOfThePromptAndDecodeGraphsHasAKernel) {
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  for (Arch a :
-       {Arch::llama,   Arch::qwen2,      Arch::qwen3,    Arch::qwen3moe, Arch::gemma2,  Arch::gemma3,    Arch::phi3,
-        Arch::gpt_oss, Arch::glm4moe,    Arch::qwen2moe, Arch::smollm3,  Arch::glm4,    Arch::command_r, Arch::cohere2,
-        Arch::olmo2,   Arch::granitemoe, Arch::olmoe,    Arch::ernie4_5, Arch::exaone4, Arch::seed_oss})
+  // clang-format off
+  for (Arch a : {Arch::llama, Arch::qwen2, Arch::qwen3, Arch::qwen3moe, Arch::gemma2, Arch::gemma3, Arch::phi3,
+                 Arch::gpt_oss, Arch::glm4moe, Arch::qwen2moe, Arch::smollm3, Arch::glm4, Arch::command_r,
+                 Arch::cohere2, Arch::olmo2, Arch::granitemoe, Arch::olmoe, Arch::ernie4_5, Arch::exaone4,
+                 Arch::seed_oss, Arch::ernie4_5_moe})
+    // clang-format on
     for (DType t : {DType::F16, DType::Q8_0, DType::Q4_K}) out.push_back({a, t});
   return out;
 }

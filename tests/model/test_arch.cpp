@@ -390,6 +390,47 @@ TEST(Arch, SeedOssTensorsAndScale) {
   EXPECT_FLOAT_EQ(read.attn_scale(), 1.0f / std::sqrt((float)read.head_dim));
 }
 
+// ERNIE 4.5 MoE as llama.cpp's loader reads it: the expert width, leading dense layers and the MoE
+// layer step required, and only a step of 1 (llama.cpp's loader puts experts in every later layer).
+TEST(Arch, Ernie45MoeKeysAreReadAsLlamaCppReadsThem) {
+  auto minimal = [] {
+    gguf::Writer w = minimal_llama("ernie4_5-moe");
+    w.set("ernie4_5-moe.expert_count", Value::u32(64));
+    w.set("ernie4_5-moe.expert_used_count", Value::u32(6));
+    w.set("ernie4_5-moe.expert_feed_forward_length", Value::u32(1536));
+    w.set("ernie4_5-moe.expert_shared_feed_forward_length", Value::u32(3072));
+    w.set("ernie4_5-moe.leading_dense_block_count", Value::u32(1));
+    w.set("ernie4_5-moe.interleave_moe_layer_step", Value::u32(1));
+    return w;
+  };
+  const HParams hp = read_back(minimal());
+  EXPECT_EQ(hp.n_ff_exp, 1536);
+  EXPECT_EQ(hp.n_ff_shexp(), 3072);
+  EXPECT_EQ(hp.n_layer_dense_lead, 1);
+  EXPECT_FALSE(hp.is_moe_layer(0));
+  EXPECT_TRUE(hp.is_moe_layer(1) && hp.is_moe_layer(31));
+  EXPECT_TRUE(hp.expert_weights_norm);
+  EXPECT_FALSE(arch_rope_neox(hp.arch));
+  std::map<std::string, TensorSpec> m;
+  for (const TensorSpec& t : arch_tensors(hp)) m[t.name] = t;
+  EXPECT_EQ(m.count("blk.0.ffn_gate_inp.weight"), 0u);
+  EXPECT_EQ(m.at("blk.0.ffn_gate.weight").ne[1], 11008);
+  EXPECT_EQ(m.at("blk.1.exp_probs_b.bias").ne[0], 64);
+  EXPECT_EQ(m.at("blk.1.ffn_up_shexp.weight").ne[1], 3072);
+
+  gguf::Writer w = minimal();
+  w.set("ernie4_5-moe.interleave_moe_layer_step", Value::u32(2));
+  expect_read_error(w, ErrorKind::unsupported, "interleave_moe_layer_step");
+  for (const char* key : {"interleave_moe_layer_step", "leading_dense_block_count", "expert_feed_forward_length"}) {
+    w = minimal();
+    w.remove(std::string("ernie4_5-moe.") + key);
+    expect_read_error(w, ErrorKind::invalid_input, key);
+  }
+  w = minimal();
+  w.remove("ernie4_5-moe.expert_shared_feed_forward_length");  // no shared expert
+  EXPECT_EQ(read_back(w).n_expert_shared, 0);
+}
+
 TEST(Arch, Glm4MoeTensorList) {
   const HParams hp = preset_hparams(Arch::glm4moe, "glm-4.5-air");
   std::map<std::string, TensorSpec> m;

@@ -1,6 +1,6 @@
 // The newer architectures' forward (gemma, gemma2, gemma3, phi3, gpt-oss, granite, glm4moe, Llama 3's
 // rope_freqs, Mixtral-shaped llama, qwen2moe, smollm3, glm4, command-r, cohere2, olmo2, granitemoe, olmoe,
-// ernie4_5, exaone4, seed_oss) against a double-precision reference
+// ernie4_5, ernie4_5-moe, exaone4, seed_oss) against a double-precision reference
 // written from llama.cpp's graphs: scaled embeddings, GELU FFN, post norms, soft-capping, q/k norms, sliding windows
 // with their layer pattern and local RoPE base, RoPE divisors and YaRN, fused projections, sinks, biased experts with
 // gpt-oss's gating, sigmoid routing with a selection bias and a shared expert (gated in qwen2moe), Cohere's layer
@@ -393,6 +393,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"granitemoe", Arch::granitemoe}, Case{"olmoe", Arch::olmoe},
                       Case{"ernie4_5", Arch::ernie4_5}, Case{"exaone4", Arch::exaone4, true},
                       Case{"exaone4_32b", Arch::exaone4, true, 0, 0, false, 64}, Case{"seed_oss", Arch::seed_oss},
+                      Case{"ernie4_5_moe", Arch::ernie4_5_moe},
                       Case{"granitemoe_shared", Arch::granitemoe, false, 0, 0, false, 0, false, 192}),
     [](const auto& info) { return std::string(info.param.name); });
 
@@ -422,7 +423,8 @@ TEST(ArchHParams, RoundTripThroughTheFile) {
                         Case{"rt-ernie4_5", Arch::ernie4_5},
                         Case{"rt-exaone4", Arch::exaone4, true},
                         Case{"rt-exaone4_32b", Arch::exaone4, true, 0, 0, false, 64},
-                        Case{"rt-seed_oss", Arch::seed_oss}}) {
+                        Case{"rt-seed_oss", Arch::seed_oss},
+                        Case{"rt-ernie4_5_moe", Arch::ernie4_5_moe}}) {
     const std::string path = make_model(c);
     const HParams want = case_hparams(c);
     const HParams got = Model::load(path)->hparams();

@@ -101,8 +101,8 @@ INSTANTIATE_TEST_SUITE_P(Archs, MultiDevice,
                          ::testing::Values(Arch::llama, Arch::qwen3moe, Arch::gemma2, Arch::gemma3, Arch::phi3,
                                            Arch::gpt_oss, Arch::granite, Arch::gemma, Arch::glm4moe, Arch::qwen2moe,
                                            Arch::smollm3, Arch::glm4, Arch::command_r, Arch::cohere2, Arch::olmo2,
-                                           Arch::granitemoe, Arch::olmoe, Arch::ernie4_5, Arch::exaone4,
-                                           Arch::seed_oss),
+                                           Arch::granitemoe, Arch::olmoe, Arch::ernie4_5, Arch::exaone4, Arch::seed_oss,
+                                           Arch::ernie4_5_moe),
                          [](const auto& info) {
                            std::string name = arch_name(info.param);
                            std::replace(name.begin(), name.end(), '-', '_');  // "gpt-oss"

@@ -39,7 +39,8 @@ TEST(ModelGrad, WholeModelMatchesFiniteDifferences) {
     // is lost in float noise; the gathered softmax, add_id biases and SWIGLU_OAI are the same ops.
     // glm4moe likewise: its selection bias picks among sigmoid gates that a step moves as well.
     if (arch == Arch::gpt_oss || arch == Arch::glm4moe) hp.n_expert_used = hp.n_expert;
-    if (arch == Arch::granitemoe) hp.n_ff_shared = 24;
+    if (arch == Arch::granitemoe || arch == Arch::ernie4_5_moe) hp.n_ff_shared = 24;
+    if (arch == Arch::ernie4_5_moe) hp.n_expert_used = hp.n_expert;  // the selection bias: as glm4moe's
     if (arch == Arch::olmoe) hp.n_expert_used = hp.n_expert;  // no top-k jumps under the finite steps
     const std::string path = write_model(dir, hp, 21);
     auto tm = TrainModel::open(path, {});

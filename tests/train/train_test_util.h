@@ -65,6 +65,10 @@ inline HParams small_hparams(Arch arch, int64_t n_layer = 1) {
     hp.n_expert_shared = 1;
   }
   if (arch == Arch::glm4) hp.n_rot = 8;  // half of each head, in adjacent pairs
+  if (arch == Arch::ernie4_5_moe) {      // a dense layer, then experts with a selection bias and a shared one
+    hp.n_layer = std::max<int64_t>(hp.n_layer, 2);
+    hp.n_ff_shared = 48;
+  }
   if (arch_is_cohere(arch)) hp.logit_scale = 1.0f;  // Cohere's tied output, not scaled down 4-16x
   if (arch == Arch::smollm3) {  // the 4th layer has no RoPE; untied, since 64-wide tied embeddings
     hp.n_layer = 4;             // under 4 layers need more than the overfit test's 100 steps
@@ -84,7 +88,8 @@ inline HParams small_hparams(Arch arch, int64_t n_layer = 1) {
 inline constexpr Arch kTrainedArchs[] = {
     Arch::llama, Arch::qwen2, Arch::qwen3, Arch::qwen3moe, Arch::gemma, Arch::gemma2, Arch::gemma3, Arch::phi3,
     Arch::gpt_oss, Arch::granite, Arch::glm4moe, Arch::qwen2moe, Arch::smollm3, Arch::glm4, Arch::command_r,
-    Arch::cohere2, Arch::olmo2, Arch::granitemoe, Arch::olmoe, Arch::ernie4_5, Arch::exaone4, Arch::seed_oss};
+    Arch::cohere2, Arch::olmo2, Arch::granitemoe, Arch::olmoe, Arch::ernie4_5, Arch::exaone4, Arch::seed_oss,
+    Arch::ernie4_5_moe};
 // clang-format on
 
 inline std::string write_model(const fs::path& dir, const HParams& hp, uint64_t seed = 5, DType type = DType::F32,

@@ -109,7 +109,7 @@ int run_new(const Options& o, const CLI::App& cmd) {
   take("--n-ff-exp", o.n_ff_exp, hp.n_ff_exp);
   take("--n-expert-shared", o.n_expert_shared, hp.n_expert_shared);
   take("--n-ff-shared", o.n_ff_shared, hp.n_ff_shared);
-  if (*arch == loom::Arch::granitemoe) hp.n_expert_shared = hp.n_ff_shared > 0 ? 1 : 0;
+  if (*arch == loom::Arch::granitemoe || *arch == loom::Arch::ernie4_5_moe) hp.n_expert_shared = hp.n_ff_shared > 0;
   take("--n-dense-lead", o.n_dense_lead, hp.n_layer_dense_lead);
   take("--n-nextn", o.n_nextn, hp.n_layer_nextn);
   if (o.qk_norm) hp.qk_norm = true;
@@ -222,10 +222,11 @@ int main(int argc, char** argv) {
   tok->add_flag("--json", o.json, "{\"tokens\":[ids], \"pieces\":[text], \"n_tokens\"} on stdout");
 
   CLI::App* nw = app.add_subcommand("new", "write a random-init (or header-only) model");
-  nw->add_option("--arch", o.arch,
-                 "llama | qwen2 | qwen2moe | qwen3 | qwen3moe | gemma | gemma2 | gemma3 | phi3 | gpt-oss | granite | "
-                 "granitemoe | glm4 | glm4moe | smollm3 | command-r | cohere2 | olmo2 | olmoe | ernie4_5 | exaone4 | "
-                 "seed_oss")
+  nw->add_option(
+        "--arch", o.arch,
+        "llama | qwen2 | qwen2moe | qwen3 | qwen3moe | gemma | gemma2 | gemma3 | phi3 | gpt-oss | granite | "
+        "granitemoe | glm4 | glm4moe | smollm3 | command-r | cohere2 | olmo2 | olmoe | ernie4_5 | ernie4_5-moe | "
+        "exaone4 | seed_oss")
       ->required();
   nw->add_option(
         "--preset", o.preset,
@@ -243,8 +244,9 @@ int main(int argc, char** argv) {
   nw->add_option("--n-ff-exp", o.n_ff_exp, "expert feed-forward width (qwen2moe, qwen3moe, gpt-oss, glm4moe)");
   nw->add_option("--n-expert-shared", o.n_expert_shared, "glm4moe: shared experts (one FFN n_ff_exp times as wide)");
   nw->add_option("--n-ff-shared", o.n_ff_shared,
-                 "qwen2moe, granitemoe: the shared expert's width (granitemoe: 0, none, by default)");
-  nw->add_option("--n-dense-lead", o.n_dense_lead, "glm4moe: leading dense layers (leading_dense_block_count)");
+                 "qwen2moe, granitemoe, ernie4_5-moe: the shared expert's width (granitemoe: 0, none, by default)");
+  nw->add_option("--n-dense-lead", o.n_dense_lead,
+                 "glm4moe, ernie4_5-moe: leading dense layers (leading_dense_block_count)");
   nw->add_option("--n-nextn", o.n_nextn, "glm4moe: multi-token-prediction layers after the others (never run)");
   nw->add_flag("--qk-norm", o.qk_norm, "glm4moe: attn_q_norm / attn_k_norm (GLM-4.5; Air has none)");
   nw->add_option("--n-swa", o.n_swa,

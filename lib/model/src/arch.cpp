@@ -18,7 +18,7 @@ namespace {
 constexpr Arch kArchs[] = {Arch::llama, Arch::qwen2, Arch::qwen3, Arch::qwen3moe, Arch::gemma, Arch::gemma2,
                            Arch::gemma3, Arch::phi3, Arch::gpt_oss, Arch::granite, Arch::glm4moe, Arch::qwen2moe,
                            Arch::smollm3, Arch::glm4, Arch::command_r, Arch::cohere2, Arch::olmo2, Arch::granitemoe,
-                           Arch::olmoe, Arch::ernie4_5, Arch::exaone4, Arch::seed_oss};
+                           Arch::olmoe, Arch::ernie4_5, Arch::ernie4_5_moe, Arch::exaone4, Arch::seed_oss};
 // clang-format on
 }  // namespace
 
@@ -47,6 +47,7 @@ const char* arch_name(Arch arch) {
     case Arch::ernie4_5: return "ernie4_5";
     case Arch::exaone4: return "exaone4";
     case Arch::seed_oss: return "seed_oss";
+    case Arch::ernie4_5_moe: return "ernie4_5-moe";
   }
   return "?";
 }
@@ -66,7 +67,7 @@ std::string arch_names() {
 
 bool arch_is_moe(Arch arch) {
   return arch == Arch::qwen2moe || arch == Arch::qwen3moe || arch == Arch::gpt_oss || arch == Arch::glm4moe ||
-         arch == Arch::granitemoe || arch == Arch::olmoe;
+         arch == Arch::granitemoe || arch == Arch::olmoe || arch == Arch::ernie4_5_moe;
 }
 bool arch_is_granite(Arch arch) { return arch == Arch::granite || arch == Arch::granitemoe; }
 bool arch_experts_n_ff_wide(Arch arch) {
@@ -82,7 +83,7 @@ bool arch_has_qkv_bias(Arch arch) {
 bool arch_reads_rope_freqs(Arch arch) { return arch == Arch::llama || arch == Arch::exaone4; }
 bool arch_rope_neox(Arch arch) {
   return arch != Arch::llama && !arch_is_granite(arch) && arch != Arch::smollm3 && arch != Arch::glm4 &&
-         arch != Arch::ernie4_5 && !arch_is_cohere(arch);
+         arch != Arch::ernie4_5 && arch != Arch::ernie4_5_moe && !arch_is_cohere(arch);
 }
 bool arch_is_gemma(Arch arch) { return arch == Arch::gemma || arch == Arch::gemma2 || arch == Arch::gemma3; }
 bool arch_has_post_norms(Arch arch) {
@@ -179,6 +180,13 @@ void add_arch_features(HParams& hp, int64_t n_swa) {
       break;
     case Arch::ernie4_5:  // ERNIE 4.5 0.3B: a llama with tied output
       hp.tied_embeddings = true;
+      break;
+    case Arch::ernie4_5_moe:  // ERNIE-4.5-21B-A3B's layout: a leading dense layer, then experts with a
+                              // selection bias and a shared expert twice as wide as one routed expert
+      hp.n_layer = std::max<int64_t>(hp.n_layer, 2);
+      hp.n_layer_dense_lead = 1;
+      hp.n_expert_shared = 1;
+      hp.n_ff_shared = 2 * hp.n_ff_exp;
       break;
     case Arch::seed_oss:  // Seed-OSS-36B: q twice as wide as the embedding (80 heads of 128 over 5120)
       hp.head_dim = 2 * hp.n_embd / hp.n_head;
@@ -486,11 +494,13 @@ void validate_hparams(const HParams& hp) {
              "{}: only phi3, glm4 and glm4moe rotate part of each head (n_rot = {}, head_dim = {})", a, hp.n_rot,
              hp.head_dim);
   const bool glm = hp.arch == Arch::glm4moe, qwen2moe = hp.arch == Arch::qwen2moe;
-  const bool granitemoe = hp.arch == Arch::granitemoe;  // a shared expert where n_ff_shared says
-  in_range("n_layer_dense_lead", hp.n_layer_dense_lead, 0, glm ? hp.n_layer : 0);
-  in_range("n_expert_shared", hp.n_expert_shared, qwen2moe ? 1 : 0, glm ? 64 : qwen2moe || granitemoe ? 1 : 0);
-  in_range("n_ff_shared", hp.n_ff_shared, qwen2moe ? 1 : 0, qwen2moe || granitemoe ? 1 << 22 : 0);
-  LOOM_CHECK(!granitemoe || (hp.n_expert_shared > 0) == (hp.n_ff_shared > 0), invalid_input,
+  // a shared expert where n_ff_shared says
+  const bool sized_shared = hp.arch == Arch::granitemoe || hp.arch == Arch::ernie4_5_moe;
+  const bool dense_lead = glm || hp.arch == Arch::ernie4_5_moe;
+  in_range("n_layer_dense_lead", hp.n_layer_dense_lead, 0, dense_lead ? hp.n_layer : 0);
+  in_range("n_expert_shared", hp.n_expert_shared, qwen2moe ? 1 : 0, glm ? 64 : qwen2moe || sized_shared ? 1 : 0);
+  in_range("n_ff_shared", hp.n_ff_shared, qwen2moe ? 1 : 0, qwen2moe || sized_shared ? 1 << 22 : 0);
+  LOOM_CHECK(!sized_shared || (hp.n_expert_shared > 0) == (hp.n_ff_shared > 0), invalid_input,
              "{}: a shared expert needs its width (n_ff_shared = {})", a, hp.n_ff_shared);
   LOOM_CHECK(!arch_experts_n_ff_wide(hp.arch) || !hp.is_moe() || hp.n_ff_exp == hp.n_ff, invalid_input,
              "{}: experts are feed_forward_length wide (n_ff_exp = {}, n_ff = {})", a, hp.n_ff_exp, hp.n_ff);

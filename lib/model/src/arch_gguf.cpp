@@ -57,6 +57,10 @@ void write_hparams(gguf::Writer& w, const HParams& hp) {
     u32("expert_gating_func", hp.expert_gating == ExpertGating::softmax ? 1 : 2);  // llama.cpp's numbering
     u32("nextn_predict_layers", hp.n_layer_nextn);
   }
+  if (hp.arch == Arch::ernie4_5_moe) {  // experts in every layer past the dense ones (llama.cpp's loader)
+    u32("leading_dense_block_count", hp.n_layer_dense_lead);
+    u32("interleave_moe_layer_step", 1);
+  }
   if (hp.rope_scaling != RopeScaling::none) {
     w.set(a + ".rope.scaling.type", Value::string(rope_scaling_name(hp.rope_scaling)));
     f32("rope.scaling.factor", 1.0f / hp.rope_freq_scale);
@@ -222,6 +226,22 @@ void read_glm4moe_router(const gguf::File& f, const std::string& a, HParams& hp)
   hp.qk_norm = f.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
 }
 
+// ernie4_5-moe: the expert width, the leading dense layers and the MoE layer step as llama.cpp
+// requires them. Its loader puts experts in every layer past the dense ones while its graph skips
+// layers the step leaves out, so only a step of 1 runs there.
+void read_ernie_moe_layers(const gguf::File& f, const std::string& a, HParams& hp) {
+  hp.n_ff_exp = required_int(f, a + "expert_feed_forward_length");
+  hp.n_layer_dense_lead = required_int(f, a + "leading_dense_block_count");
+  const int64_t step = required_int(f, a + "interleave_moe_layer_step");
+  LOOM_CHECK(step == 1, unsupported,
+             "{}: {}interleave_moe_layer_step = {} is not supported (dense layers between MoE layers; llama.cpp loads "
+             "step 1 only)",
+             f.path(), a, step);
+  if (hp.n_layer_dense_lead > 0)
+    LOOM_CHECK(hp.n_ff > 0, invalid_input, "{}: missing {}feed_forward_length for the leading dense layers", f.path(),
+               a);
+}
+
 }  // namespace
 
 HParams read_hparams(const gguf::File& f) {
@@ -282,7 +302,8 @@ HParams read_hparams(const gguf::File& f) {
       hp.n_ff = required("feed_forward_length");
       hp.n_ff_exp = hp.n_ff;
     }
-    if (hp.arch == Arch::granitemoe) {  // Granite MoE Shared's expert where its width is given
+    if (hp.arch == Arch::ernie4_5_moe) read_ernie_moe_layers(f, a, hp);
+    if (hp.arch == Arch::granitemoe || hp.arch == Arch::ernie4_5_moe) {  // a shared expert where its width is given
       hp.n_ff_shared = f.find_int(a + "expert_shared_feed_forward_length").value_or(0);
       hp.n_expert_shared = hp.n_ff_shared > 0 ? 1 : 0;
     }

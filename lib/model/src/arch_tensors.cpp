@@ -140,7 +140,7 @@ std::vector<TensorSpec> arch_tensors(const HParams& hp) {
     if (hp.is_moe_layer(il)) {
       const int64_t n_ff = hp.n_ff_exp, n_e = hp.n_expert;
       add(blk("ffn_gate_inp.weight"), R::ffn_gate_inp, il, {E, n_e});
-      if (a == Arch::glm4moe) add(blk("exp_probs_b.bias"), R::ffn_exp_probs_b, il, {n_e});
+      if (a == Arch::glm4moe || a == Arch::ernie4_5_moe) add(blk("exp_probs_b.bias"), R::ffn_exp_probs_b, il, {n_e});
       add(blk("ffn_gate_exps.weight"), R::ffn_gate_exps, il, {E, n_ff, n_e});
       add(blk("ffn_down_exps.weight"), R::ffn_down_exps, il, {n_ff, E, n_e});
       add(blk("ffn_up_exps.weight"), R::ffn_up_exps, il, {E, n_ff, n_e});

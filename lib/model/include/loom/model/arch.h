@@ -1,8 +1,8 @@
 // Model architectures (llama with Llama 3 / Mistral / Mixtral shapes, qwen2, qwen3, qwen3moe,
 // qwen2moe, gemma, gemma2, gemma3, phi3, gpt-oss, granite, granitemoe, glm4, glm4moe, smollm3, command-r,
-// cohere2, olmo2, olmoe, ernie4_5, exaone4, seed_oss): hyper-parameters, named presets with the real shapes, the tensor
-// list of each architecture (names and shapes as llama.cpp's GGUF files have them, with a role per tensor), and the
-// GGUF keys that carry the hyper-parameters.
+// cohere2, olmo2, olmoe, ernie4_5, ernie4_5-moe, exaone4, seed_oss): hyper-parameters, named presets with the real
+// shapes, the tensor list of each architecture (names and shapes as llama.cpp's GGUF files have them, with a role per
+// tensor), and the GGUF keys that carry the hyper-parameters.
 #pragma once
 
 #include <cstdint>
@@ -20,13 +20,15 @@ namespace loom {
 
 // clang-format off
 enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, gpt_oss, granite, glm4moe, qwen2moe,
-                  smollm3, glm4, command_r, cohere2, olmo2, granitemoe, olmoe, ernie4_5, exaone4, seed_oss };
+                  smollm3, glm4, command_r, cohere2, olmo2, granitemoe, olmoe, ernie4_5, exaone4, seed_oss,
+                  ernie4_5_moe };
 // clang-format on
 
 const char* arch_name(Arch arch);  // the general.architecture string ("gpt-oss", "command-r")
 std::optional<Arch> arch_from_name(std::string_view name);
 std::string arch_names();          // "llama, qwen2, ..." for messages
-// always routed experts (qwen2moe, qwen3moe, gpt-oss, glm4moe, granitemoe, olmoe); llama may have them too
+// always routed experts (qwen2moe, qwen3moe, gpt-oss, glm4moe, granitemoe, olmoe, ernie4_5-moe); llama may have them
+// too
 bool arch_is_moe(Arch arch);
 // granite and granitemoe: IBM's embedding, residual, attention and logit multipliers
 bool arch_is_granite(Arch arch);
@@ -73,7 +75,8 @@ struct HParams {
   // leading dense layers (n_ff wide), and the multi-token-prediction layers after the n_layer
   // computed ones (in the file, never run: llama.cpp skips them too). qwen2moe: one shared expert
   // n_ff_shared wide whose output a sigmoid gate of its own (ffn_gate_inp_shexp) scales.
-  // granitemoe: one shared expert n_ff_shared wide where the file gives that width (Granite MoE Shared).
+  // granitemoe, ernie4_5-moe: one shared expert n_ff_shared wide where the file gives that width
+  // (Granite MoE Shared, ERNIE 4.5's two shared experts as one); ernie4_5-moe: leading dense layers too.
   int64_t n_expert_shared = 0;
   int64_t n_ff_shared = 0;
   int64_t n_layer_dense_lead = 0;
