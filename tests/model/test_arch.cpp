@@ -431,6 +431,26 @@ TEST(Arch, Ernie45MoeKeysAreReadAsLlamaCppReadsThem) {
   EXPECT_EQ(read_back(w).n_expert_shared, 0);
 }
 
+// Which routers renormalize their k softmax weights, as llama.cpp's graphs do: not qwen2moe's or
+// olmoe's; qwen3moe's, granitemoe's and ernie4_5-moe's yes.
+TEST(Arch, ExpertWeightsRenormalizedAsLlamaCpp) {
+  for (const auto& [a, renorm] : {std::pair{"qwen2moe", false},
+                                  {"olmoe", false},
+                                  {"qwen3moe", true},
+                                  {"granitemoe", true},
+                                  {"ernie4_5-moe", true}}) {
+    const Arch arch = *arch_from_name(a);
+    EXPECT_EQ(preset_hparams(arch, "tiny").expert_weights_norm, renorm) << a;
+    test::ScratchDir dir("arch");
+    NewModelOptions o;
+    o.hparams = preset_hparams(arch, "tiny");
+    o.header_only = true;
+    o.output = dir.file("m.gguf");
+    make_random_model(o);
+    EXPECT_EQ(read_hparams(*gguf::File::open(o.output)).expert_weights_norm, renorm) << a;
+  }
+}
+
 TEST(Arch, Glm4MoeTensorList) {
   const HParams hp = preset_hparams(Arch::glm4moe, "glm-4.5-air");
   std::map<std::string, TensorSpec> m;

@@ -73,6 +73,7 @@ bool arch_is_granite(Arch arch) { return arch == Arch::granite || arch == Arch::
 bool arch_experts_n_ff_wide(Arch arch) {
   return arch == Arch::llama || arch == Arch::granitemoe || arch == Arch::olmoe;
 }
+bool arch_expert_weights_raw(Arch arch) { return arch == Arch::qwen2moe || arch == Arch::olmoe; }
 bool arch_has_qk_norm(Arch arch) {
   return arch == Arch::qwen3 || arch == Arch::qwen3moe || arch == Arch::gemma3 || arch == Arch::exaone4;
 }
@@ -120,6 +121,7 @@ namespace {
 // (n_swa wide) with each one's layer pattern and RoPE bases, soft-capping, RoPE scaling with the
 // long/short factors or YaRN, and tied embeddings for gemma. Experts as at the preset's size.
 void add_arch_features(HParams& hp, int64_t n_swa) {
+  hp.expert_weights_norm = !arch_expert_weights_raw(hp.arch);
   switch (hp.arch) {
     case Arch::gemma:  // Gemma 1: gemma2 without post norms, soft-capping or windows
       hp.tied_embeddings = true;
@@ -191,15 +193,13 @@ void add_arch_features(HParams& hp, int64_t n_swa) {
     case Arch::seed_oss:  // Seed-OSS-36B: q twice as wide as the embedding (80 heads of 128 over 5120)
       hp.head_dim = 2 * hp.n_embd / hp.n_head;
       break;
-    case Arch::olmoe:  // OLMoE: the k weights as the softmax gave them, experts n_ff wide, as many kv heads as q
+    case Arch::olmoe:  // OLMoE: experts n_ff wide, as many kv heads as q
       hp.n_ff_exp = hp.n_ff;
       hp.n_head_kv = hp.n_head;
-      hp.expert_weights_norm = false;
       break;
-    case Arch::qwen2moe:  // Qwen1.5-MoE: the k weights as the softmax gave them, a gated shared expert
+    case Arch::qwen2moe:  // Qwen1.5-MoE: a gated shared expert
       hp.n_expert_shared = 1;
       hp.n_ff_shared = 2 * hp.n_ff_exp;
-      hp.expert_weights_norm = false;
       break;
     case Arch::command_r:  // Command R 35B: logits x 0.0625, tied
       hp.logit_scale = 0.0625f;
@@ -508,9 +508,9 @@ void validate_hparams(const HParams& hp) {
   in_range("n_no_rope_layer_step", hp.n_no_rope_layer_step, 0, hp.arch == Arch::smollm3 ? 4096 : 0);
   LOOM_CHECK(glm || (!hp.qk_norm && hp.expert_gating == ExpertGating::softmax && hp.expert_weights_scale == 0.0f),
              invalid_input, "{}: optional q/k norms, sigmoid routing and expert weight scaling are glm4moe's", a);
-  // the k weights: as the softmax gave them in qwen2moe and olmoe, renormalized in llama (Mixtral), qwen3moe, gpt-oss
-  const bool unnormed = qwen2moe || hp.arch == Arch::olmoe;
-  LOOM_CHECK(glm || !hp.is_moe() || hp.expert_weights_norm == !unnormed, invalid_input,
+  // the k weights: as the softmax gave them in qwen2moe and olmoe, renormalized in the others (glm4moe: as its file
+  // says)
+  LOOM_CHECK(glm || !hp.is_moe() || hp.expert_weights_norm == !arch_expert_weights_raw(hp.arch), invalid_input,
              "{}: expert_weights_norm = {} is not this architecture's", a, hp.expert_weights_norm);
   if (hp.n_layer_dense_lead > 0) in_range("n_ff", hp.n_ff, 1, 1 << 22);
   // glm4moe scales its expert weights (the others must not: checked above)

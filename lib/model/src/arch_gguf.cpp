@@ -307,13 +307,12 @@ HParams read_hparams(const gguf::File& f) {
       hp.n_ff_shared = f.find_int(a + "expert_shared_feed_forward_length").value_or(0);
       hp.n_expert_shared = hp.n_ff_shared > 0 ? 1 : 0;
     }
-    if (hp.arch == Arch::olmoe) hp.expert_weights_norm = false;  // the k weights as the softmax gave them
+    hp.expert_weights_norm = !arch_expert_weights_raw(hp.arch);  // glm4moe's file says (below)
     if (hp.arch == Arch::glm4moe) read_glm4moe_router(f, a, hp);
     if (hp.arch == Arch::qwen2moe) {  // llama.cpp: the shared expert n_ff wide unless the key says
       hp.n_expert_shared = 1;
       hp.n_ff_shared = f.find_int(a + "expert_shared_feed_forward_length").value_or(0);
       if (hp.n_ff_shared == 0) hp.n_ff_shared = hp.n_ff;
-      hp.expert_weights_norm = false;
     }
   } else if (hp.arch == Arch::llama && hp.n_expert > 0) {  // Mixtral: experts of feed_forward_length
     hp.n_expert_used = required("expert_used_count");

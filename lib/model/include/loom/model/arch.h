@@ -34,6 +34,8 @@ bool arch_is_moe(Arch arch);
 bool arch_is_granite(Arch arch);
 // llama (Mixtral), granitemoe and olmoe: experts as wide as feed_forward_length (no expert_feed_forward_length)
 bool arch_experts_n_ff_wide(Arch arch);
+// qwen2moe and olmoe: the k chosen softmax weights are used as they are, not renormalized to sum 1
+bool arch_expert_weights_raw(Arch arch);
 // qwen3, qwen3moe, gemma3, exaone4 (glm4moe: where the file has them, HParams::qk_norm)
 bool arch_has_qk_norm(Arch arch);
 bool arch_has_qkv_bias(Arch arch);  // qwen2, qwen2moe, gpt-oss, glm4, glm4moe, seed_oss
