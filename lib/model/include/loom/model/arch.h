@@ -41,7 +41,7 @@ bool arch_has_qk_norm(Arch arch);
 bool arch_has_qkv_bias(Arch arch);  // qwen2, qwen2moe, gpt-oss, glm4, glm4moe, seed_oss
 // llama and exaone4: a rope_freqs.weight of per-pair divisors where the file has one (Llama 3's RoPE scaling)
 bool arch_reads_rope_freqs(Arch arch);
-// rotate halves instead of adjacent pairs (not llama, granite(moe), smollm3, glm4, Cohere's, ernie4_5)
+// rotate halves instead of adjacent pairs (not llama, granite(moe), smollm3, glm4, Cohere's, ernie4_5(-moe))
 bool arch_rope_neox(Arch arch);
 bool arch_is_gemma(Arch arch);      // gemma, gemma2, gemma3: scaled embeddings, GELU FFN, tied output
 // gemma2, gemma3, glm4, olmo2, exaone4: norms on the attention's and the FFN's outputs
