@@ -175,7 +175,7 @@ void read_arch_features(const gguf::File& f, const std::string& a, HParams& hp) 
       break;
     case Arch::exaone4:  // llama.cpp: windows with 64 layers only (EXAONE 4.0 32B), 4096 wide unless the
       // file says, three local layers of four; elsewhere a window key is not applied
-      hp.n_swa = hp.n_layer == 64 ? swa.value_or(4096) : swa.value_or(0);
+      hp.n_swa = swa.value_or(hp.n_layer == 64 ? 4096 : 0);
       hp.swa_period = hp.n_layer == 64 ? 4 : 0;
       break;
     case Arch::smollm3:  // fixed by llama.cpp's loader (no key)

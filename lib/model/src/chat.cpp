@@ -1,6 +1,7 @@
 // Chat template families: detection by marker substrings and rendering per family.
 #include "loom/model/chat.h"
 
+#include <string_view>
 #include <utility>
 
 namespace loom {
@@ -108,6 +109,14 @@ void render_mistral(ChatTemplate t, std::span<const ChatMessage> messages, std::
   }
 }
 
+// The <|role|> families (phi3, chatglm4, falcon3, glmedge, zephyr): "<|role|>\n" + content + end per
+// message, then the assistant's opening.
+void render_role_tags(std::span<const ChatMessage> messages, std::string_view end, bool add_assistant,
+                      std::string_view opening, std::string& s) {
+  for (const ChatMessage& m : messages) s += "<|" + m.role + "|>\n" + m.content + std::string(end);
+  if (add_assistant) s += opening;
+}
+
 void render_gemma(std::span<const ChatMessage> messages, bool add_assistant, std::string& s) {
   std::string system;  // Gemma has no system role: it opens the next user turn
   for (const ChatMessage& m : messages) {
@@ -194,8 +203,7 @@ std::string render_chat(ChatTemplate t, std::span<const ChatMessage> messages, b
       render_mistral(t, messages, s);
       break;
     case ChatTemplate::phi3:
-      for (const ChatMessage& m : messages) s += "<|" + m.role + "|>\n" + m.content + "<|end|>\n";
-      if (add_assistant) s += "<|assistant|>\n";
+      render_role_tags(messages, "<|end|>\n", add_assistant, "<|assistant|>\n", s);
       break;
     case ChatTemplate::gemma:
       render_gemma(messages, add_assistant, s);
@@ -244,8 +252,7 @@ std::string render_chat(ChatTemplate t, std::span<const ChatMessage> messages, b
       break;
     case ChatTemplate::chatglm4:
       s += "[gMASK]<sop>";
-      for (const ChatMessage& m : messages) s += "<|" + m.role + "|>\n" + m.content;
-      if (add_assistant) s += "<|assistant|>\n";
+      render_role_tags(messages, "", add_assistant, "<|assistant|>\n", s);
       break;
     case ChatTemplate::command_r:
       for (const ChatMessage& m : messages) {
@@ -255,16 +262,13 @@ std::string render_chat(ChatTemplate t, std::span<const ChatMessage> messages, b
       if (add_assistant) s += "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>";
       break;
     case ChatTemplate::falcon3:
-      for (const ChatMessage& m : messages) s += "<|" + m.role + "|>\n" + m.content + "\n";
-      if (add_assistant) s += "<|assistant|>\n";
+      render_role_tags(messages, "\n", add_assistant, "<|assistant|>\n", s);
       break;
     case ChatTemplate::glmedge:
-      for (const ChatMessage& m : messages) s += "<|" + m.role + "|>\n" + m.content;
-      if (add_assistant) s += "<|assistant|>";
+      render_role_tags(messages, "", add_assistant, "<|assistant|>", s);
       break;
     case ChatTemplate::zephyr:
-      for (const ChatMessage& m : messages) s += "<|" + m.role + "|>\n" + m.content + "<|endoftext|>\n";
-      if (add_assistant) s += "<|assistant|>\n";
+      render_role_tags(messages, "<|endoftext|>\n", add_assistant, "<|assistant|>\n", s);
       break;
     case ChatTemplate::exaone3:
     case ChatTemplate::exaone4:  // the same for loom's roles (exaone4 adds a tool role)
