@@ -18,7 +18,7 @@
 //                      repo's ../shared/data/vocab/ggml-vocab-gpt-2.gguf.inp when it exists)
 // Prints a JSON report on stdout and a summary on stderr. Exit 0 when every model passes: loads
 // with check_tensors, no warning/error log line (but llama.cpp's "unused tensor" notes on the
-// multi-token-prediction layers it skips), every tokenization identical, perplexity within
+// multi-token-prediction layers it skips and its note on mistral3's YaRN factor), every tokenization identical, perplexity within
 // 0.1%, and, for float weights (general.file_type F32/F16/BF16), every greedy generation identical;
 // 1 when one does not; 2 on a usage or setup error. Greedy tokens of quantized files are reported
 // but not required: llama.cpp rounds activations to 8 bits for quantized dot products where loom
@@ -291,7 +291,11 @@ async function checkModel(arg) {
         const m = /^model has unused tensor blk\.(\d+)\./.exec(l.line);
         return l.level === "warn" && m !== null && Number(m[1]) >= firstSkipped;
     };
-    const bad = logs.filter((l) => ["fatal", "error", "warn"].includes(l.level) && !skippedNote(l));
+    // and its note on the YaRN attention factor it derives from rope.scaling.yarn_log_multiplier
+    // (mistral3: every Ministral 3 download logs it)
+    const hasLogMul = /\.rope\.scaling\.yarn_log_multiplier\s/.test(info.stdout || "");
+    const yarnNote = (l) => l.level === "warn" && hasLogMul && /^llama_context: setting new yarn_attn_factor = /.test(l.line);
+    const bad = logs.filter((l) => ["fatal", "error", "warn"].includes(l.level) && !skippedNote(l) && !yarnNote(l));
     res.log = { lines: logs.length, warnings_errors: bad.length, warning_error_lines: bad.map((l) => `[${l.level}] ${l.line}`),
                 skipped_layer_notes: logs.filter(skippedNote).length };
     const ftype = Number((/general\.file_type\s+\S+\s+=\s+(\d+)/.exec(info.stdout || "") || [])[1] ?? -1);

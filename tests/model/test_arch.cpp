@@ -12,8 +12,9 @@
 
 #include "gguf_test_util.h"
 #include "loom/core/quants.h"
-#include "loom/model/arch.h"
 #include "loom/gguf/gguf.h"
+#include "loom/model/arch.h"
+#include "loom/model/layer_blocks.h"
 #include "loom/model/model_file.h"
 
 namespace loom {
@@ -388,6 +389,48 @@ TEST(Arch, SeedOssTensorsAndScale) {
   w.set("seed_oss.attention.scale", Value::f32(0.0625f));
   const HParams read = read_back(w);
   EXPECT_FLOAT_EQ(read.attn_scale(), 1.0f / std::sqrt((float)read.head_dim));
+}
+
+// Ministral 3 as llama.cpp's mistral3 loader reads it: YaRN's ramp ends and log multiplier, the
+// attention temperature (stepping once per original context). A llama file's keys are not read.
+TEST(Arch, Mistral3KeysAreReadAsLlamaCppReadsThem) {
+  gguf::Writer w = minimal_llama("mistral3");
+  w.set("mistral3.rope.scaling.type", Value::string("yarn"));
+  w.set("mistral3.rope.scaling.factor", Value::f32(16.0f));
+  w.set("mistral3.rope.scaling.original_context_length", Value::u32(16384));
+  w.set("mistral3.rope.scaling.yarn_beta_fast", Value::f32(8.0f));
+  w.set("mistral3.rope.scaling.yarn_beta_slow", Value::f32(0.5f));
+  w.set("mistral3.rope.scaling.yarn_log_multiplier", Value::f32(1.0f));
+  w.set("mistral3.attention.temperature_scale", Value::f32(0.1f));
+  const HParams hp = read_back(w);
+  EXPECT_FALSE(arch_rope_neox(hp.arch));
+  EXPECT_FLOAT_EQ(hp.attn_temperature(16383), 1.0f);
+  EXPECT_FLOAT_EQ(hp.attn_temperature(16384), 1.0f + 0.1f * std::log(2.0f));
+  EXPECT_FLOAT_EQ(hp.attn_temperature(3 * 16384 + 5), 1.0f + 0.1f * std::log(4.0f));
+  // a log multiplier of 1 cancels YaRN's magnitude (the kernel's 1 + 0.1 ln 16); the file's ramp ends
+  // unless the run gives its own
+  const ops::RopeParams p = rope_params(hp);
+  EXPECT_FLOAT_EQ(p.attn_factor * (1.0f + 0.1f * std::log(16.0f)), 1.0f);
+  EXPECT_FLOAT_EQ(p.beta_fast, 8.0f);
+  EXPECT_FLOAT_EQ(p.beta_slow, 0.5f);
+  HParams run = hp;
+  run.yarn.beta_fast = 32.0f;
+  EXPECT_FLOAT_EQ(rope_params(run).beta_fast, 32.0f);
+
+  const HParams plain = read_back(minimal_llama("mistral3"));  // llama.cpp's defaults, no temperature
+  EXPECT_FLOAT_EQ(plain.yarn_beta_fast, 32.0f);
+  EXPECT_FLOAT_EQ(plain.yarn_beta_slow, 1.0f);
+  EXPECT_FLOAT_EQ(plain.attn_temperature(1 << 20), 1.0f);
+
+  gguf::Writer l = minimal_llama();
+  l.set("llama.attention.temperature_scale", Value::f32(0.1f));
+  l.set("llama.rope.scaling.yarn_log_multiplier", Value::f32(1.0f));
+  const HParams llama = read_back(l);
+  EXPECT_EQ(llama.attn_temp_scale, 0.0f);
+  EXPECT_EQ(llama.yarn_log_mul, 0.0f);
+  HParams bad = preset_hparams(Arch::llama, "tiny");
+  bad.attn_temp_scale = 0.1f;
+  EXPECT_THROW(validate_hparams(bad), Error);
 }
 
 // ERNIE 4.5 MoE as llama.cpp's loader reads it: the expert width, leading dense layers and the MoE

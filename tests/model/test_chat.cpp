@@ -54,6 +54,8 @@ TEST(ChatTemplate, Mistral) {
   EXPECT_EQ(render("mistral-v3"), "[INST] You are helpful.\n\nhello[/INST] hi there</s>[INST] how are you[/INST]");
   EXPECT_EQ(render("mistral-v1"), " [INST] You are helpful.\n\nhello [/INST] hi there</s> [INST] how are you [/INST]");
   EXPECT_EQ(render("mistral-v3-tekken"), "[INST]You are helpful.\n\nhello[/INST]hi there</s>[INST]how are you[/INST]");
+  EXPECT_EQ(render("mistral-v7-tekken"),
+            "[SYSTEM_PROMPT]You are helpful.[/SYSTEM_PROMPT][INST]hello[/INST]hi there</s>[INST]how are you[/INST]");
 }
 
 TEST(ChatTemplate, Gemma) {
@@ -144,13 +146,15 @@ TEST(ChatTemplate, RoleTagFamilies) {
 }
 
 TEST(ChatTemplate, EveryNameRoundTrips) {
+  // clang-format off
   for (const char* n : {"chatml",           "llama2",     "llama2-sys", "llama2-sys-bos",
                         "llama2-sys-strip", "mistral-v1", "mistral-v3", "mistral-v3-tekken",
                         "mistral-v7",       "phi3",       "phi4",       "gemma",
                         "llama3",           "deepseek",   "deepseek2",  "deepseek3",
                         "gpt-oss",          "granite",    "chatglm4",   "command-r",
                         "falcon3",          "glmedge",    "zephyr",     "exaone3",
-                        "exaone4",          "seed_oss"}) {
+                        "exaone4",          "seed_oss",   "mistral-v7-tekken"}) {
+    // clang-format on
     auto t = loom::chat_template_from_name(n);
     ASSERT_TRUE(t.has_value()) << n;
     EXPECT_STREQ(loom::chat_template_name(*t), n);

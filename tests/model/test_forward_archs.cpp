@@ -35,6 +35,7 @@ struct RopeSpec {
   bool yarn;
   int64_t n_ctx_orig;
   const Tensor* factors;
+  double beta_fast = 32, beta_slow = 1, log_mul = 0;  // YaRN's ramp ends; mistral3's magnitude multiplier
 };
 
 // ggml's rotation (with YaRN's ramp and magnitude) of the first n_rot dims of every head of v at
@@ -45,9 +46,12 @@ void rope(Vec& v, int64_t n_heads, int64_t hd, int64_t n_rot, int64_t pos, bool 
     auto corr = [&](double rot) {
       return n_rot * std::log(r.n_ctx_orig / (rot * 2 * std::numbers::pi)) / (2 * std::log(r.base));
     };
-    lo = std::max(0.0, std::floor(corr(32)));
-    hi = std::min(n_rot - 1.0, std::ceil(corr(1)));
-    m *= 1 + 0.1 * std::log(1.0 / r.freq_scale);
+    lo = std::max(0.0, std::floor(corr(r.beta_fast)));
+    hi = std::min(n_rot - 1.0, std::ceil(corr(r.beta_slow)));
+    // HF's get_mscale(factor, mscale), llama.cpp's magnitude with rope.scaling.yarn_log_multiplier
+    const double factor = 1.0 / r.freq_scale;
+    auto mscale = [&](double k) { return factor <= 1 ? 1.0 : 0.1 * k * std::log(factor) + 1; };
+    m *= r.log_mul != 0 ? mscale(1) / mscale(r.log_mul) : 1 + 0.1 * std::log(factor);
   }
   const Vec ff = r.factors ? weight_row(r.factors, 0) : Vec((size_t)n_rot / 2, 1.0);
   EXPECT_EQ(ff.size(), (size_t)n_rot / 2);
@@ -167,7 +171,10 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
                 hp.rope_attn_factor,
                 hp.rope_scaling == RopeScaling::yarn,
                 hp.n_ctx_orig_or_train(),
-                factors};
+                factors,
+                hp.yarn_beta_fast,
+                hp.yarn_beta_slow,
+                hp.yarn_log_mul};
     if (swa && hp.arch == Arch::olmo2) rs = {hp.rope_theta, 1.0, 1.0, false, hp.n_ctx_orig_or_train(), nullptr};
     std::vector<Vec> q(T), k(T), v(T), normed(T);
     for (int64_t i = 0; i < T; ++i) {
@@ -209,6 +216,9 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
         rope(q[i], hp.n_head, hd, hp.rot_dims(), i, neox, rs);
         rope(k[i], hp.n_head_kv, hd, hp.rot_dims(), i, neox, rs);
       }
+      // mistral3: Llama 4's temperature on the queries, one step per original context
+      const double temp = 1 + hp.attn_temp_scale * std::log(1.0 + (double)(i / hp.n_ctx_orig_or_train()));
+      for (double& e : q[i]) e *= temp;
     }
     const Vec sinks = l.sinks ? weight_row(l.sinks, 0) : Vec();
     // a file's attention.scale (granite) replaces 1/sqrt(head_dim)
@@ -308,6 +318,14 @@ HParams case_hparams(const Case& c) {
     hp.n_swa = 4;
     hp.swa_period = 4;
   }
+  if (c.arch == Arch::mistral3) {  // YaRN with its own ramp ends and magnitude; temperatures 1, 1.35, 1.55
+    hp.n_ctx_orig = 4;
+    hp.rope_theta = hp.rope_theta_swa = 100.0f;  // the ramp over dims 0-4 with these ends, dim 0 alone with 32, 1
+    hp.yarn_beta_fast = 0.5f;
+    hp.yarn_beta_slow = 0.25f;
+    hp.yarn_log_mul = 0.5f;
+    hp.attn_temp_scale = 0.5f;
+  }
   if (c.n_ff_shared > 0) {
     hp.n_ff_shared = c.n_ff_shared;
     hp.n_expert_shared = 1;
@@ -393,7 +411,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"granitemoe", Arch::granitemoe}, Case{"olmoe", Arch::olmoe},
                       Case{"ernie4_5", Arch::ernie4_5}, Case{"exaone4", Arch::exaone4, true},
                       Case{"exaone4_32b", Arch::exaone4, true, 0, 0, false, 64}, Case{"seed_oss", Arch::seed_oss},
-                      Case{"ernie4_5_moe", Arch::ernie4_5_moe},
+                      Case{"ernie4_5_moe", Arch::ernie4_5_moe}, Case{"mistral3", Arch::mistral3, true},
+                      Case{"mistral3_moe", Arch::mistral3, false, 4},
                       Case{"granitemoe_shared", Arch::granitemoe, false, 0, 0, false, 0, false, 192}),
     [](const auto& info) { return std::string(info.param.name); });
 
@@ -424,7 +443,8 @@ TEST(ArchHParams, RoundTripThroughTheFile) {
                         Case{"rt-exaone4", Arch::exaone4, true},
                         Case{"rt-exaone4_32b", Arch::exaone4, true, 0, 0, false, 64},
                         Case{"rt-seed_oss", Arch::seed_oss},
-                        Case{"rt-ernie4_5_moe", Arch::ernie4_5_moe}}) {
+                        Case{"rt-ernie4_5_moe", Arch::ernie4_5_moe},
+                        Case{"rt-mistral3", Arch::mistral3, true}}) {
     const std::string path = make_model(c);
     const HParams want = case_hparams(c);
     const HParams got = Model::load(path)->hparams();
@@ -458,6 +478,10 @@ TEST(ArchHParams, RoundTripThroughTheFile) {
     EXPECT_EQ(got.n_no_rope_layer_step, want.n_no_rope_layer_step) << c.name;
     EXPECT_FLOAT_EQ(got.rms_eps, want.rms_eps) << c.name;
     EXPECT_EQ(got.per_head_qk_norm(), want.per_head_qk_norm()) << c.name;
+    EXPECT_FLOAT_EQ(got.yarn_beta_fast, want.yarn_beta_fast) << c.name;
+    EXPECT_FLOAT_EQ(got.yarn_beta_slow, want.yarn_beta_slow) << c.name;
+    EXPECT_FLOAT_EQ(got.yarn_log_mul, want.yarn_log_mul) << c.name;
+    EXPECT_FLOAT_EQ(got.attn_temp_scale, want.attn_temp_scale) << c.name;
     std::filesystem::remove(path);
   }
 }

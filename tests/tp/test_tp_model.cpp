@@ -42,6 +42,7 @@ HParams odd_hparams(Arch arch) {
   if (arch == Arch::olmoe) hp.n_head_kv = hp.n_head;  // its k norm as wide as q's
   if (arch == Arch::seed_oss) hp.head_dim = 32;       // Seed-OSS: q twice as wide as the embedding
   hp.rope_freqs = arch == Arch::exaone4;              // EXAONE 4.0's Llama 3 RoPE divisors
+  if (arch == Arch::mistral3) hp.n_ctx_orig = 4;      // the attention temperature from position 4
   if (arch == Arch::ernie4_5_moe) hp.n_ff_shared = 160;  // a dense layer, then experts and a shared one
   if (arch == Arch::granitemoe) {  // Granite MoE Shared's expert
     hp.n_ff_shared = 160;
@@ -174,7 +175,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Arch::cohere2, DType::Q8_0}, Case{Arch::olmo2, DType::F32},
                       Case{Arch::granitemoe, DType::F32}, Case{Arch::olmoe, DType::F32},
                       Case{Arch::ernie4_5, DType::Q8_0}, Case{Arch::exaone4, DType::F32},
-                      Case{Arch::seed_oss, DType::Q8_0}, Case{Arch::ernie4_5_moe, DType::F32}),
+                      Case{Arch::seed_oss, DType::Q8_0}, Case{Arch::ernie4_5_moe, DType::F32},
+                      Case{Arch::mistral3, DType::F32}),
     [](const auto& info) {
       std::string name = std::string(arch_name(info.param.arch)) + "_" + dtype_name(info.param.type);
       std::replace(name.begin(), name.end(), '-', '_');  // "gpt-oss"

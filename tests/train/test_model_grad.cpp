@@ -27,7 +27,8 @@ TEST(ModelGrad, WholeModelMatchesFiniteDifferences) {
   for (Arch arch : kTrainedArchs) {
     SCOPED_TRACE(arch_name(arch));
     HParams hp = small_hparams(arch, 1);
-    hp.rope_freqs = arch_reads_rope_freqs(arch);  // Llama 3's RoPE divisors (llama, exaone4)
+    hp.rope_freqs = arch_reads_rope_freqs(arch);    // Llama 3's RoPE divisors (llama, mistral3, exaone4)
+    if (arch == Arch::mistral3) hp.n_ctx_orig = 2;  // the attention temperature inside the windows
     hp.n_embd = 32;
     hp.head_dim = 8;
     if (arch == Arch::phi3) hp.n_rot = 6;  // 3/4 of each head, as Phi-4-mini

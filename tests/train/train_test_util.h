@@ -89,7 +89,7 @@ inline constexpr Arch kTrainedArchs[] = {
     Arch::llama, Arch::qwen2, Arch::qwen3, Arch::qwen3moe, Arch::gemma, Arch::gemma2, Arch::gemma3, Arch::phi3,
     Arch::gpt_oss, Arch::granite, Arch::glm4moe, Arch::qwen2moe, Arch::smollm3, Arch::glm4, Arch::command_r,
     Arch::cohere2, Arch::olmo2, Arch::granitemoe, Arch::olmoe, Arch::ernie4_5, Arch::exaone4, Arch::seed_oss,
-    Arch::ernie4_5_moe};
+    Arch::ernie4_5_moe, Arch::mistral3};
 // clang-format on
 
 inline std::string write_model(const fs::path& dir, const HParams& hp, uint64_t seed = 5, DType type = DType::F32,

@@ -89,7 +89,7 @@ int run_new(const Options& o, const CLI::App& cmd) {
   const std::optional<loom::Arch> arch = loom::arch_from_name(o.arch);
   LOOM_CHECK(arch.has_value(), usage, "--arch {}: unknown architecture ({})", o.arch, loom::arch_names());
   LOOM_CHECK(!o.rope_freqs || loom::arch_reads_rope_freqs(*arch), usage,
-             "--rope-freqs: only llama and exaone4 files have rope_freqs.weight");
+             "--rope-freqs: only llama, mistral3 and exaone4 files have rope_freqs.weight");
   const std::optional<loom::DType> type = loom::dtype_from_name(o.type);
   LOOM_CHECK(type.has_value() && *type != loom::DType::I32, usage,
              "--type {}: unknown weight type (f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)", o.type);
@@ -131,7 +131,7 @@ int run_new(const Options& o, const CLI::App& cmd) {
     if (*arch == loom::Arch::llama) hp.rope_theta = 500000.0f;
   }
   if (o.tied) hp.tied_embeddings = true;                // no output.weight: token_embd is the output matrix too
-  if (*arch == loom::Arch::llama && hp.n_expert > 0) {  // Mixtral: experts as wide as n_ff
+  if (loom::arch_experts_optional(*arch) && hp.n_expert > 0) {  // Mixtral: experts as wide as n_ff
     hp.n_ff_exp = hp.n_ff;
     if (cmd.count("--n-expert-used") == 0) hp.n_expert_used = std::min<int64_t>(2, hp.n_expert);
   }

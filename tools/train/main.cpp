@@ -51,12 +51,11 @@ int main(int argc, char** argv) {
     }
     tools::validate_common(common);
     // the trained model is written with the base file's metadata: an override would not be in it
-    const HParams::YarnTuning yarn_defaults;
     LOOM_CHECK(common.rope_scaling.empty() && common.rope_scale == 0 && common.rope_freq_base == 0 &&
                    common.rope_freq_scale == 0 && common.yarn_orig_ctx == 0 &&
-                   common.yarn.ext_factor == yarn_defaults.ext_factor &&
-                   common.yarn.attn_factor == yarn_defaults.attn_factor &&
-                   common.yarn.beta_fast == yarn_defaults.beta_fast && common.yarn.beta_slow == yarn_defaults.beta_slow,
+                   common.yarn.ext_factor == HParams::YarnTuning{}.ext_factor &&
+                   common.yarn.attn_factor == HParams::YarnTuning{}.attn_factor && !common.yarn.beta_fast &&
+                   !common.yarn.beta_slow,
                usage, "--rope-* and --yarn-*: loom-train trains with the file's RoPE settings");
     LOOM_CHECK(common.kv_overrides.empty(), usage,
                "--override-kv: loom-train trains the file's model as it is (set the key in the file instead)");

@@ -18,7 +18,8 @@ namespace {
 constexpr Arch kArchs[] = {Arch::llama, Arch::qwen2, Arch::qwen3, Arch::qwen3moe, Arch::gemma, Arch::gemma2,
                            Arch::gemma3, Arch::phi3, Arch::gpt_oss, Arch::granite, Arch::glm4moe, Arch::qwen2moe,
                            Arch::smollm3, Arch::glm4, Arch::command_r, Arch::cohere2, Arch::olmo2, Arch::granitemoe,
-                           Arch::olmoe, Arch::ernie4_5, Arch::ernie4_5_moe, Arch::exaone4, Arch::seed_oss};
+                           Arch::olmoe, Arch::ernie4_5, Arch::ernie4_5_moe, Arch::exaone4, Arch::seed_oss,
+                           Arch::mistral3};
 // clang-format on
 }  // namespace
 
@@ -48,6 +49,7 @@ const char* arch_name(Arch arch) {
     case Arch::exaone4: return "exaone4";
     case Arch::seed_oss: return "seed_oss";
     case Arch::ernie4_5_moe: return "ernie4_5-moe";
+    case Arch::mistral3: return "mistral3";
   }
   return "?";
 }
@@ -71,8 +73,9 @@ bool arch_is_moe(Arch arch) {
 }
 bool arch_is_granite(Arch arch) { return arch == Arch::granite || arch == Arch::granitemoe; }
 bool arch_experts_n_ff_wide(Arch arch) {
-  return arch == Arch::llama || arch == Arch::granitemoe || arch == Arch::olmoe;
+  return arch_experts_optional(arch) || arch == Arch::granitemoe || arch == Arch::olmoe;
 }
+bool arch_experts_optional(Arch arch) { return arch == Arch::llama || arch == Arch::mistral3; }
 bool arch_expert_weights_raw(Arch arch) { return arch == Arch::qwen2moe || arch == Arch::olmoe; }
 bool arch_has_qk_norm(Arch arch) {
   return arch == Arch::qwen3 || arch == Arch::qwen3moe || arch == Arch::gemma3 || arch == Arch::exaone4;
@@ -81,9 +84,9 @@ bool arch_has_qkv_bias(Arch arch) {
   return arch == Arch::qwen2 || arch == Arch::qwen2moe || arch == Arch::gpt_oss || arch == Arch::glm4moe ||
          arch == Arch::glm4 || arch == Arch::seed_oss;
 }
-bool arch_reads_rope_freqs(Arch arch) { return arch == Arch::llama || arch == Arch::exaone4; }
+bool arch_reads_rope_freqs(Arch arch) { return arch == Arch::llama || arch == Arch::mistral3 || arch == Arch::exaone4; }
 bool arch_rope_neox(Arch arch) {
-  return arch != Arch::llama && !arch_is_granite(arch) && arch != Arch::smollm3 && arch != Arch::glm4 &&
+  return !arch_experts_optional(arch) && !arch_is_granite(arch) && arch != Arch::smollm3 && arch != Arch::glm4 &&
          arch != Arch::ernie4_5 && arch != Arch::ernie4_5_moe && !arch_is_cohere(arch);
 }
 bool arch_is_gemma(Arch arch) { return arch == Arch::gemma || arch == Arch::gemma2 || arch == Arch::gemma3; }
@@ -99,6 +102,11 @@ bool arch_whole_qk_norm(Arch arch) { return arch == Arch::olmo2 || arch == Arch:
 float HParams::logit_multiplier() const {
   if (logit_scale == 0.0f) return 1.0f;
   return arch_is_granite(arch) ? 1.0f / logit_scale : logit_scale;
+}
+
+float HParams::attn_temperature(int64_t pos) const {
+  if (attn_temp_scale == 0.0f) return 1.0f;
+  return (float)(std::log(std::floor((double)pos / (double)n_ctx_orig_or_train()) + 1.0) * attn_temp_scale + 1.0);
 }
 
 float HParams::attn_scale() const {
@@ -189,6 +197,14 @@ void add_arch_features(HParams& hp, int64_t n_swa) {
       hp.n_layer_dense_lead = 1;
       hp.n_expert_shared = 1;
       hp.n_ff_shared = 2 * hp.n_ff_exp;
+      break;
+    case Arch::mistral3:  // Ministral 3: YaRN over a quarter of the training context (16x in the real
+                          // ones) with its magnitude cancelled, Llama 4's attention temperature past it
+      hp.rope_scaling = RopeScaling::yarn;
+      hp.rope_freq_scale = 0.25f;
+      set_original_context(hp);
+      hp.yarn_log_mul = 1.0f;
+      hp.attn_temp_scale = 0.1f;
       break;
     case Arch::seed_oss:  // Seed-OSS-36B: q twice as wide as the embedding (80 heads of 128 over 5120)
       hp.head_dim = 2 * hp.n_embd / hp.n_head;
@@ -437,8 +453,8 @@ void validate_hparams(const HParams& hp) {
   in_range("n_vocab", hp.n_vocab, 1, 1 << 24);
   in_range("n_ctx_train", hp.n_ctx_train, 1, 1 << 26);
   if (hp.is_moe() || arch_is_moe(hp.arch)) {
-    LOOM_CHECK(arch_is_moe(hp.arch) || hp.arch == Arch::llama, invalid_input, "{}: this architecture has no experts",
-               a);
+    LOOM_CHECK(arch_is_moe(hp.arch) || arch_experts_optional(hp.arch), invalid_input,
+               "{}: this architecture has no experts", a);
     in_range("n_ff", hp.n_ff, 0, 1 << 22);
     in_range("n_expert", hp.n_expert, 1, 1 << 12);
     in_range("n_expert_used", hp.n_expert_used, 1, hp.n_expert);
@@ -466,7 +482,14 @@ void validate_hparams(const HParams& hp) {
   for (float cap : {hp.attn_softcap, hp.final_softcap})
     LOOM_CHECK(std::isfinite(cap) && cap >= 0, invalid_input, "{}: soft-capping value {} must be >= 0", a, cap);
   LOOM_CHECK(!hp.rope_freqs || arch_reads_rope_freqs(hp.arch), invalid_input,
-             "{}: rope_freqs.weight is llama's and exaone4's", a);
+             "{}: rope_freqs.weight is llama's, mistral3's and exaone4's", a);
+  positive("yarn_beta_fast", hp.yarn_beta_fast);
+  positive("yarn_beta_slow", hp.yarn_beta_slow);
+  for (float v : {hp.yarn_log_mul, hp.attn_temp_scale})
+    LOOM_CHECK(std::isfinite(v), invalid_input, "{}: a YaRN or temperature value of {} must be finite", a, v);
+  LOOM_CHECK(hp.arch == Arch::mistral3 || (hp.yarn_log_mul == 0 && hp.attn_temp_scale == 0 &&
+                                           hp.yarn_beta_fast == 32.0f && hp.yarn_beta_slow == 1.0f),
+             invalid_input, "{}: YaRN's keys in the file and the attention temperature are mistral3's", a);
   LOOM_CHECK(!hp.rope_long_short || hp.arch == Arch::phi3, invalid_input, "{}: long/short RoPE factors are phi3's", a);
   LOOM_CHECK(hp.head_dim % 2 == 0, invalid_input, "{}: head_dim = {} must be even for RoPE", a, hp.head_dim);
   for (float s : {hp.embedding_scale, hp.residual_scale, hp.attention_scale, hp.logit_scale})

@@ -67,6 +67,14 @@ void write_hparams(gguf::Writer& w, const HParams& hp) {
   }
   if (hp.n_ctx_orig > 0) u32("rope.scaling.original_context_length", hp.n_ctx_orig);
   if (hp.rope_attn_factor != 1.0f) f32("rope.scaling.attn_factor", hp.rope_attn_factor);
+  if (hp.arch == Arch::mistral3) {
+    if (hp.rope_scaling == RopeScaling::yarn) {
+      f32("rope.scaling.yarn_beta_fast", hp.yarn_beta_fast);
+      f32("rope.scaling.yarn_beta_slow", hp.yarn_beta_slow);
+    }
+    if (hp.yarn_log_mul != 0.0f) f32("rope.scaling.yarn_log_multiplier", hp.yarn_log_mul);
+    if (hp.attn_temp_scale != 0.0f) f32("attention.temperature_scale", hp.attn_temp_scale);
+  }
   if (hp.n_swa > 0) u32("attention.sliding_window", hp.n_swa);
   if (hp.arch == Arch::gpt_oss && hp.rope_theta_swa != hp.rope_theta) f32("rope.freq_base_swa", hp.rope_theta_swa);
   if (hp.arch == Arch::olmo2 && hp.n_swa > 0) u32("attention.sliding_window_pattern", hp.swa_period);
@@ -177,6 +185,14 @@ void read_arch_features(const gguf::File& f, const std::string& a, HParams& hp) 
       // file says, three local layers of four; elsewhere a window key is not applied
       hp.n_swa = swa.value_or(hp.n_layer == 64 ? 4096 : 0);
       hp.swa_period = hp.n_layer == 64 ? 4 : 0;
+      break;
+    case Arch::mistral3:  // YaRN's ramp ends and magnitude multiplier, the attention temperature (optional)
+      hp.yarn_beta_fast = (float)f.find_float(a + "rope.scaling.yarn_beta_fast").value_or(32.0);
+      hp.yarn_beta_slow = (float)f.find_float(a + "rope.scaling.yarn_beta_slow").value_or(1.0);
+      hp.yarn_log_mul = (float)f.find_float(a + "rope.scaling.yarn_log_multiplier").value_or(0.0);
+      hp.attn_temp_scale = (float)f.find_float(a + "attention.temperature_scale").value_or(0.0);
+      hp.n_swa = swa.value_or(0);  // not applied, as in llama
+      hp.swa_period = 0;
       break;
     case Arch::smollm3:  // fixed by llama.cpp's loader (no key)
       hp.n_no_rope_layer_step = 4;
@@ -314,7 +330,7 @@ HParams read_hparams(const gguf::File& f) {
       hp.n_ff_shared = f.find_int(a + "expert_shared_feed_forward_length").value_or(0);
       if (hp.n_ff_shared == 0) hp.n_ff_shared = hp.n_ff;
     }
-  } else if (hp.arch == Arch::llama && hp.n_expert > 0) {  // Mixtral: experts of feed_forward_length
+  } else if (arch_experts_optional(hp.arch) && hp.n_expert > 0) {  // Mixtral: experts of feed_forward_length
     hp.n_expert_used = required("expert_used_count");
     hp.n_ff = required("feed_forward_length");
     hp.n_ff_exp = hp.n_ff;

@@ -18,6 +18,7 @@ constexpr std::pair<const char*, ChatTemplate> kNames[] = {
     {"mistral-v3", ChatTemplate::mistral_v3},
     {"mistral-v3-tekken", ChatTemplate::mistral_v3_tekken},
     {"mistral-v7", ChatTemplate::mistral_v7},
+    {"mistral-v7-tekken", ChatTemplate::mistral_v7_tekken},
     {"phi3", ChatTemplate::phi3},
     {"phi4", ChatTemplate::phi4},
     {"gemma", ChatTemplate::gemma},
@@ -82,11 +83,15 @@ void render_llama2(ChatTemplate t, std::span<const ChatMessage> messages, std::s
 }
 
 void render_mistral(ChatTemplate t, std::span<const ChatMessage> messages, std::string& s) {
-  if (t == ChatTemplate::mistral_v7) {
+  if (t == ChatTemplate::mistral_v7 || t == ChatTemplate::mistral_v7_tekken) {
+    const std::string sp = t == ChatTemplate::mistral_v7 ? " " : "";
     for (const ChatMessage& m : messages) {
-      if (m.role == "system") s += "[SYSTEM_PROMPT] " + m.content + "[/SYSTEM_PROMPT]";
-      else if (m.role == "user") s += "[INST] " + m.content + "[/INST]";
-      else s += " " + m.content + "</s>";
+      if (m.role == "system")
+        s += "[SYSTEM_PROMPT]" + sp + m.content + "[/SYSTEM_PROMPT]";
+      else if (m.role == "user")
+        s += "[INST]" + sp + m.content + "[/INST]";
+      else
+        s += sp + m.content + "</s>";
     }
     return;
   }
@@ -200,6 +205,7 @@ std::string render_chat(ChatTemplate t, std::span<const ChatMessage> messages, b
     case ChatTemplate::mistral_v3:
     case ChatTemplate::mistral_v3_tekken:
     case ChatTemplate::mistral_v7:
+    case ChatTemplate::mistral_v7_tekken:
       render_mistral(t, messages, s);
       break;
     case ChatTemplate::phi3:

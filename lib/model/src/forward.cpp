@@ -234,8 +234,15 @@ void fill_masks(const ForwardInputs& in, const HParams& hp, int64_t n_past, int6
   }
 }
 
+void fill_attn_temp(const ForwardInputs& in, const HParams& hp) {
+  auto* out = in.attn_temp ? static_cast<float*>(in.attn_temp->data) : nullptr;
+  const auto* pos = static_cast<const int32_t*>(in.positions->data);
+  if (!out || !pos) return;
+  for (int64_t i = 0; i < in.positions->ne[0]; ++i) out[i] = hp.attn_temperature(pos[i]);
+}
+
 void mark_inputs_refilled(const ForwardInputs& in) {
-  for (Tensor* t : {in.tokens, in.positions, in.kv_slots, in.mask, in.mask_swa, in.out_rows})
+  for (Tensor* t : {in.tokens, in.positions, in.kv_slots, in.mask, in.mask_swa, in.attn_temp, in.out_rows})
     if (t) t->flags |= kFlagRefilled;
 }
 
@@ -251,7 +258,9 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
   if (!windows) in.kv_slots = c.new_tensor(DType::I32, {T}, "inp_kv_slots");
   in.mask = c.new_tensor(DType::F32, {s.n_kv, windows ? s.n_kv : T}, "inp_mask");
   if (hp.has_swa()) in.mask_swa = c.new_tensor(DType::F32, {s.n_kv, windows ? s.n_kv : T}, "inp_mask_swa");
-  for (Tensor* t : {in.tokens, in.positions, in.kv_slots, in.mask, in.mask_swa})
+  // Llama 4's attention temperature (mistral3): one multiplier per position, broadcast over the queries
+  if (hp.attn_temp_scale != 0.0f) in.attn_temp = c.new_tensor(DType::F32, {1, 1, T}, "inp_attn_temp");
+  for (Tensor* t : {in.tokens, in.positions, in.kv_slots, in.mask, in.mask_swa, in.attn_temp})
     if (t) t->flags |= kFlagInput;
   // phi3 rotates with the long factors when the context reaches past the original one
   Tensor* rope_factors = model.rope_freqs;
@@ -295,7 +304,8 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
       for (Tensor* t : h.joins)
         if (t) in.expand_first.push_back(t);
       const AttendedKv a = windows ? window_kv(c, model, h, s) : cached_kv(c, model, kv, il, h, in.kv_slots, s);
-      attn = attention(c, model, h.q, a.k, a.v, swa ? in.mask_swa : in.mask, l.sinks, s);
+      Tensor* q = in.attn_temp ? mul(c, h.q, in.attn_temp) : h.q;
+      attn = attention(c, model, q, a.k, a.v, swa ? in.mask_swa : in.mask, l.sinks, s);
     }
     attn = join(attn, model.n_head_kv > 0 ? model.first.q : 0, hp.n_embd_q(), il, "attn_gather");
     if (l.wo) {

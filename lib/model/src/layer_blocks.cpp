@@ -23,8 +23,12 @@ RopeParams rope_params(const HParams& hp, bool swa_layer) {
   if (hp.rope_scaling == RopeScaling::none) p.freq_scale = 1.0f;
   p.ext_factor = hp.yarn.ext_factor >= 0.0f ? hp.yarn.ext_factor : hp.rope_scaling == RopeScaling::yarn ? 1.0f : 0.0f;
   p.attn_factor = hp.rope_attn_factor * hp.yarn.attn_factor;
-  p.beta_fast = hp.yarn.beta_fast;
-  p.beta_slow = hp.yarn.beta_slow;
+  p.beta_fast = hp.yarn.beta_fast.value_or(hp.yarn_beta_fast);
+  p.beta_slow = hp.yarn.beta_slow.value_or(hp.yarn_beta_slow);
+  // mistral3's yarn_log_multiplier m: YaRN's magnitude (the kernel's 1 + 0.1 ln f) over 1 + 0.1 m ln f
+  const float factor = 1.0f / p.freq_scale;
+  if (hp.yarn_log_mul != 0.0f && p.ext_factor != 0.0f && factor > 1.0f)
+    p.attn_factor /= 0.1f * hp.yarn_log_mul * std::log(factor) + 1.0f;
   if (swa_layer && hp.arch == Arch::olmo2) {  // OLMo 3's local layers: plain RoPE, no YaRN
     p.freq_scale = 1.0f;
     p.ext_factor = 0.0f;

@@ -122,6 +122,7 @@ void SessionMember::set_inputs(std::span<const int32_t> tokens, int64_t n_past, 
     if (slots) slots[i] = (int32_t)(n_past + i);
   }
   fill_masks(in, *s_.fm.hp, n_past, T, shape.n_kv);  // causal, and sliding-window where the model has one
+  fill_attn_temp(in, *s_.fm.hp);
   if (in.out_rows && in.out_rows->data) {
     auto* rows = static_cast<int32_t*>(in.out_rows->data);
     for (int64_t i = 0; i < shape.n_outputs; ++i) rows[i] = (int32_t)(all_logits ? i : T - 1);

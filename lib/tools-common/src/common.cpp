@@ -62,8 +62,10 @@ void add_common_flags(CLI::App& app, CommonOptions& o) {
   app.add_option("--yarn-ext-factor", o.yarn.ext_factor,
                  "YaRN: extrapolation mix factor (default -1: 1 with YaRN scaling, else 0; 0 = full interpolation)");
   app.add_option("--yarn-attn-factor", o.yarn.attn_factor, "YaRN: multiplies the attention magnitude (default 1)");
-  app.add_option("--yarn-beta-slow", o.yarn.beta_slow, "YaRN: high correction dim or alpha (default 1)");
-  app.add_option("--yarn-beta-fast", o.yarn.beta_fast, "YaRN: low correction dim or beta (default 32)");
+  app.add_option("--yarn-beta-slow", o.yarn.beta_slow,
+                 "YaRN: high correction dim or alpha (default: the file's, else 1)");
+  app.add_option("--yarn-beta-fast", o.yarn.beta_fast,
+                 "YaRN: low correction dim or beta (default: the file's, else 32)");
   app.add_option("--lora", o.lora, "LoRA adapter GGUF applied with scale 1 (repeat, or comma separate, for several)")
       ->delimiter(',');
   app.add_option("--lora-scaled", o.lora_scaled, "FNAME SCALE: a LoRA adapter with its scale (repeatable)")
@@ -138,9 +140,9 @@ void validate_common(const CommonOptions& o) {
   (void)cpu_placement(o);
   LOOM_CHECK(std::isfinite(o.yarn.ext_factor) && std::isfinite(o.yarn.attn_factor), usage,
              "--yarn-ext-factor / --yarn-attn-factor: must be finite numbers");
-  LOOM_CHECK(o.yarn.beta_fast > 0 && o.yarn.beta_slow > 0 && std::isfinite(o.yarn.beta_fast) &&
-                 std::isfinite(o.yarn.beta_slow),
-             usage, "--yarn-beta-fast {} / --yarn-beta-slow {}: must be positive", o.yarn.beta_fast, o.yarn.beta_slow);
+  for (const auto& [flag, beta] :
+       {std::pair{"--yarn-beta-fast", o.yarn.beta_fast}, {"--yarn-beta-slow", o.yarn.beta_slow}})
+    LOOM_CHECK(!beta || (*beta > 0 && std::isfinite(*beta)), usage, "{} {}: must be positive", flag, beta.value_or(0));
   LOOM_CHECK(o.prio >= -1 && o.prio <= 3, usage,
              "--prio {}: expected -1 (low), 0 (normal), 1 (medium), 2 (high) or 3 (realtime)", o.prio);
   LOOM_CHECK(o.n_cpu_moe >= 0, usage, "-ncmoe {}: must be 0 or more", o.n_cpu_moe);

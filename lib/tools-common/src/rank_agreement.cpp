@@ -80,9 +80,9 @@ int check_ranks_agree(const char* tool_name, const CommonOptions& o, const Items
       {"-ctv", o.cache_type_v},
       {"--reduce-bf16", std::to_string(o.reduce_bf16)},
       {"--override-kv", fmt::format("{}", fmt::join(o.kv_overrides, ","))},
-      {"--rope-*, --yarn-*",
-       fmt::format("{} {} {} {} {} {} {} {} {}", o.rope_scaling, o.rope_scale, o.rope_freq_base, o.rope_freq_scale,
-                   o.yarn_orig_ctx, o.yarn.ext_factor, o.yarn.attn_factor, o.yarn.beta_fast, o.yarn.beta_slow)}};
+      {"--rope-*, --yarn-*", fmt::format("{} {} {} {} {} {} {} {} {}", o.rope_scaling, o.rope_scale, o.rope_freq_base,
+                                         o.rope_freq_scale, o.yarn_orig_ctx, o.yarn.ext_factor, o.yarn.attn_factor,
+                                         o.yarn.beta_fast.value_or(-1), o.yarn.beta_slow.value_or(-1))}};
   mine.insert(mine.end(), extra.begin(), extra.end());
   const Items first = parse(broadcast_string(world, serialize(mine), 0));
   std::string problem;

@@ -59,6 +59,7 @@ void fill_inputs(const ForwardGraph& g, const BatchShape& s, const std::vector<c
       onehot[t * V + ids[t]] = 1.0f;
     }
   fill_masks(g.in, *g.hp, 0, L, L);  // causal within a window, sliding-window layers as in inference
+  fill_attn_temp(g.in, *g.hp);
 }
 
 }  // namespace loom::train

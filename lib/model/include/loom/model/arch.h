@@ -1,8 +1,8 @@
 // Model architectures (llama with Llama 3 / Mistral / Mixtral shapes, qwen2, qwen3, qwen3moe,
 // qwen2moe, gemma, gemma2, gemma3, phi3, gpt-oss, granite, granitemoe, glm4, glm4moe, smollm3, command-r,
-// cohere2, olmo2, olmoe, ernie4_5, ernie4_5-moe, exaone4, seed_oss): hyper-parameters, named presets with the real
-// shapes, the tensor list of each architecture (names and shapes as llama.cpp's GGUF files have them, with a role per
-// tensor), and the GGUF keys that carry the hyper-parameters.
+// cohere2, olmo2, olmoe, ernie4_5, ernie4_5-moe, exaone4, seed_oss, mistral3): hyper-parameters, named presets with the
+// real shapes, the tensor list of each architecture (names and shapes as llama.cpp's GGUF files have them, with a role
+// per tensor), and the GGUF keys that carry the hyper-parameters.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +21,7 @@ namespace loom {
 // clang-format off
 enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, gpt_oss, granite, glm4moe, qwen2moe,
                   smollm3, glm4, command_r, cohere2, olmo2, granitemoe, olmoe, ernie4_5, exaone4, seed_oss,
-                  ernie4_5_moe };
+                  ernie4_5_moe, mistral3 };
 // clang-format on
 
 const char* arch_name(Arch arch);  // the general.architecture string ("gpt-oss", "command-r")
@@ -32,16 +32,20 @@ std::string arch_names();          // "llama, qwen2, ..." for messages
 bool arch_is_moe(Arch arch);
 // granite and granitemoe: IBM's embedding, residual, attention and logit multipliers
 bool arch_is_granite(Arch arch);
-// llama (Mixtral), granitemoe and olmoe: experts as wide as feed_forward_length (no expert_feed_forward_length)
+// llama (Mixtral), mistral3, granitemoe and olmoe: experts as wide as feed_forward_length (no
+// expert_feed_forward_length)
 bool arch_experts_n_ff_wide(Arch arch);
+// llama and mistral3: dense, or routed experts where the file has expert_count (Mixtral)
+bool arch_experts_optional(Arch arch);
 // qwen2moe and olmoe: the k chosen softmax weights are used as they are, not renormalized to sum 1
 bool arch_expert_weights_raw(Arch arch);
 // qwen3, qwen3moe, gemma3, exaone4 (glm4moe: where the file has them, HParams::qk_norm)
 bool arch_has_qk_norm(Arch arch);
 bool arch_has_qkv_bias(Arch arch);  // qwen2, qwen2moe, gpt-oss, glm4, glm4moe, seed_oss
-// llama and exaone4: a rope_freqs.weight of per-pair divisors where the file has one (Llama 3's RoPE scaling)
+// llama, mistral3 and exaone4: a rope_freqs.weight of per-pair divisors where the file has one (Llama 3's RoPE
+// scaling)
 bool arch_reads_rope_freqs(Arch arch);
-// rotate halves instead of adjacent pairs (not llama, granite(moe), smollm3, glm4, Cohere's, ernie4_5(-moe))
+// rotate halves instead of adjacent pairs (not llama, mistral3, granite(moe), smollm3, glm4, Cohere's, ernie4_5(-moe))
 bool arch_rope_neox(Arch arch);
 bool arch_is_gemma(Arch arch);      // gemma, gemma2, gemma3: scaled embeddings, GELU FFN, tied output
 // gemma2, gemma3, glm4, olmo2, exaone4: norms on the attention's and the FFN's outputs
@@ -105,9 +109,18 @@ struct HParams {
   bool rope_long_short = false;   // phi3: rope_factors_long / _short, long past n_ctx_orig
   // llama.cpp's YaRN tuning flags, the run's choice (not in the file): ext_factor < 0 means 1
   // under YaRN scaling and 0 otherwise; attn_factor multiplies rope_attn_factor; the ramp's ends.
+  // The ramp's ends are the file's (yarn_beta_*) unless given.
   struct YarnTuning {
-    float ext_factor = -1.0f, attn_factor = 1.0f, beta_fast = 32.0f, beta_slow = 1.0f;
+    float ext_factor = -1.0f, attn_factor = 1.0f;
+    std::optional<float> beta_fast, beta_slow;
   } yarn;
+  // mistral3 reads YaRN's ramp ends from the file (rope.scaling.yarn_beta_fast / _slow; llama.cpp's
+  // defaults elsewhere) and rope.scaling.yarn_log_multiplier (0: none), which divides YaRN's
+  // magnitude 1 + 0.1 ln(factor) by 1 + 0.1 m ln(factor).
+  float yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f, yarn_log_mul = 0.0f;
+  // mistral3 (attention.temperature_scale, 0: off): the queries at position p are multiplied by
+  // 1 + s ln(1 + floor(p / n_ctx_orig_or_train())), Llama 4's attention temperature.
+  float attn_temp_scale = 0.0f;
 
   // Sliding-window attention: layer il sees the last n_swa positions when swa_period > 0 and
   // il % swa_period < swa_period - 1 (gemma2 2, gemma3 6, gpt-oss 2, cohere2 4, OLMo 3 4); those
@@ -133,6 +146,8 @@ struct HParams {
   int64_t n_ff_shexp() const { return n_ff_shared > 0 ? n_ff_shared : n_ff_exp * n_expert_shared; }
   bool is_swa_layer(int64_t il) const { return n_swa > 0 && swa_period > 0 && il % swa_period < swa_period - 1; }
   bool has_swa() const { return n_swa > 0 && swa_period > 1; }
+  // The query multiplier of attn_temp_scale at position pos (1 where it is off).
+  float attn_temperature(int64_t pos) const;
   // smollm3 leaves out RoPE in every 4th layer, cohere2 and exaone4 with a window in their global
   // (not sliding-window) layers
   bool rotates(int64_t il) const {

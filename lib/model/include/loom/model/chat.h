@@ -21,6 +21,7 @@ enum class ChatTemplate {
   mistral_v3,         // "[INST] ...[/INST]", assistant text trimmed
   mistral_v3_tekken,  // "[INST]...[/INST]"
   mistral_v7,         // [SYSTEM_PROMPT] ... [/SYSTEM_PROMPT][INST] ... [/INST]
+  mistral_v7_tekken,  // the same without the spaces (by name only, as in llama.cpp)
   phi3,               // <|user|>\n...<|end|>\n<|assistant|>\n
   phi4,               // <|im_start|>role<|im_sep|>...<|im_end|>
   gemma,              // <start_of_turn>user\n...<end_of_turn>\n<start_of_turn>model\n

@@ -21,6 +21,7 @@ struct ForwardInputs {
   Tensor* kv_slots = nullptr;   // I32 {T}: cache rows written by this batch (windows: none)
   Tensor* mask = nullptr;       // F32 {n_kv, T} (windows: {n_kv, n_kv}, shared by every window)
   Tensor* mask_swa = nullptr;   // the sliding-window layers' mask, same shape (null without them)
+  Tensor* attn_temp = nullptr;  // F32 {1, 1, T}: mistral3's query multipliers per position (null without)
   Tensor* out_rows = nullptr;   // I32 {n_out}: rows whose logits are computed (nullptr: all)
   Tensor* logits = nullptr;     // F32 {n_vocab, n_out}: the output (tensor parallel: this member's rows; may be null)
   Tensor* last = nullptr;       // the graph's final node (logits, or the final norm when a member has no rows)
@@ -69,6 +70,8 @@ ForwardModel forward_model(const Model& model, const TpShard& shard);
 // cache rows j <= n_past + i, the sliding-window mask only those with n_past + i - j < n_swa
 // (llama.cpp's rule).
 void fill_masks(const ForwardInputs& in, const HParams& hp, int64_t n_past, int64_t n_tokens, int64_t n_kv);
+// Writes in.attn_temp (where the graph has it) from the positions already in in.positions.
+void fill_attn_temp(const ForwardInputs& in, const HParams& hp);
 
 // Builds the graph in ctx for one ubatch; inputs are created (flagged kFlagInput), not filled.
 // shape.n_seq > 0: windows without a cache (kv is not read; give an empty one).
@@ -77,7 +80,7 @@ inline ForwardInputs build_forward(Context& ctx, const Model& model, const KvCac
   return build_forward(ctx, forward_model(model), kv, shape);
 }
 
-// Flags the step's inputs (tokens, positions, cache slots, masks, output rows) kFlagRefilled:
+// Flags the step's inputs (tokens, positions, cache slots, masks, temperatures, output rows) kFlagRefilled:
 // for a caller that fills them before every compute and never reads them after one (Session),
 // so that the graph allocator reuses their bytes once their last reader has run.
 void mark_inputs_refilled(const ForwardInputs& in);
