@@ -67,7 +67,7 @@ std::vector<Case> cases() {
   for (Arch a : {Arch::llama, Arch::qwen2, Arch::qwen3, Arch::qwen3moe, Arch::gemma2, Arch::gemma3, Arch::phi3,
                  Arch::gpt_oss, Arch::glm4moe, Arch::qwen2moe, Arch::smollm3, Arch::glm4, Arch::command_r,
                  Arch::cohere2, Arch::olmo2, Arch::granitemoe, Arch::olmoe, Arch::ernie4_5, Arch::exaone4,
-                 Arch::seed_oss, Arch::ernie4_5_moe, Arch::mistral3})
+                 Arch::seed_oss, Arch::ernie4_5_moe, Arch::mistral3, Arch::llama4})
     // clang-format on
     for (DType t : {DType::F16, DType::Q8_0, DType::Q4_K}) out.push_back({a, t});
   return out;

@@ -51,6 +51,7 @@ const ArchCase kCases[] = {
     {"exaone4", "--rope-freqs", {"rope_freqs.weight", "blk.1.attn_q_norm.weight", "blk.0.post_ffw_norm.weight"}},
     {"seed_oss", "", {"blk.0.post_attention_norm.weight", "blk.1.attn_k.bias", "output.weight"}},
     {"mistral3", "--rope-freqs", {"rope_freqs.weight", "blk.1.attn_v.weight", "output.weight"}},
+    {"llama4", "--rope-freqs", {"blk.0.ffn_gate.weight", "blk.1.ffn_up_shexp.weight", "blk.3.ffn_down_exps.weight"}},
     {"ernie4_5-moe", "", {"blk.0.ffn_gate.weight", "blk.1.exp_probs_b.bias", "blk.1.ffn_down_shexp.weight"}},
     {"olmo2", "--n-swa 8 --n-layer 4", {"blk.0.attn_q_norm.weight", "blk.3.post_ffw_norm.weight", "output.weight"}},
     {"glm4moe",

@@ -14,6 +14,7 @@
 #include "loom/core/quants.h"
 #include "loom/gguf/gguf.h"
 #include "loom/model/arch.h"
+#include "loom/model/forward.h"
 #include "loom/model/layer_blocks.h"
 #include "loom/model/model_file.h"
 
@@ -431,6 +432,72 @@ TEST(Arch, Mistral3KeysAreReadAsLlamaCppReadsThem) {
   HParams bad = preset_hparams(Arch::llama, "tiny");
   bad.attn_temp_scale = 0.1f;
   EXPECT_THROW(validate_hparams(bad), Error);
+}
+
+// Llama 4 as llama.cpp's llama4 loader reads it: experts every interleave_moe_layer_step layers beside a
+// shared expert as wide; 8192-token chunks on three layers of four whatever the window key says (0 is
+// refused: llama.cpp aborts on it); no RoPE on the fourth, whose queries get the temperature; unweighted
+// q/k norms unless the model has 128 experts.
+TEST(Arch, Llama4KeysAreReadAsLlamaCppReadsThem) {
+  auto minimal = [] {
+    gguf::Writer w = minimal_llama("llama4");
+    w.set("llama4.expert_count", Value::u32(16));
+    w.set("llama4.expert_used_count", Value::u32(1));
+    w.set("llama4.expert_feed_forward_length", Value::u32(8192));
+    w.set("llama4.interleave_moe_layer_step", Value::u32(2));
+    w.set("llama4.attention.sliding_window", Value::u32(512));
+    return w;
+  };
+  const HParams hp = read_back(minimal());
+  EXPECT_EQ(hp.n_swa, 8192);
+  EXPECT_TRUE(hp.swa_chunked);
+  EXPECT_TRUE(hp.qk_rms_norm);
+  EXPECT_FALSE(arch_rope_neox(hp.arch));
+  EXPECT_EQ(hp.n_ff_shexp(), 8192);
+  for (int64_t il : {0, 2, 30}) EXPECT_FALSE(hp.is_moe_layer(il)) << il;
+  for (int64_t il : {1, 3, 31}) EXPECT_TRUE(hp.is_moe_layer(il)) << il;
+  for (int64_t il : {0, 1, 2, 30}) EXPECT_TRUE(hp.is_swa_layer(il) && hp.rotates(il)) << il;
+  for (int64_t il : {3, 31}) EXPECT_FALSE(hp.is_swa_layer(il) || hp.rotates(il)) << il;
+  EXPECT_FLOAT_EQ(hp.attn_temperature(8190), 1.0f);
+  EXPECT_FLOAT_EQ(hp.attn_temperature(8191), 1.0f + 0.1f * std::log(2.0f));
+  std::map<std::string, TensorSpec> m;
+  for (const TensorSpec& t : arch_tensors(hp)) m[t.name] = t;
+  EXPECT_EQ(m.at("blk.0.ffn_gate.weight").ne[1], 11008);
+  EXPECT_EQ(m.count("blk.0.ffn_gate_inp.weight"), 0u);
+  EXPECT_EQ(m.at("blk.1.ffn_up_exps.weight").ne[2], 16);
+  EXPECT_EQ(m.at("blk.1.ffn_down_shexp.weight").ne[0], 8192);
+
+  gguf::Writer w = minimal();
+  w.set("llama4.expert_count", Value::u32(128));  // Maverick: no q/k norms
+  EXPECT_FALSE(read_back(w).qk_rms_norm);
+  w = minimal();
+  w.set("llama4.attention.sliding_window", Value::u32(0));
+  expect_read_error(w, ErrorKind::unsupported, "sliding_window = 0");
+  w = minimal();
+  w.set("llama4.interleave_moe_layer_step", Value::u32(0));
+  expect_read_error(w, ErrorKind::unsupported, "interleave_moe_layer_step = 0");
+}
+
+// Chunked masks: the query at position p sees the cache rows from the start of its chunk to p; the
+// full mask everything up to p.
+TEST(Arch, Llama4ChunkMasks) {
+  HParams hp = preset_hparams(Arch::llama4, "tiny");
+  hp.n_swa = 4;
+  const int64_t T = 3, n_past = 5, n_kv = 8;
+  Context c;
+  std::vector<float> full((size_t)(n_kv * T)), chunk((size_t)(n_kv * T));
+  ForwardInputs in;
+  in.mask = c.new_tensor(DType::F32, {n_kv, T});
+  in.mask_swa = c.new_tensor(DType::F32, {n_kv, T});
+  in.mask->data = full.data();
+  in.mask_swa->data = chunk.data();
+  fill_masks(in, hp, n_past, T, n_kv);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < n_kv; ++j) {
+      const int64_t p = n_past + i;
+      EXPECT_EQ(full[(size_t)(i * n_kv + j)] == 0.0f, j <= p) << p << " " << j;
+      EXPECT_EQ(chunk[(size_t)(i * n_kv + j)] == 0.0f, j <= p && j >= p / 4 * 4) << p << " " << j;
+    }
 }
 
 // ERNIE 4.5 MoE as llama.cpp's loader reads it: the expert width, leading dense layers and the MoE

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "loom/core/error.h"
+#include "loom/model/forward.h"
 #include "loom/model/model_file.h"
 #include "loom/model/session.h"
 #include "reference_math.h"
@@ -109,10 +110,11 @@ Vec moe(const Model& m, const LayerWeights& l, const Vec& h) {
   Vec logits = matvec(l.ffn_gate_inp, h);
   const bool oai = l.ffn_gate_inp_b != nullptr;
   if (oai) add_to(logits, weight_row(l.ffn_gate_inp_b, 0));
-  Vec probs = oai ? logits : softmax(logits);
-  if (hp.expert_gating == ExpertGating::sigmoid)
+  const bool llama4 = hp.arch == Arch::llama4;  // chosen by logits, sigmoid weights on the input
+  Vec probs = oai || llama4 ? logits : softmax(logits);
+  if (hp.expert_gating == ExpertGating::sigmoid || llama4)
     for (size_t e = 0; e < probs.size(); ++e) probs[e] = 1 / (1 + std::exp(-logits[e]));
-  Vec chosen_by = probs;  // glm4moe: the selection bias picks, the weights stay unbiased
+  Vec chosen_by = llama4 ? logits : probs;  // glm4moe: the selection bias picks, the weights stay unbiased
   if (l.exp_probs_b) add_to(chosen_by, weight_row(l.exp_probs_b, 0));
   std::vector<int> idx((size_t)hp.n_expert);
   std::iota(idx.begin(), idx.end(), 0);
@@ -130,7 +132,10 @@ Vec moe(const Model& m, const LayerWeights& l, const Vec& h) {
   Vec out(h.size(), 0.0);
   for (int64_t e = 0; e < hp.n_expert_used; ++e) {
     const int ex = idx[(size_t)e];
-    Vec g = matvec(l.ffn_gate_exps, h, ex), u = matvec(l.ffn_up_exps, h, ex);
+    Vec in = h;
+    if (llama4)
+      for (double& x : in) x *= w[(size_t)e];
+    Vec g = matvec(l.ffn_gate_exps, in, ex), u = matvec(l.ffn_up_exps, in, ex);
     if (oai) {
       add_to(g, weight_row(l.ffn_gate_exps_b, ex));
       add_to(u, weight_row(l.ffn_up_exps_b, ex));
@@ -143,7 +148,7 @@ Vec moe(const Model& m, const LayerWeights& l, const Vec& h) {
     }
     Vec d = matvec(l.ffn_down_exps, g, ex);
     if (oai) add_to(d, weight_row(l.ffn_down_exps_b, ex));
-    for (size_t j = 0; j < d.size(); ++j) out[j] += w[(size_t)e] * d[j];
+    for (size_t j = 0; j < d.size(); ++j) out[j] += (llama4 ? 1.0 : w[(size_t)e]) * d[j];
   }
   return out;
 }
@@ -212,20 +217,34 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& t
       // cohere2 and windowed exaone4: global layers have none; smollm3: every 4th layer has none
       const bool local_rotate_only = hp.arch == Arch::cohere2 || (hp.arch == Arch::exaone4 && hp.swa_period > 0);
       const int64_t step = hp.n_no_rope_layer_step;
-      if (local_rotate_only ? swa : step == 0 || (il + 1) % step != 0) {
+      const bool roped = local_rotate_only ? swa : step == 0 || (il + 1) % step != 0;
+      if (roped) {
         rope(q[i], hp.n_head, hd, hp.rot_dims(), i, neox, rs);
         rope(k[i], hp.n_head_kv, hd, hp.rot_dims(), i, neox, rs);
       }
-      // mistral3: Llama 4's temperature on the queries, one step per original context
-      const double temp = 1 + hp.attn_temp_scale * std::log(1.0 + (double)(i / hp.n_ctx_orig_or_train()));
-      for (double& e : q[i]) e *= temp;
+      if (hp.arch == Arch::llama4 && roped && hp.n_expert != 128) {  // unweighted RMS norms of every head
+        for (auto [v2, heads] : {std::pair{&q[i], hp.n_head}, {&k[i], hp.n_head_kv}})
+          for (int64_t h2 = 0; h2 < heads; ++h2) {
+            double ss = 0;
+            for (int64_t e = 0; e < hd; ++e) ss += (*v2)[(size_t)(h2 * hd + e)] * (*v2)[(size_t)(h2 * hd + e)];
+            for (int64_t e = 0; e < hd; ++e) (*v2)[(size_t)(h2 * hd + e)] /= std::sqrt(ss / (double)hd + hp.rms_eps);
+          }
+      }
+      // Llama 4's temperature on the queries, one step per original context: mistral3's in every layer,
+      // llama4's (offset 1, floor 8192) in the layers without RoPE
+      const bool l4 = hp.arch == Arch::llama4;
+      const double floor = l4 ? 8192.0 : (double)hp.n_ctx_orig_or_train(), offset = l4 ? 1.0 : 0.0;
+      const double temp = 1 + hp.attn_temp_scale * std::log(1.0 + std::floor(((double)i + offset) / floor));
+      if (!l4 || !roped)
+        for (double& e : q[i]) e *= temp;
     }
     const Vec sinks = l.sinks ? weight_row(l.sinks, 0) : Vec();
     // a file's attention.scale (granite) replaces 1/sqrt(head_dim)
     const double scale = hp.attention_scale != 0 ? hp.attention_scale : hp.attn_scale();
     for (int64_t i = 0; i < T; ++i) {
       Vec o((size_t)n_q, 0.0);
-      const int64_t first = swa ? std::max<int64_t>(0, i - hp.n_swa + 1) : 0;
+      // a window of n_swa positions, or llama4's chunk from a multiple of n_swa
+      const int64_t first = !swa ? 0 : hp.swa_chunked ? i - i % hp.n_swa : std::max<int64_t>(0, i - hp.n_swa + 1);
       for (int64_t h = 0; h < hp.n_head; ++h) {
         const int64_t kvh = h / (hp.n_head / hp.n_head_kv);
         Vec s;
@@ -303,7 +322,8 @@ struct Case {
 
 HParams case_hparams(const Case& c) {
   HParams hp = preset_hparams(c.arch, "tiny");
-  if (hp.n_swa > 0) hp.n_swa = 4;  // the window cuts into the 11-token sequence
+  if (hp.n_swa > 0 && c.arch != Arch::llama4) hp.n_swa = 4;  // the window cuts into the 11-token sequence
+  // (llama4's chunks are 8192 wide whatever the file says; test_arch.cpp checks their masks)
   hp.rope_freqs = c.rope_freqs;
   if (c.n_rot > 0) hp.n_rot = c.n_rot;
   if (c.n_layer > 0) {  // many layers, each small
@@ -412,9 +432,32 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"ernie4_5", Arch::ernie4_5}, Case{"exaone4", Arch::exaone4, true},
                       Case{"exaone4_32b", Arch::exaone4, true, 0, 0, false, 64}, Case{"seed_oss", Arch::seed_oss},
                       Case{"ernie4_5_moe", Arch::ernie4_5_moe}, Case{"mistral3", Arch::mistral3, true},
-                      Case{"mistral3_moe", Arch::mistral3, false, 4},
+                      Case{"mistral3_moe", Arch::mistral3, false, 4}, Case{"llama4", Arch::llama4, true},
                       Case{"granitemoe_shared", Arch::granitemoe, false, 0, 0, false, 0, false, 192}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// Llama 4's temperature reaches only the layers without RoPE, mistral3's every layer: counted in the
+// graph, since no sequence here reaches llama4's first step (position 8191).
+TEST(ArchForward, TemperatureReachesTheLayersLlamaCppGivesIt) {
+  for (const Case& c : {Case{"temp-llama4", Arch::llama4}, Case{"temp-mistral3", Arch::mistral3}}) {
+    const std::string path = make_model(c);
+    auto model = Model::load(path);
+    const HParams& hp = model->hparams();
+    Context ctx;
+    ForwardShape s;
+    s.n_tokens = s.n_kv = s.n_outputs = 4;
+    s.n_seq = 1;
+    const ForwardInputs in = build_forward(ctx, *model, KvCache{}, s);
+    ASSERT_NE(in.attn_temp, nullptr) << c.name;
+    int64_t users = 0, want = 0;
+    for (Tensor& t : ctx.tensors())
+      for (Tensor* src : t.src) users += src == in.attn_temp;
+    for (int64_t il = 0; il < hp.n_layer; ++il) want += c.arch == Arch::mistral3 || !hp.rotates(il);
+    EXPECT_EQ(users, want) << c.name;
+    EXPECT_LT(want, c.arch == Arch::llama4 ? hp.n_layer : hp.n_layer + 1) << c.name;
+    std::filesystem::remove(path);
+  }
+}
 
 // The hyper-parameters survive the file: what write_hparams wrote, read_hparams reads back.
 TEST(ArchHParams, RoundTripThroughTheFile) {
@@ -444,7 +487,8 @@ TEST(ArchHParams, RoundTripThroughTheFile) {
                         Case{"rt-exaone4_32b", Arch::exaone4, true, 0, 0, false, 64},
                         Case{"rt-seed_oss", Arch::seed_oss},
                         Case{"rt-ernie4_5_moe", Arch::ernie4_5_moe},
-                        Case{"rt-mistral3", Arch::mistral3, true}}) {
+                        Case{"rt-mistral3", Arch::mistral3, true},
+                        Case{"rt-llama4", Arch::llama4, true}}) {
     const std::string path = make_model(c);
     const HParams want = case_hparams(c);
     const HParams got = Model::load(path)->hparams();

@@ -102,7 +102,7 @@ INSTANTIATE_TEST_SUITE_P(Archs, MultiDevice,
                                            Arch::gpt_oss, Arch::granite, Arch::gemma, Arch::glm4moe, Arch::qwen2moe,
                                            Arch::smollm3, Arch::glm4, Arch::command_r, Arch::cohere2, Arch::olmo2,
                                            Arch::granitemoe, Arch::olmoe, Arch::ernie4_5, Arch::exaone4, Arch::seed_oss,
-                                           Arch::ernie4_5_moe, Arch::mistral3),
+                                           Arch::ernie4_5_moe, Arch::mistral3, Arch::llama4),
                          [](const auto& info) {
                            std::string name = arch_name(info.param);
                            std::replace(name.begin(), name.end(), '-', '_');  // "gpt-oss"

@@ -43,6 +43,10 @@ HParams odd_hparams(Arch arch) {
   if (arch == Arch::seed_oss) hp.head_dim = 32;       // Seed-OSS: q twice as wide as the embedding
   hp.rope_freqs = arch == Arch::exaone4;              // EXAONE 4.0's Llama 3 RoPE divisors
   if (arch == Arch::mistral3) hp.n_ctx_orig = 4;      // the attention temperature from position 4
+  if (arch == Arch::llama4) {  // a dense layer, then experts beside the shared one; the 4th layer without RoPE
+    hp.n_layer = 4;
+    hp.n_ff_shared = hp.n_ff_exp;
+  }
   if (arch == Arch::ernie4_5_moe) hp.n_ff_shared = 160;  // a dense layer, then experts and a shared one
   if (arch == Arch::granitemoe) {  // Granite MoE Shared's expert
     hp.n_ff_shared = 160;
@@ -157,7 +161,8 @@ TEST_P(TensorParallel, SameTokensAndLogitsAsOneDevice) {
     // joins: attention heads, attn_output rows, FFN hidden rows, ffn_down rows; glm4moe's shared
     // expert its own hidden rows; olmo2's q and k for their norms over all heads
     const HParams& hp = m->hparams();
-    const int64_t shared = hp.n_expert_shared > 0 ? hp.n_layer - hp.n_layer_dense_lead : 0;
+    int64_t shared = 0;  // one join per MoE layer with a shared expert
+    for (int64_t il = 0; il < hp.n_layer; ++il) shared += hp.n_expert_shared > 0 && hp.is_moe_layer(il);
     const int64_t qk = arch_whole_qk_norm(hp.arch) ? 2 * hp.n_layer : 0;
     EXPECT_EQ(got.all_reduce_per_token, (uint64_t)(4 * hp.n_layer + shared + qk));
   }
@@ -176,7 +181,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Arch::granitemoe, DType::F32}, Case{Arch::olmoe, DType::F32},
                       Case{Arch::ernie4_5, DType::Q8_0}, Case{Arch::exaone4, DType::F32},
                       Case{Arch::seed_oss, DType::Q8_0}, Case{Arch::ernie4_5_moe, DType::F32},
-                      Case{Arch::mistral3, DType::F32}),
+                      Case{Arch::mistral3, DType::F32}, Case{Arch::llama4, DType::F32}),
     [](const auto& info) {
       std::string name = std::string(arch_name(info.param.arch)) + "_" + dtype_name(info.param.type);
       std::replace(name.begin(), name.end(), '-', '_');  // "gpt-oss"

@@ -43,6 +43,10 @@ TEST(ModelGrad, WholeModelMatchesFiniteDifferences) {
     if (arch == Arch::granitemoe || arch == Arch::ernie4_5_moe) hp.n_ff_shared = 24;
     if (arch == Arch::ernie4_5_moe) hp.n_expert_used = hp.n_expert;  // the selection bias: as glm4moe's
     if (arch == Arch::olmoe) hp.n_expert_used = hp.n_expert;  // no top-k jumps under the finite steps
+    if (arch == Arch::llama4) {                               // the same; its shared expert as wide as a routed one
+      hp.n_expert_used = hp.n_expert;
+      hp.n_ff_shared = hp.n_ff_exp;
+    }
     const std::string path = write_model(dir, hp, 21);
     auto tm = TrainModel::open(path, {});
     GradCase gc;

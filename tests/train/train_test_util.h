@@ -55,6 +55,7 @@ inline HParams small_hparams(Arch arch, int64_t n_layer = 1) {
     hp.expert_weights_scale = 1.0f;
   }
   if (arch == Arch::qwen2moe) hp.n_ff_shared = 64;
+  if (arch == Arch::llama4) hp.n_ff_shared = hp.n_ff_exp;  // the shared expert as wide as a routed one
   if (arch == Arch::olmoe) {  // experts n_ff wide, its k norm as wide as q's
     hp.n_ff_exp = hp.n_ff;
     hp.n_head_kv = hp.n_head;
@@ -89,7 +90,7 @@ inline constexpr Arch kTrainedArchs[] = {
     Arch::llama, Arch::qwen2, Arch::qwen3, Arch::qwen3moe, Arch::gemma, Arch::gemma2, Arch::gemma3, Arch::phi3,
     Arch::gpt_oss, Arch::granite, Arch::glm4moe, Arch::qwen2moe, Arch::smollm3, Arch::glm4, Arch::command_r,
     Arch::cohere2, Arch::olmo2, Arch::granitemoe, Arch::olmoe, Arch::ernie4_5, Arch::exaone4, Arch::seed_oss,
-    Arch::ernie4_5_moe, Arch::mistral3};
+    Arch::ernie4_5_moe, Arch::mistral3, Arch::llama4};
 // clang-format on
 
 inline std::string write_model(const fs::path& dir, const HParams& hp, uint64_t seed = 5, DType type = DType::F32,

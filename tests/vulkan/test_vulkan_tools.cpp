@@ -112,7 +112,7 @@ INSTANTIATE_TEST_SUITE_P(TinyModels, VulkanQuantTokens,
 INSTANTIATE_TEST_SUITE_P(NewerArchs, VulkanQuantTokens,
                          ::testing::Combine(::testing::Values("glm4moe", "qwen2moe", "smollm3", "command-r", "cohere2",
                                                               "olmo2", "granitemoe", "olmoe", "ernie4_5", "exaone4",
-                                                              "seed_oss", "ernie4_5-moe", "mistral3"),
+                                                              "seed_oss", "ernie4_5-moe", "mistral3", "llama4"),
                                             ::testing::Values("f32", "q4_k")),
                          [](const auto& info) {
                            std::string name = std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);

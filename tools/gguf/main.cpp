@@ -136,6 +136,10 @@ int run_new(const Options& o, const CLI::App& cmd) {
     if (cmd.count("--n-expert-used") == 0) hp.n_expert_used = std::min<int64_t>(2, hp.n_expert);
   }
   if (loom::arch_is_moe(*arch) && loom::arch_experts_n_ff_wide(*arch)) hp.n_ff_exp = hp.n_ff;  // granitemoe, olmoe
+  if (*arch == loom::Arch::llama4) {  // the shared expert as wide as a routed one; q/k norms by the expert count
+    hp.n_ff_shared = hp.n_ff_exp;
+    loom::set_llama4_fixed(hp);
+  }
   if (*arch == loom::Arch::olmoe && cmd.count("--n-head-kv") == 0) hp.n_head_kv = hp.n_head;
   if (cmd.count("--head-dim") > 0) {
     hp.head_dim = o.head_dim;

@@ -19,7 +19,7 @@ constexpr Arch kArchs[] = {Arch::llama, Arch::qwen2, Arch::qwen3, Arch::qwen3moe
                            Arch::gemma3, Arch::phi3, Arch::gpt_oss, Arch::granite, Arch::glm4moe, Arch::qwen2moe,
                            Arch::smollm3, Arch::glm4, Arch::command_r, Arch::cohere2, Arch::olmo2, Arch::granitemoe,
                            Arch::olmoe, Arch::ernie4_5, Arch::ernie4_5_moe, Arch::exaone4, Arch::seed_oss,
-                           Arch::mistral3};
+                           Arch::mistral3, Arch::llama4};
 // clang-format on
 }  // namespace
 
@@ -50,6 +50,7 @@ const char* arch_name(Arch arch) {
     case Arch::seed_oss: return "seed_oss";
     case Arch::ernie4_5_moe: return "ernie4_5-moe";
     case Arch::mistral3: return "mistral3";
+    case Arch::llama4: return "llama4";
   }
   return "?";
 }
@@ -69,14 +70,17 @@ std::string arch_names() {
 
 bool arch_is_moe(Arch arch) {
   return arch == Arch::qwen2moe || arch == Arch::qwen3moe || arch == Arch::gpt_oss || arch == Arch::glm4moe ||
-         arch == Arch::granitemoe || arch == Arch::olmoe || arch == Arch::ernie4_5_moe;
+         arch == Arch::granitemoe || arch == Arch::olmoe || arch == Arch::ernie4_5_moe || arch == Arch::llama4;
 }
 bool arch_is_granite(Arch arch) { return arch == Arch::granite || arch == Arch::granitemoe; }
 bool arch_experts_n_ff_wide(Arch arch) {
   return arch_experts_optional(arch) || arch == Arch::granitemoe || arch == Arch::olmoe;
 }
 bool arch_experts_optional(Arch arch) { return arch == Arch::llama || arch == Arch::mistral3; }
-bool arch_expert_weights_raw(Arch arch) { return arch == Arch::qwen2moe || arch == Arch::olmoe; }
+bool arch_expert_weights_raw(Arch arch) {
+  return arch == Arch::qwen2moe || arch == Arch::olmoe || arch == Arch::llama4;
+}
+bool arch_weights_expert_input(Arch arch) { return arch == Arch::llama4; }
 bool arch_has_qk_norm(Arch arch) {
   return arch == Arch::qwen3 || arch == Arch::qwen3moe || arch == Arch::gemma3 || arch == Arch::exaone4;
 }
@@ -84,10 +88,12 @@ bool arch_has_qkv_bias(Arch arch) {
   return arch == Arch::qwen2 || arch == Arch::qwen2moe || arch == Arch::gpt_oss || arch == Arch::glm4moe ||
          arch == Arch::glm4 || arch == Arch::seed_oss;
 }
-bool arch_reads_rope_freqs(Arch arch) { return arch == Arch::llama || arch == Arch::mistral3 || arch == Arch::exaone4; }
+bool arch_reads_rope_freqs(Arch arch) {
+  return arch == Arch::llama || arch == Arch::mistral3 || arch == Arch::llama4 || arch == Arch::exaone4;
+}
 bool arch_rope_neox(Arch arch) {
-  return !arch_experts_optional(arch) && !arch_is_granite(arch) && arch != Arch::smollm3 && arch != Arch::glm4 &&
-         arch != Arch::ernie4_5 && arch != Arch::ernie4_5_moe && !arch_is_cohere(arch);
+  return !arch_experts_optional(arch) && arch != Arch::llama4 && !arch_is_granite(arch) && arch != Arch::smollm3 &&
+         arch != Arch::glm4 && arch != Arch::ernie4_5 && arch != Arch::ernie4_5_moe && !arch_is_cohere(arch);
 }
 bool arch_is_gemma(Arch arch) { return arch == Arch::gemma || arch == Arch::gemma2 || arch == Arch::gemma3; }
 bool arch_has_post_norms(Arch arch) {
@@ -106,7 +112,8 @@ float HParams::logit_multiplier() const {
 
 float HParams::attn_temperature(int64_t pos) const {
   if (attn_temp_scale == 0.0f) return 1.0f;
-  return (float)(std::log(std::floor((double)pos / (double)n_ctx_orig_or_train()) + 1.0) * attn_temp_scale + 1.0);
+  const double floor = (double)(attn_temp_floor > 0 ? attn_temp_floor : n_ctx_orig_or_train());
+  return (float)(std::log(std::floor(((double)pos + attn_temp_offset) / floor) + 1.0) * attn_temp_scale + 1.0);
 }
 
 float HParams::attn_scale() const {
@@ -115,6 +122,18 @@ float HParams::attn_scale() const {
   // tells them by their layer count)
   const bool gemma_27b = (arch == Arch::gemma2 && n_layer == 46) || (arch == Arch::gemma3 && n_layer == 62);
   return 1.0f / std::sqrt(gemma_27b ? (float)(n_embd / n_head) : (float)head_dim);
+}
+
+void set_llama4_fixed(HParams& hp) {
+  hp.n_swa = 8192;
+  hp.swa_period = 4;
+  hp.swa_chunked = true;
+  hp.n_no_rope_layer_step = 4;
+  hp.attn_temp_scale = 0.1f;
+  hp.attn_temp_offset = 1.0f;
+  hp.attn_temp_floor = 8192;
+  hp.attn_temp_nope_only = true;
+  hp.qk_rms_norm = hp.n_expert != 128;
 }
 
 void set_original_context(HParams& hp) {
@@ -205,6 +224,16 @@ void add_arch_features(HParams& hp, int64_t n_swa) {
       set_original_context(hp);
       hp.yarn_log_mul = 1.0f;
       hp.attn_temp_scale = 0.1f;
+      break;
+    case Arch::llama4:  // Llama 4 Scout's layout: 8192-token chunks on three layers of four, the fourth
+                        // without RoPE (temperature-tuned); q/k RMS norms; a shared expert beside one
+                        // routed (sigmoid, weighting the input); Maverick's experts every other layer
+      hp.n_layer = std::max<int64_t>(hp.n_layer, 4);
+      set_llama4_fixed(hp);
+      hp.n_moe_layer_step = 2;
+      hp.n_expert_used = 1;
+      hp.n_expert_shared = 1;
+      hp.n_ff_shared = hp.n_ff_exp;
       break;
     case Arch::seed_oss:  // Seed-OSS-36B: q twice as wide as the embedding (80 heads of 128 over 5120)
       hp.head_dim = 2 * hp.n_embd / hp.n_head;
@@ -487,9 +516,19 @@ void validate_hparams(const HParams& hp) {
   positive("yarn_beta_slow", hp.yarn_beta_slow);
   for (float v : {hp.yarn_log_mul, hp.attn_temp_scale})
     LOOM_CHECK(std::isfinite(v), invalid_input, "{}: a YaRN or temperature value of {} must be finite", a, v);
-  LOOM_CHECK(hp.arch == Arch::mistral3 || (hp.yarn_log_mul == 0 && hp.attn_temp_scale == 0 &&
-                                           hp.yarn_beta_fast == 32.0f && hp.yarn_beta_slow == 1.0f),
-             invalid_input, "{}: YaRN's keys in the file and the attention temperature are mistral3's", a);
+  LOOM_CHECK(
+      hp.arch == Arch::mistral3 || (hp.yarn_log_mul == 0 && hp.yarn_beta_fast == 32.0f && hp.yarn_beta_slow == 1.0f),
+      invalid_input, "{}: YaRN's keys in the file are mistral3's", a);
+  LOOM_CHECK(hp.arch == Arch::mistral3 || hp.arch == Arch::llama4 ||
+                 (hp.attn_temp_scale == 0 && hp.attn_temp_offset == 0 && hp.attn_temp_floor == 0),
+             invalid_input, "{}: the attention temperature is mistral3's and llama4's", a);
+  in_range("attn_temp_floor", hp.attn_temp_floor, 0, 1 << 26);
+  LOOM_CHECK(std::isfinite(hp.attn_temp_offset) && hp.attn_temp_offset >= 0, invalid_input,
+             "{}: attn_temp_offset = {} must be finite and >= 0", a, hp.attn_temp_offset);
+  const bool llama4 = hp.arch == Arch::llama4;
+  in_range("n_moe_layer_step", hp.n_moe_layer_step, llama4 ? 1 : 0, llama4 ? hp.n_layer : 0);
+  LOOM_CHECK(llama4 || (!hp.swa_chunked && !hp.qk_rms_norm && !hp.attn_temp_nope_only), invalid_input,
+             "{}: chunked attention and unweighted q/k norms are llama4's", a);
   LOOM_CHECK(!hp.rope_long_short || hp.arch == Arch::phi3, invalid_input, "{}: long/short RoPE factors are phi3's", a);
   LOOM_CHECK(hp.head_dim % 2 == 0, invalid_input, "{}: head_dim = {} must be even for RoPE", a, hp.head_dim);
   for (float s : {hp.embedding_scale, hp.residual_scale, hp.attention_scale, hp.logit_scale})
@@ -518,17 +557,22 @@ void validate_hparams(const HParams& hp) {
              hp.head_dim);
   const bool glm = hp.arch == Arch::glm4moe, qwen2moe = hp.arch == Arch::qwen2moe;
   // a shared expert where n_ff_shared says
-  const bool sized_shared = hp.arch == Arch::granitemoe || hp.arch == Arch::ernie4_5_moe;
+  const bool sized_shared = hp.arch == Arch::granitemoe || hp.arch == Arch::ernie4_5_moe || hp.arch == Arch::llama4;
   const bool dense_lead = glm || hp.arch == Arch::ernie4_5_moe;
   in_range("n_layer_dense_lead", hp.n_layer_dense_lead, 0, dense_lead ? hp.n_layer : 0);
   in_range("n_expert_shared", hp.n_expert_shared, qwen2moe ? 1 : 0, glm ? 64 : qwen2moe || sized_shared ? 1 : 0);
   in_range("n_ff_shared", hp.n_ff_shared, qwen2moe ? 1 : 0, qwen2moe || sized_shared ? 1 << 22 : 0);
   LOOM_CHECK(!sized_shared || (hp.n_expert_shared > 0) == (hp.n_ff_shared > 0), invalid_input,
              "{}: a shared expert needs its width (n_ff_shared = {})", a, hp.n_ff_shared);
+  // llama.cpp's llama4 loader: the shared expert always there, as wide as a routed one
+  LOOM_CHECK(hp.arch != Arch::llama4 || (hp.n_expert_shared == 1 && hp.n_ff_shared == hp.n_ff_exp), invalid_input,
+             "{}: the shared expert must be expert_feed_forward_length {} wide (n_ff_shared = {})", a, hp.n_ff_exp,
+             hp.n_ff_shared);
   LOOM_CHECK(!arch_experts_n_ff_wide(hp.arch) || !hp.is_moe() || hp.n_ff_exp == hp.n_ff, invalid_input,
              "{}: experts are feed_forward_length wide (n_ff_exp = {}, n_ff = {})", a, hp.n_ff_exp, hp.n_ff);
   in_range("n_layer_nextn", hp.n_layer_nextn, 0, glm ? 16 : 0);
-  in_range("n_no_rope_layer_step", hp.n_no_rope_layer_step, 0, hp.arch == Arch::smollm3 ? 4096 : 0);
+  in_range("n_no_rope_layer_step", hp.n_no_rope_layer_step, 0,
+           hp.arch == Arch::smollm3 || hp.arch == Arch::llama4 ? 4096 : 0);
   LOOM_CHECK(glm || (!hp.qk_norm && hp.expert_gating == ExpertGating::softmax && hp.expert_weights_scale == 0.0f),
              invalid_input, "{}: optional q/k norms, sigmoid routing and expert weight scaling are glm4moe's", a);
   // the k weights: as the softmax gave them in qwen2moe and olmoe, renormalized in the others (glm4moe: as its file

@@ -48,7 +48,9 @@ void write_hparams(gguf::Writer& w, const HParams& hp) {
     u32("expert_used_count", hp.n_expert_used);
     if (!arch_experts_n_ff_wide(hp.arch)) u32("expert_feed_forward_length", hp.n_ff_exp);
   }
-  if (hp.arch == Arch::qwen2moe || hp.n_ff_shared > 0) u32("expert_shared_feed_forward_length", hp.n_ff_shared);
+  if (hp.arch == Arch::qwen2moe || (hp.n_ff_shared > 0 && hp.arch != Arch::llama4))
+    u32("expert_shared_feed_forward_length", hp.n_ff_shared);
+  if (hp.arch == Arch::llama4) u32("interleave_moe_layer_step", hp.n_moe_layer_step);
   if (hp.arch == Arch::glm4moe) {
     u32("expert_shared_count", hp.n_expert_shared);
     u32("leading_dense_block_count", hp.n_layer_dense_lead);
@@ -76,7 +78,8 @@ void write_hparams(gguf::Writer& w, const HParams& hp) {
     if (hp.attn_temp_scale != 0.0f) f32("attention.temperature_scale", hp.attn_temp_scale);
   }
   if (hp.n_swa > 0) u32("attention.sliding_window", hp.n_swa);
-  if (hp.arch == Arch::gpt_oss && hp.rope_theta_swa != hp.rope_theta) f32("rope.freq_base_swa", hp.rope_theta_swa);
+  if ((hp.arch == Arch::gpt_oss || hp.arch == Arch::llama4) && hp.rope_theta_swa != hp.rope_theta)
+    f32("rope.freq_base_swa", hp.rope_theta_swa);
   if (hp.arch == Arch::olmo2 && hp.n_swa > 0) u32("attention.sliding_window_pattern", hp.swa_period);
   if (hp.arch == Arch::gemma2) {
     f32("attn_logit_softcapping", hp.attn_softcap);
@@ -194,6 +197,15 @@ void read_arch_features(const gguf::File& f, const std::string& a, HParams& hp) 
       hp.n_swa = swa.value_or(0);  // not applied, as in llama
       hp.swa_period = 0;
       break;
+    case Arch::llama4:  // llama.cpp: the chunks, the layers without RoPE and the temperature are fixed; a
+      // window key of 0 would turn the chunks off, and llama.cpp aborts on such a file
+      LOOM_CHECK(!swa || *swa != 0, unsupported,
+                 "{}: {}attention.sliding_window = 0 (no chunked attention) is not supported (llama.cpp aborts on it)",
+                 f.path(), a);
+      set_llama4_fixed(hp);
+      hp.swa_period = find_layer_int(f, a + "attention.sliding_window_pattern").value_or(4);
+      hp.rope_theta_swa = (float)f.find_float(a + "rope.freq_base_swa").value_or(hp.rope_theta);
+      break;
     case Arch::smollm3:  // fixed by llama.cpp's loader (no key)
       hp.n_no_rope_layer_step = 4;
       hp.n_swa = 0;
@@ -258,6 +270,19 @@ void read_ernie_moe_layers(const gguf::File& f, const std::string& a, HParams& h
                a);
 }
 
+// llama4: the expert width and the MoE layer step required; a shared expert as wide as a routed one in
+// every MoE layer; dense layers between them feed_forward_length wide.
+void read_llama4_moe_layers(const gguf::File& f, const std::string& a, HParams& hp) {
+  hp.n_ff_exp = required_int(f, a + "expert_feed_forward_length");
+  hp.n_moe_layer_step = required_int(f, a + "interleave_moe_layer_step");
+  LOOM_CHECK(hp.n_moe_layer_step > 0, unsupported,
+             "{}: {}interleave_moe_layer_step = 0 (a llama4 without MoE layers) is not supported", f.path(), a);
+  hp.n_expert_shared = 1;
+  hp.n_ff_shared = hp.n_ff_exp;
+  if (hp.n_moe_layer_step > 1)
+    LOOM_CHECK(hp.n_ff > 0, invalid_input, "{}: missing {}feed_forward_length for the dense layers", f.path(), a);
+}
+
 }  // namespace
 
 HParams read_hparams(const gguf::File& f) {
@@ -319,6 +344,7 @@ HParams read_hparams(const gguf::File& f) {
       hp.n_ff_exp = hp.n_ff;
     }
     if (hp.arch == Arch::ernie4_5_moe) read_ernie_moe_layers(f, a, hp);
+    if (hp.arch == Arch::llama4) read_llama4_moe_layers(f, a, hp);
     if (hp.arch == Arch::granitemoe || hp.arch == Arch::ernie4_5_moe) {  // a shared expert where its width is given
       hp.n_ff_shared = f.find_int(a + "expert_shared_feed_forward_length").value_or(0);
       hp.n_expert_shared = hp.n_ff_shared > 0 ? 1 : 0;

@@ -115,13 +115,27 @@ Tensor* zero_rows(Context& c, Tensor* like) {
   return scale(c, like, 0.0f);
 }
 
-// The k experts' outputs d {n_embd here, k, T} weighted by w {1, k, T} and summed: {n_embd here, T}.
+// The k experts' outputs d {n_embd here, k, T} weighted by w {1, k, T} (null: as they are) and summed:
+// {n_embd here, T}.
 Tensor* weighted_sum(Context& c, Tensor* d, Tensor* w) {
-  d = mul(c, d, w);
+  if (w) d = mul(c, d, w);
   const int64_t n = d->ne[0], k = d->ne[1], T = d->ne[2];
   Tensor* out = view_2d(c, d, n, T, d->nb[2], 0);
   for (int64_t i = 1; i < k; ++i) out = add(c, out, view_2d(c, d, n, T, d->nb[2], (size_t)i * d->nb[1]));
   return out;
+}
+
+// The chosen experts' SwiGLU FFNs on xe {n_embd, 1 or k, T} (ids {k, T}), their outputs weighted by
+// w {1, k, T} where weigh_outputs (else as they are) and summed: {n_embd here, T} (x: its shape where
+// a member holds no rows).
+Tensor* expert_ffns(Context& c, const ForwardModel& fm, const LayerWeights& l, Tensor* x, Tensor* xe, Tensor* ids,
+                    Tensor* w, bool weigh_outputs, const Join& join, int64_t il) {
+  Tensor* h = l.ffn_gate_exps  // {n_ff_exp here, k, T}
+                  ? swiglu(c, mul_mat_id(c, l.ffn_gate_exps, xe, ids), mul_mat_id(c, l.ffn_up_exps, xe, ids))
+                  : zero_rows(c, w);
+  h = join(h, l.ffn_gate_exps ? fm.first.ff_exp : 0, fm.hp->n_ff_exp, il, "ffn_exp_gather");
+  if (!l.ffn_down_exps) return zero_rows(c, x);
+  return weighted_sum(c, mul_mat_id(c, l.ffn_down_exps, h, ids), weigh_outputs ? w : nullptr);
 }
 
 Tensor* moe_ffn(Context& c, const ForwardModel& fm, const LayerWeights& l, Tensor* x, int64_t T, ForwardInputs& in,
@@ -139,13 +153,21 @@ Tensor* moe_ffn(Context& c, const ForwardModel& fm, const LayerWeights& l, Tenso
   }
   if (hp.expert_weights_scale > 0.0f) w = scale(c, w, hp.expert_weights_scale);
   in.expand_first.push_back(w);
-  Tensor* xe = reshape(c, x, {hp.n_embd, 1, T});
-  Tensor* h = l.ffn_gate_exps  // {n_ff_exp here, k, T}
-                   ? swiglu(c, mul_mat_id(c, l.ffn_gate_exps, xe, ids), mul_mat_id(c, l.ffn_up_exps, xe, ids))
-                   : zero_rows(c, w);
-  h = join(h, l.ffn_gate_exps ? fm.first.ff_exp : 0, hp.n_ff_exp, il, "ffn_exp_gather");
-  if (!l.ffn_down_exps) return zero_rows(c, x);
-  return weighted_sum(c, mul_mat_id(c, l.ffn_down_exps, h, ids), w);  // {n_embd here, T}
+  return expert_ffns(c, fm, l, x, reshape(c, x, {hp.n_embd, 1, T}), ids, w, true, join, il);
+}
+
+// llama4: the k experts with the largest router logits, each fed the input times its sigmoid weight;
+// their outputs summed as they are.
+Tensor* moe_ffn_weighted_input(Context& c, const ForwardModel& fm, const LayerWeights& l, Tensor* x, int64_t T,
+                               ForwardInputs& in, const Join& join, int64_t il) {
+  const HParams& hp = *fm.hp;
+  const int64_t k = hp.n_expert_used;
+  Tensor* logits = mul_mat(c, l.ffn_gate_inp, x);                                     // {n_expert, T}
+  Tensor* ids = top_k(c, logits, k);                                                  // {k, T}
+  Tensor* w = sigmoid(c, get_rows(c, reshape(c, logits, {1, hp.n_expert, T}), ids));  // {1, k, T}
+  in.expand_first.push_back(w);
+  Tensor* xe = repeat(c, reshape(c, x, {hp.n_embd, 1, T}), c.new_tensor(DType::F32, {hp.n_embd, k, T}));
+  return expert_ffns(c, fm, l, x, mul(c, xe, w), ids, w, false, join, il);
 }
 
 // The shared expert (glm4moe, qwen2moe): a SwiGLU FFN n_ff_shexp wide beside the routed ones, on the
@@ -227,9 +249,10 @@ void fill_masks(const ForwardInputs& in, const HParams& hp, int64_t n_past, int6
     auto* data = m ? static_cast<float*>(m->data) : nullptr;
     if (!data) continue;
     const int64_t window = m == in.mask_swa ? hp.n_swa : std::numeric_limits<int64_t>::max();
+    const bool chunks = m == in.mask_swa && hp.swa_chunked;  // llama4: from the start of p's chunk
     for (int64_t i = 0; i < T; ++i) {
-      const int64_t p = n_past + i;
-      for (int64_t j = 0; j < n_kv; ++j) data[i * n_kv + j] = j <= p && p - j < window ? 0.0f : neg_inf;
+      const int64_t p = n_past + i, first = chunks ? p - p % window : p - window + 1;
+      for (int64_t j = 0; j < n_kv; ++j) data[i * n_kv + j] = j <= p && j >= first ? 0.0f : neg_inf;
     }
   }
 }
@@ -297,14 +320,20 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
         for (bool is_k : {false, true}) in.expand_first.push_back(whole.join(zero_rows(c, cur), is_k));
       attn = zero_rows(c, cur);
     } else {
-      const QkvHeads h = project_qkv(c, hp, l, cur, model.n_head, model.n_head_kv, in.positions, rope_params(hp, swa),
-                                     rope_factors, hp.rotates(il), join_qk ? &whole : nullptr);
+      QkvHeads h = project_qkv(c, hp, l, cur, model.n_head, model.n_head_kv, in.positions, rope_params(hp, swa),
+                               rope_factors, hp.rotates(il), join_qk ? &whole : nullptr);
+      if (hp.qk_rms_norm && hp.rotates(il)) {  // llama4: unweighted RMS norms of the roped heads
+        h.q = rms_norm(c, h.q, hp.rms_eps);
+        h.k = rms_norm(c, h.k, hp.rms_eps);
+      }
       for (Tensor* t : h.products)
         if (t) in.expand_first.push_back(t);
       for (Tensor* t : h.joins)
         if (t) in.expand_first.push_back(t);
       const AttendedKv a = windows ? window_kv(c, model, h, s) : cached_kv(c, model, kv, il, h, in.kv_slots, s);
-      Tensor* q = in.attn_temp ? mul(c, h.q, in.attn_temp) : h.q;
+      // the temperature: mistral3's queries in every layer, llama4's in the layers without RoPE
+      const bool temp = in.attn_temp && (!hp.attn_temp_nope_only || !hp.rotates(il));
+      Tensor* q = temp ? mul(c, h.q, in.attn_temp) : h.q;
       attn = attention(c, model, q, a.k, a.v, swa ? in.mask_swa : in.mask, l.sinks, s);
     }
     attn = join(attn, model.n_head_kv > 0 ? model.first.q : 0, hp.n_embd_q(), il, "attn_gather");
@@ -341,7 +370,9 @@ ForwardInputs build_forward(Context& c, const ForwardModel& model, const KvCache
     if (l.ffn_gate_inp_b) {
       cur = moe_ffn_oai(c, model, l, cur, t_out, join, il);
     } else if (l.ffn_gate_inp) {
-      Tensor* routed = moe_ffn(c, model, l, cur, t_out, in, join, il);
+      Tensor* routed = arch_weights_expert_input(hp.arch)
+                           ? moe_ffn_weighted_input(c, model, l, cur, t_out, in, join, il)
+                           : moe_ffn(c, model, l, cur, t_out, in, join, il);
       cur = hp.n_expert_shared > 0 ? add(c, routed, shared_expert(c, model, l, cur, join, il)) : routed;
     } else {
       Tensor* h = l.ffn_up ? dense_ffn_hidden(c, l, cur, gemma) : zero_rows(c, cur);  // {n_ff here, T}

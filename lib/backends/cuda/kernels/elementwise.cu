@@ -39,7 +39,8 @@ __global__ void unary_kernel(Unary op, TView a, TView dst, float p0, float p1, i
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t i0, i1, i2, i3;
     unravel(i, dst.ne, i0, i1, i2, i3);
-    const float x = load(a, i0, i1, i2, i3);
+    const float x = op == Unary::tile ? load(a, i0 % a.ne[0], i1 % a.ne[1], i2 % a.ne[2], i3 % a.ne[3])
+                                      : load(a, i0, i1, i2, i3);
     float r;
     switch (op) {
       case Unary::scale: r = x * p0 + p1; break;

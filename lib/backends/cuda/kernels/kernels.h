@@ -22,8 +22,8 @@ struct TView {
 enum class Binary : int { add, sub, mul, div };
 // dst = a op b, b broadcast over a (a.ne[i] % b.ne[i] == 0); dst F32 with a's shape.
 void binary(cudaStream_t s, Binary op, const TView& a, const TView& b, const TView& dst);
-enum class Unary : int { scale, clamp, silu, gelu, tanh, sigmoid, softplus, exp, log, sqr, sqrt, copy };
-// dst = f(a); p0, p1: scale/bias or min/max.
+enum class Unary : int { scale, clamp, silu, gelu, tanh, sigmoid, softplus, exp, log, sqr, sqrt, copy, tile };
+// dst = f(a); p0, p1: scale/bias or min/max. tile (REPEAT): a repeated to dst's shape (dst.ne[i] % a.ne[i] == 0).
 void unary(cudaStream_t s, Unary op, const TView& a, const TView& dst, float p0, float p1);
 // dst = silu(a) * b; oai (gpt-oss): a clamped above by limit, b to [-limit, limit],
 // dst = a sigmoid(alpha a) (b + 1)

@@ -222,6 +222,8 @@ bool op_supported(const Tensor* n) {
     case OpKind::SQR:
     case OpKind::SQRT:
       return f32(n) && plain(a->type) && same_shape(*n, *a) && params_zero_from(n, 0);
+    case OpKind::REPEAT:
+      return f32(n) && plain(a->type) && broadcasts(n, a) && params_zero_from(n, 0);
     case OpKind::SWIGLU:
     case OpKind::SWIGLU_OAI:  // params: alpha, limit
       return f32(n) && plain(a->type) && b && plain(b->type) && same_shape(*a, *b) && same_shape(*n, *a) &&
@@ -354,6 +356,9 @@ void run_op(const OpContext& c, Tensor* n) {
     case OpKind::SQR:
     case OpKind::SQRT:
       k::unary(s, plain_unary(n->op), va, vd, 0, 0);
+      break;
+    case OpKind::REPEAT:
+      k::unary(s, k::Unary::tile, va, vd, 0, 0);
       break;
     case OpKind::SWIGLU:
       k::swiglu(s, va, vb, vd);

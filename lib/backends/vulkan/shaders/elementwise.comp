@@ -1,6 +1,7 @@
 #version 450
 // Element-wise ops, one invocation per element of the result (a's shape): binary ops with b
-// broadcast over a, SWIGLU, SILU_BACK (a the gradient, b x), and the unary/scalar ops. Sources F32/F16/BF16 through strides;
+// broadcast over a, SWIGLU, SILU_BACK (a the gradient, b x), REPEAT (b tiled over the result, a not
+// read), and the unary/scalar ops. Sources F32/F16/BF16 through strides;
 // the result is F32. The op code matches vk_ops.h's EwOp.
 #include "common.glsl"
 
@@ -37,9 +38,10 @@ void main() {
   if (idx >= n) return;
   const uint i0 = idx % p.ne0, i1 = (idx / p.ne0) % p.ne1, i2 = (idx / (p.ne0 * p.ne1)) % p.ne2,
              i3 = idx / (p.ne0 * p.ne1 * p.ne2);
-  const float x = load_a(p.a_off + i0 * p.a_nb0 + i1 * p.a_nb1 + i2 * p.a_nb2 + i3 * p.a_nb3);
+  const bool tile = p.op == 16u;
+  const float x = tile ? 0.0 : load_a(p.a_off + i0 * p.a_nb0 + i1 * p.a_nb1 + i2 * p.a_nb2 + i3 * p.a_nb3);
   float y = 0.0;
-  if (p.op < 5u || p.op == 15u) {
+  if (p.op < 5u || p.op == 15u || tile) {
     const float v = load_b(p.b_off + (i0 % p.b_ne0) * p.b_nb0 + (i1 % p.b_ne1) * p.b_nb1 + (i2 % p.b_ne2) * p.b_nb2 +
                            (i3 % p.b_ne3) * p.b_nb3);
     switch (p.op) {
@@ -48,6 +50,7 @@ void main() {
       case 2u: y = x * v; break;
       case 3u: y = x / v; break;
       case 4u: y = silu(x) * v; break;  // SWIGLU
+      case 16u: y = v; break;           // REPEAT
       case 15u: {                       // SILU_BACK: grad * s * (1 + x (1 - s)), s = sigmoid(x)
         const float s = 1.0 / (1.0 + exp(-v));
         y = x * s * (1.0 + v * (1.0 - s));

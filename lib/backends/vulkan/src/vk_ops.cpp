@@ -109,6 +109,8 @@ int ew_code(OpKind op) {
     case OpKind::SQR: return 13;
     case OpKind::SQRT: return 14;
     case OpKind::SILU_BACK: return 15;
+    case OpKind::REPEAT:
+      return 16;
     default: return -1;
   }
 }
@@ -116,9 +118,9 @@ int ew_code(OpKind op) {
 void enc_elementwise(VulkanDevice& dev, const Tensor* n, Dispatch& d) {
   const int code = ew_code(n->op);
   const Tensor* a = n->src[0];
-  const bool binary = code < 5 || code == 15;
+  const bool binary = code < 5 || code == 15 || code == 16;
   const bool scalar = !binary;  // p0, p1: SCALE's and CLAMP's parameters
-  const Tensor* b = binary ? n->src[1] : nullptr;
+  const Tensor* b = !binary ? nullptr : code == 16 ? a : n->src[1];  // REPEAT: a tiled over n as b
   Push p{d};
   p.u(bind(dev, d, 0, a)).u(b ? bind(dev, d, 1, b) : 0).u(bind(dev, d, 2, n)).u((uint64_t)code);
   p.ne(n).nb(a);
@@ -430,6 +432,8 @@ bool op_supported(const VulkanDevice& dev, const Tensor* n) {
     case OpKind::SILU_BACK:
       return n->type == DType::F32 && is_float(a->type) && is_float(b->type) && same_shape(*a, *b) &&
              same_shape(*n, *a);
+    case OpKind::REPEAT:
+      return n->type == DType::F32 && is_float(a->type);
     case OpKind::OPT_STEP_ADAMW:
     case OpKind::OPT_STEP_SGD: {
       const int nsrc = n->op == OpKind::OPT_STEP_ADAMW ? 5 : 3;

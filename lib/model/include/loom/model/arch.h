@@ -1,8 +1,8 @@
 // Model architectures (llama with Llama 3 / Mistral / Mixtral shapes, qwen2, qwen3, qwen3moe,
 // qwen2moe, gemma, gemma2, gemma3, phi3, gpt-oss, granite, granitemoe, glm4, glm4moe, smollm3, command-r,
-// cohere2, olmo2, olmoe, ernie4_5, ernie4_5-moe, exaone4, seed_oss, mistral3): hyper-parameters, named presets with the
-// real shapes, the tensor list of each architecture (names and shapes as llama.cpp's GGUF files have them, with a role
-// per tensor), and the GGUF keys that carry the hyper-parameters.
+// cohere2, olmo2, olmoe, ernie4_5, ernie4_5-moe, exaone4, seed_oss, mistral3, llama4): hyper-parameters, named presets
+// with the real shapes, the tensor list of each architecture (names and shapes as llama.cpp's GGUF files have them,
+// with a role per tensor), and the GGUF keys that carry the hyper-parameters.
 #pragma once
 
 #include <cstdint>
@@ -21,14 +21,14 @@ namespace loom {
 // clang-format off
 enum class Arch { llama, qwen2, qwen3, qwen3moe, gemma, gemma2, gemma3, phi3, gpt_oss, granite, glm4moe, qwen2moe,
                   smollm3, glm4, command_r, cohere2, olmo2, granitemoe, olmoe, ernie4_5, exaone4, seed_oss,
-                  ernie4_5_moe, mistral3 };
+                  ernie4_5_moe, mistral3, llama4 };
 // clang-format on
 
 const char* arch_name(Arch arch);  // the general.architecture string ("gpt-oss", "command-r")
 std::optional<Arch> arch_from_name(std::string_view name);
 std::string arch_names();          // "llama, qwen2, ..." for messages
-// always routed experts (qwen2moe, qwen3moe, gpt-oss, glm4moe, granitemoe, olmoe, ernie4_5-moe); llama may have them
-// too
+// always routed experts (qwen2moe, qwen3moe, gpt-oss, glm4moe, granitemoe, olmoe, ernie4_5-moe, llama4); llama and
+// mistral3 may have them too
 bool arch_is_moe(Arch arch);
 // granite and granitemoe: IBM's embedding, residual, attention and logit multipliers
 bool arch_is_granite(Arch arch);
@@ -37,15 +37,20 @@ bool arch_is_granite(Arch arch);
 bool arch_experts_n_ff_wide(Arch arch);
 // llama and mistral3: dense, or routed experts where the file has expert_count (Mixtral)
 bool arch_experts_optional(Arch arch);
-// qwen2moe and olmoe: the k chosen softmax weights are used as they are, not renormalized to sum 1
+// qwen2moe and olmoe (softmax), llama4 (sigmoid): the k chosen weights are used as they are, not
+// renormalized to sum 1
 bool arch_expert_weights_raw(Arch arch);
+// llama4: the experts are chosen by the router's logits and each one's input is multiplied by its
+// sigmoid weight before its FFN (the outputs are summed as they are)
+bool arch_weights_expert_input(Arch arch);
 // qwen3, qwen3moe, gemma3, exaone4 (glm4moe: where the file has them, HParams::qk_norm)
 bool arch_has_qk_norm(Arch arch);
 bool arch_has_qkv_bias(Arch arch);  // qwen2, qwen2moe, gpt-oss, glm4, glm4moe, seed_oss
 // llama, mistral3 and exaone4: a rope_freqs.weight of per-pair divisors where the file has one (Llama 3's RoPE
 // scaling)
 bool arch_reads_rope_freqs(Arch arch);
-// rotate halves instead of adjacent pairs (not llama, mistral3, granite(moe), smollm3, glm4, Cohere's, ernie4_5(-moe))
+// rotate halves instead of adjacent pairs (not llama, mistral3, llama4, granite(moe), smollm3, glm4, Cohere's,
+// ernie4_5(-moe))
 bool arch_rope_neox(Arch arch);
 bool arch_is_gemma(Arch arch);      // gemma, gemma2, gemma3: scaled embeddings, GELU FFN, tied output
 // gemma2, gemma3, glm4, olmo2, exaone4: norms on the attention's and the FFN's outputs
@@ -118,9 +123,18 @@ struct HParams {
   // defaults elsewhere) and rope.scaling.yarn_log_multiplier (0: none), which divides YaRN's
   // magnitude 1 + 0.1 ln(factor) by 1 + 0.1 m ln(factor).
   float yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f, yarn_log_mul = 0.0f;
-  // mistral3 (attention.temperature_scale, 0: off): the queries at position p are multiplied by
-  // 1 + s ln(1 + floor(p / n_ctx_orig_or_train())), Llama 4's attention temperature.
-  float attn_temp_scale = 0.0f;
+  // Llama 4's attention temperature (0: off): the queries at position p are multiplied by
+  // 1 + s ln(1 + floor((p + offset) / floor)). mistral3: attention.temperature_scale, offset 0, the
+  // floor the original context (attn_temp_floor 0); llama4: 0.1, 1 and 8192, on its layers without RoPE.
+  float attn_temp_scale = 0.0f, attn_temp_offset = 0.0f;
+  int64_t attn_temp_floor = 0;
+  bool attn_temp_nope_only = false;  // llama4: only the queries of the layers without RoPE
+  // llama4: layer il has experts when (il + 1) is a multiple of n_moe_layer_step (0: every layer from
+  // n_layer_dense_lead); its windows are chunks (position p sees p - p % n_swa .. p); unweighted RMS
+  // norms on the roped q and k (all but the 128-expert model).
+  int64_t n_moe_layer_step = 0;
+  bool swa_chunked = false;
+  bool qk_rms_norm = false;
 
   // Sliding-window attention: layer il sees the last n_swa positions when swa_period > 0 and
   // il % swa_period < swa_period - 1 (gemma2 2, gemma3 6, gpt-oss 2, cohere2 4, OLMo 3 4); those
@@ -133,7 +147,7 @@ struct HParams {
   // residual_scale before its add, the scores times attention_scale instead of 1/sqrt(head_dim),
   // the logits divided by logit_scale (0: not applied). Cohere multiplies them by logit_scale.
   float embedding_scale = 0.0f, residual_scale = 0.0f, attention_scale = 0.0f, logit_scale = 0.0f;
-  int64_t n_no_rope_layer_step = 0;  // smollm3: every 4th layer (il + 1 a multiple) has no RoPE (0: all have)
+  int64_t n_no_rope_layer_step = 0;  // smollm3, llama4: every 4th layer (il + 1 a multiple) has no RoPE (0: all have)
   float attn_softcap = 0.0f;   // gemma2: c tanh(s / c) on attention scores (0: off)
   float final_softcap = 0.0f;  // gemma2: the same on the logits
 
@@ -142,13 +156,16 @@ struct HParams {
   int64_t n_embd_kv() const { return head_dim * n_head_kv; }
   int64_t n_ctx_orig_or_train() const { return n_ctx_orig > 0 ? n_ctx_orig : n_ctx_train; }
   bool is_moe() const { return n_expert > 0; }
-  bool is_moe_layer(int64_t il) const { return n_expert > 0 && il >= n_layer_dense_lead; }
+  bool is_moe_layer(int64_t il) const {
+    if (n_expert == 0) return false;
+    return n_moe_layer_step > 0 ? (il + 1) % n_moe_layer_step == 0 : il >= n_layer_dense_lead;
+  }
   int64_t n_ff_shexp() const { return n_ff_shared > 0 ? n_ff_shared : n_ff_exp * n_expert_shared; }
   bool is_swa_layer(int64_t il) const { return n_swa > 0 && swa_period > 0 && il % swa_period < swa_period - 1; }
   bool has_swa() const { return n_swa > 0 && swa_period > 1; }
   // The query multiplier of attn_temp_scale at position pos (1 where it is off).
   float attn_temperature(int64_t pos) const;
-  // smollm3 leaves out RoPE in every 4th layer, cohere2 and exaone4 with a window in their global
+  // smollm3 and llama4 leave out RoPE in every 4th layer, cohere2 and exaone4 with a window in their global
   // (not sliding-window) layers
   bool rotates(int64_t il) const {
     if (arch == Arch::cohere2 || (arch == Arch::exaone4 && has_swa())) return is_swa_layer(il);
@@ -173,6 +190,10 @@ std::vector<std::string> preset_names(Arch arch);
 // The presets' long-context setup (phi3's long/short factors, gpt-oss's YaRN): an original context
 // of a quarter of n_ctx_train, and phi3's LongRoPE magnitude for it.
 void set_original_context(HParams& hp);
+// What llama.cpp's llama4 loader fixes (no keys): 8192-token chunks on three layers of four, no RoPE
+// on the fourth, whose queries get the temperature (0.1, offset 1, floor 8192); unweighted q/k RMS
+// norms unless the model has 128 experts (Maverick).
+void set_llama4_fixed(HParams& hp);
 
 // Throws invalid_input naming the first absurd or inconsistent value.
 void validate_hparams(const HParams& hp);
