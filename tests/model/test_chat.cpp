@@ -48,6 +48,15 @@ TEST(ChatTemplate, Llama3) {
             "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
+TEST(ChatTemplate, Llama4) {
+  EXPECT_EQ(render("llama4"),
+            "<|header_start|>system<|header_end|>\n\nYou are helpful.<|eot|>"
+            "<|header_start|>user<|header_end|>\n\nhello<|eot|>"
+            "<|header_start|>assistant<|header_end|>\n\nhi there<|eot|>"
+            "<|header_start|>user<|header_end|>\n\nhow are you<|eot|>"
+            "<|header_start|>assistant<|header_end|>\n\n");
+}
+
 TEST(ChatTemplate, Mistral) {
   EXPECT_EQ(render("mistral-v7"),
             "[SYSTEM_PROMPT] You are helpful.[/SYSTEM_PROMPT][INST] hello[/INST] hi there</s>[INST] how are you[/INST]");
@@ -153,7 +162,7 @@ TEST(ChatTemplate, EveryNameRoundTrips) {
                         "llama3",           "deepseek",   "deepseek2",  "deepseek3",
                         "gpt-oss",          "granite",    "chatglm4",   "command-r",
                         "falcon3",          "glmedge",    "zephyr",     "exaone3",
-                        "exaone4",          "seed_oss",   "mistral-v7-tekken"}) {
+                        "exaone4",          "seed_oss",   "mistral-v7-tekken", "llama4"}) {
     // clang-format on
     auto t = loom::chat_template_from_name(n);
     ASSERT_TRUE(t.has_value()) << n;
@@ -198,6 +207,8 @@ TEST(ChatTemplate, DetectsFamiliesFromTemplateText) {
   EXPECT_EQ(detect("{{ '[|system|]' + s + '[|endofturn|]\n' }}{{ '[|assistant|]' }}"), "exaone3");
   EXPECT_EQ(detect("{{ '[|system|]' + s + '[|endofturn|]\n' }}{{ '[|tool|]' }}{{ '[|assistant|]' }}"), "exaone4");
   EXPECT_EQ(detect("{{ '<seed:bos>' + message.role + '\n' + content + '<seed:eos>' }}"), "seed_oss");
+  EXPECT_EQ(detect("{{- '<|header_start|>' + message['role'] + '<|header_end|>\n\n' + content | trim + '<|eot|>' }}"),
+            "llama4");
   // OLMo 2 Instruct: <|user|> and <|assistant|> without </s> (glmedge, as in llama.cpp); with </s> Falcon 3
   EXPECT_EQ(detect("{{ bos_token }}{% for m in messages %}{{ '<|user|>\n' + m.content }}{% endfor %}"
                    "{{ '<|assistant|>\n' + m.content + eos_token }}"),

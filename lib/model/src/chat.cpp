@@ -23,6 +23,7 @@ constexpr std::pair<const char*, ChatTemplate> kNames[] = {
     {"phi4", ChatTemplate::phi4},
     {"gemma", ChatTemplate::gemma},
     {"llama3", ChatTemplate::llama3},
+    {"llama4", ChatTemplate::llama4},
     {"deepseek", ChatTemplate::deepseek},
     {"deepseek2", ChatTemplate::deepseek2},
     {"deepseek3", ChatTemplate::deepseek3},
@@ -180,6 +181,7 @@ std::optional<ChatTemplate> detect_chat_template(std::string_view text) {
   if (has("<|START_OF_TURN_TOKEN|>") && has("<|USER_TOKEN|>")) return ChatTemplate::command_r;
   if (has("[|system|]") && has("[|assistant|]") && has("[|endofturn|]"))
     return has("[|tool|]") ? ChatTemplate::exaone4 : ChatTemplate::exaone3;
+  if (has("<|header_start|>") && has("<|header_end|>")) return ChatTemplate::llama4;
   if (has("<seed:bos>")) return ChatTemplate::seed_oss;
   return std::nullopt;
 }
@@ -218,6 +220,11 @@ std::string render_chat(ChatTemplate t, std::span<const ChatMessage> messages, b
       for (const ChatMessage& m : messages)
         s += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trim(m.content) + "<|eot_id|>";
       if (add_assistant) s += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      break;
+    case ChatTemplate::llama4:
+      for (const ChatMessage& m : messages)
+        s += "<|header_start|>" + m.role + "<|header_end|>\n\n" + trim(m.content) + "<|eot|>";
+      if (add_assistant) s += "<|header_start|>assistant<|header_end|>\n\n";
       break;
     case ChatTemplate::deepseek:
       for (const ChatMessage& m : messages) {

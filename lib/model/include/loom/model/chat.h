@@ -26,6 +26,7 @@ enum class ChatTemplate {
   phi4,               // <|im_start|>role<|im_sep|>...<|im_end|>
   gemma,              // <start_of_turn>user\n...<end_of_turn>\n<start_of_turn>model\n
   llama3,             // <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
+  llama4,             // <|header_start|>role<|header_end|>\n\n...<|eot|>
   deepseek,           // ### Instruction:\n...\n### Response:\n (deepseek-coder)
   deepseek2,          // User: ...\n\nAssistant:
   deepseek3,          // <｜User｜>...<｜Assistant｜>
