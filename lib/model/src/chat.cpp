@@ -123,6 +123,15 @@ void render_role_tags(std::span<const ChatMessage> messages, std::string_view en
   if (add_assistant) s += opening;
 }
 
+// The header families (llama3, llama4): open + role + close + "\n\n" + the trimmed content + eot per
+// message, then the assistant's header.
+void render_headers(std::span<const ChatMessage> messages, std::string_view open, std::string_view close,
+                    std::string_view eot, bool add_assistant, std::string& s) {
+  for (const ChatMessage& m : messages)
+    s += std::string(open) + m.role + std::string(close) + "\n\n" + trim(m.content) + std::string(eot);
+  if (add_assistant) s += std::string(open) + "assistant" + std::string(close) + "\n\n";
+}
+
 void render_gemma(std::span<const ChatMessage> messages, bool add_assistant, std::string& s) {
   std::string system;  // Gemma has no system role: it opens the next user turn
   for (const ChatMessage& m : messages) {
@@ -217,14 +226,10 @@ std::string render_chat(ChatTemplate t, std::span<const ChatMessage> messages, b
       render_gemma(messages, add_assistant, s);
       break;
     case ChatTemplate::llama3:
-      for (const ChatMessage& m : messages)
-        s += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trim(m.content) + "<|eot_id|>";
-      if (add_assistant) s += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      render_headers(messages, "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", add_assistant, s);
       break;
     case ChatTemplate::llama4:
-      for (const ChatMessage& m : messages)
-        s += "<|header_start|>" + m.role + "<|header_end|>\n\n" + trim(m.content) + "<|eot|>";
-      if (add_assistant) s += "<|header_start|>assistant<|header_end|>\n\n";
+      render_headers(messages, "<|header_start|>", "<|header_end|>", "<|eot|>", add_assistant, s);
       break;
     case ChatTemplate::deepseek:
       for (const ChatMessage& m : messages) {
