@@ -286,6 +286,42 @@ TEST_P(KernelTest, RepackedRowsDotMatchesScalar) {
         }
 }
 
+// MXFP4's smallest E8M0 scales (2^-128 and 2^-127 have no normal float; the kernels make them from
+// the exponent's bits) through the repacked kernels: columns of ~1e6 keep the products normal
+// floats, so a scale off by any factor shows.
+TEST_P(KernelTest, RepackedMxfp4TinyScalesMatchScalar) {
+  std::mt19937 rng(19);
+  const int64_t nblk = 5, K = 32 * nblk, nr = 24;
+  std::vector<uint8_t> rows = make_rows(DType::MXFP4, normal(rng, (size_t)(K * nr)), K, nr);
+  const size_t lda = rows.size() / (size_t)nr;
+  for (int64_t r = 0; r < nr; ++r)
+    for (int64_t b = 0; b < nblk; ++b)
+      rows[(size_t)r * lda + (size_t)b * sizeof(BlockMXFP4) + offsetof(BlockMXFP4, e)] = (uint8_t)((r + b) % 6);
+  std::vector<float> xv = normal(rng, (size_t)K);
+  for (float& v : xv) v *= 1e6f;
+  std::vector<uint8_t> act(cpu::act_row_bytes(cpu::ActType::q8, K));
+  cpu::quantize_act(cpu::ActType::q8, Isa::scalar)(xv.data(), act.data(), K);
+  const void* bp[1] = {act.data()};
+  std::vector<float> want((size_t)nr), got((size_t)nr);
+  float* wp[1] = {want.data()};
+  float* gp[1] = {got.data()};
+  cpu::weight_kernels(DType::MXFP4, Isa::scalar)->rows_dot(K, rows.data(), lda, nr, bp, 1, wp);
+  for (bool pairs : {false, true}) {
+    const cpu::RowsDotFn r8 = pairs ? (GetParam() == Isa::avx512 ? cpu::rows_dot_pairs_avx512(DType::MXFP4) : nullptr)
+                                    : cpu::weight_kernels(DType::MXFP4, GetParam())->rows_dot_r8;
+    if (!r8) continue;
+    std::vector<uint8_t> packed(rows.size());
+    cpu::repack_rows(DType::MXFP4, rows.data(), packed.data(), nr, K, pairs);
+    std::fill(got.begin(), got.end(), NAN);
+    r8(K, packed.data(), lda, nr, bp, 1, gp);
+    for (int64_t r = 0; r < nr; ++r) {
+      ASSERT_NE(want[(size_t)r], 0.0f);
+      EXPECT_NEAR(got[(size_t)r], want[(size_t)r], 1e-5 * std::fabs(want[(size_t)r]))
+          << "row " << r << (pairs ? " pairs" : " groups");
+    }
+  }
+}
+
 // Which types the AVX-512 level reads in pairs, and that a matrix is repacked in pairs where
 // wide_512 takes two groups for its rows (and only where it has their kernel).
 TEST(RepackLayout, PairsWhereTwoGroupsAreTaken) {

@@ -430,6 +430,12 @@ LOOM_R8_INLINE void r8_nibbles(const G& g, size_t qs, V (&u)[8]) {
     u[4 + t] = srli16(v, 4) & lo4;
   }
 }
+// a grid type's levels: each nibble's entry of `table`
+template <class G, class V>
+LOOM_R8_INLINE void r8_grid_nibbles(const G& g, size_t qs, V table, V (&u)[8]) {
+  r8_nibbles(g, qs, u);
+  for (V& v : u) v = lookup(table, v);
+}
 // Q5_0 / Q5_1: the fifth bits from the bit-transposed qh word (byte t bit b: element 4b + t)
 template <class G, class V>
 LOOM_R8_INLINE void r8_fifth_bits(const G& g, size_t qh, V (&u)[8]) {
@@ -492,37 +498,41 @@ struct R8IQ4_NL {
   static constexpr int kMax = 255, kOffset = kGridBias;
   template <class G, class V>
   LOOM_R8_INLINE static void levels(const G& g, V (&u)[8]) {
-    const V table = r8_iq4_table<V>();
-    r8_nibbles(g, r8_field(kIq4NlFields, 1), u);
-    for (V& v : u) v = lookup(table, v);
+    r8_grid_nibbles(g, r8_field(kIq4NlFields, 1), r8_iq4_table<V>(), u);
   }
   template <class G>
   LOOM_R8_INLINE static auto scale(const G& g) {
     return g.halves(0);
   }
 };
-// MXFP4: the grid (-12..12) shifted by 12 to unsigned on every level; the E8M0 scales as
-// e8m0_half_to_f32 computes them, lane-wise.
+// MXFP4: the grid (-12..12) shifted by 12 to unsigned on every level; the E8M0 scales as twice
+// what e8m0_half_to_f32 computes (kScaleUnit halves them with the column's d), lane-wise.
 struct R8MXFP4 {
   using W = BlockMXFP4;
   static constexpr bool kGrid = false, kMin = false;
   static constexpr int kMax = 24, kOffset = 12;
+  static constexpr float kScaleUnit = 0.5f;
   template <class G, class V>
   LOOM_R8_INLINE static void levels(const G& g, V (&u)[8]) {
     alignas(16) int8_t t[16];
     for (int k = 0; k < 16; ++k) t[k] = (int8_t)(kMxfp4Values[k] + kOffset);
-    const V table = Vx<V>::table(t);
-    r8_nibbles(g, r8_field(kMxfp4Fields, 1), u);
-    for (V& v : u) v = lookup(table, v);
+    r8_grid_nibbles(g, r8_field(kMxfp4Fields, 1), Vx<V>::table(t), u);
   }
   template <class G>
   LOOM_R8_INLINE static auto scale(const G& g) {
     using V = typename G::V;
-    const V e = g.bytes(0);
-    const V normal = slli32(sub32(e, Vx<V>::set32(1)), 23), tiny = sllv32(Vx<V>::set32(0x00200000), e);
-    return (typename G::F)select_gt1(e, normal, tiny);
+    // 2^(e - 127) is the float of bits e << 23 for e >= 1; for e = 0, 2^-127 is the denormal
+    // 0x00400000, which no e << 23 undercuts: one max, and the products stay exact
+    return (typename G::F)max32(slli32(g.bytes(0), 23), Vx<V>::set32(0x00400000));
   }
 };
+
+// what a type's scale(g) is in units of its d (1 unless the type says otherwise)
+template <class T>
+constexpr float scale_unit() {
+  if constexpr (requires { T::kScaleUnit; }) return T::kScaleUnit;
+  return 1.0f;
+}
 
 template <class T, int NC, bool kPairs = false>
 void r8_rows32(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<BlockQ8A> x, float* const* out) {
@@ -543,7 +553,7 @@ void r8_rows32(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<
       else
         s = r8_quad_sums<8, T::kMax>(u, xb.qs);
       if constexpr (T::kOffset != 0) s = sub32(s, Vx<V>::set32(T::kOffset * xb.sum));
-      acc[c] = fmadd(to_f(s), mulf(dw, Vx<V>::setf(xb.d)), acc[c]);
+      acc[c] = fmadd(to_f(s), mulf(dw, Vx<V>::setf(scale_unit<T>() * xb.d)), acc[c]);
       if constexpr (T::kMin) acc[c] = fmadd(mw, Vx<V>::setf(xb.d * (float)xb.sum), acc[c]);
     }
   });

@@ -49,10 +49,7 @@ inline __m256 fmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b,
 inline __m256 fnmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fnmadd_ps(a, b, c); }
 inline __m256 fmsub(__m256 a, __m256 b, __m256 c) { return _mm256_fmsub_ps(a, b, c); }
 // per lane: e > 1 ? a : b
-inline __m256i select_gt1(__m256i e, __m256i a, __m256i b) {
-  return _mm256_blendv_epi8(b, a, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1)));
-}
-inline __m256i sllv32(__m256i v, __m256i n) { return _mm256_sllv_epi32(v, n); }
+inline __m256i max32(__m256i a, __m256i b) { return _mm256_max_epi32(a, b); }
 #if LOOM_R8_VNNI
 // acc + u . (the 4 bytes at x in every lane), the broadcast done by the instruction itself (EVEX
 // {1to8}): from _mm256_set1_epi32 GCC 12 emits a vpbroadcastd apiece, ~17% of a quantized group
@@ -99,10 +96,7 @@ inline __m512 mulf(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
 inline __m512 fmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
 inline __m512 fnmadd(__m512 a, __m512 b, __m512 c) { return _mm512_fnmadd_ps(a, b, c); }
 inline __m512 fmsub(__m512 a, __m512 b, __m512 c) { return _mm512_fmsub_ps(a, b, c); }
-inline __m512i select_gt1(__m512i e, __m512i a, __m512i b) {
-  return _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1)), b, a);
-}
-inline __m512i sllv32(__m512i v, __m512i n) { return _mm512_sllv_epi32(v, n); }
+inline __m512i max32(__m512i a, __m512i b) { return _mm512_max_epi32(a, b); }
 inline __m512i dot_u8_bcast(__m512i acc, __m512i u, const void* x) {
   __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*static_cast<const int32_t*>(x)));
   return acc;
