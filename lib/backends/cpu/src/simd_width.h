@@ -48,7 +48,7 @@ inline __m256 mulf(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
 inline __m256 fmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
 inline __m256 fnmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fnmadd_ps(a, b, c); }
 inline __m256 fmsub(__m256 a, __m256 b, __m256 c) { return _mm256_fmsub_ps(a, b, c); }
-// per lane: e > 1 ? a : b
+// per lane: the larger signed int32
 inline __m256i max32(__m256i a, __m256i b) { return _mm256_max_epi32(a, b); }
 #if LOOM_R8_VNNI
 // acc + u . (the 4 bytes at x in every lane), the broadcast done by the instruction itself (EVEX
