@@ -7,40 +7,38 @@
 #define TYPE_IQ
 #endif
 
+// Each type's codebook: its place in the device's codebook buffer (bound at 6 = kCodesBinding;
+// vk_device.cpp's kIqCodes lists them in this order) and its length.
 #if defined(TYPE_IQ2_XXS)
-const int k_iq_codes[256] = int[256](
-#include "iq2xxs.inc"
-);
+#define IQ_CODES_AT 0
+#define IQ_CODES_N 256
 #elif defined(TYPE_IQ2_XS)
-const int k_iq_codes[512] = int[512](
-#include "iq2xs.inc"
-);
+#define IQ_CODES_AT 256
+#define IQ_CODES_N 512
 #elif defined(TYPE_IQ2_S)
-const int k_iq_codes[1024] = int[1024](
-#include "iq2s.inc"
-);
+#define IQ_CODES_AT 768
+#define IQ_CODES_N 1024
 #elif defined(TYPE_IQ3_XXS)
-const int k_iq_codes[256] = int[256](
-#include "iq3xxs.inc"
-);
+#define IQ_CODES_AT 1792
+#define IQ_CODES_N 256
 #elif defined(TYPE_IQ3_S)
-const int k_iq_codes[512] = int[512](
-#include "iq3s.inc"
-);
+#define IQ_CODES_AT 2048
+#define IQ_CODES_N 512
 #elif defined(TYPE_IQ1_S) || defined(TYPE_IQ1_M)
-const int k_iq_codes[2048] = int[2048](
-#include "iq1s.inc"
-);
+#define IQ_CODES_AT 2560
+#define IQ_CODES_N 2048
 #endif
 
-// The decoders read the codebook from shared memory, which each workgroup fills first
-// (IQ_LOAD_CODES at the top of main): a constant array indexed at run time cost lavapipe ~60x more.
+// The decoders read the codebook from shared memory, which each workgroup fills first from the
+// buffer (IQ_LOAD_CODES at the top of main). Constant arrays in the shader cost lavapipe ~60x more
+// to index at run time and minutes to compile (quadratic in their length).
 #ifdef TYPE_IQ
-shared int s_iq_codes[k_iq_codes.length()];
+layout(std430, binding = 6) readonly buffer IqCodes { uint iq_codes[]; };
+shared int s_iq_codes[IQ_CODES_N];
 #define IQ_LOAD_CODES()                                                                         \
-  for (uint i_ = gl_LocalInvocationIndex; i_ < uint(k_iq_codes.length());                     \
+  for (uint i_ = gl_LocalInvocationIndex; i_ < uint(IQ_CODES_N);                               \
        i_ += gl_WorkGroupSize.x * gl_WorkGroupSize.y * gl_WorkGroupSize.z)                      \
-    s_iq_codes[i_] = k_iq_codes[i_];                                                            \
+    s_iq_codes[i_] = int(iq_codes[IQ_CODES_AT + i_]);                                           \
   barrier();
 #else
 #define IQ_LOAD_CODES()

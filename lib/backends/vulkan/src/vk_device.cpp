@@ -128,15 +128,15 @@ VulkanDevice::VulkanDevice(int index, VkPhysicalDevice phys, uint32_t queue_fami
   pci.queueFamilyIndex = family_;
   LOOM_VK_CHECK(vkCreateCommandPool(device_, &pci, nullptr, &oneoff_pool_), name_ + ": command pool");
 
-  std::array<VkDescriptorSetLayoutBinding, kBindings> b{};
-  for (int i = 0; i < kBindings; ++i) {
+  std::array<VkDescriptorSetLayoutBinding, kBindings + 1> b{};
+  for (int i = 0; i <= kBindings; ++i) {
     b[(size_t)i].binding = (uint32_t)i;
     b[(size_t)i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
     b[(size_t)i].descriptorCount = 1;
     b[(size_t)i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
   }
   VkDescriptorSetLayoutCreateInfo lci{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
-  lci.bindingCount = kBindings;
+  lci.bindingCount = kBindings + 1;
   lci.pBindings = b.data();
   LOOM_VK_CHECK(vkCreateDescriptorSetLayout(device_, &lci, nullptr, &set_layout_), name_ + ": set layout");
   VkPushConstantRange pc{VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushBytes};
@@ -147,12 +147,39 @@ VulkanDevice::VulkanDevice(int index, VkPhysicalDevice phys, uint32_t queue_fami
   plci.pPushConstantRanges = &pc;
   LOOM_VK_CHECK(vkCreatePipelineLayout(device_, &plci, nullptr, &pipeline_layout_), name_ + ": pipeline layout");
   allocate(256, false, dummy_).throw_if_error();
+  upload_codes();
+}
+
+namespace {
+// The codebooks in iq.glsl's order (its IQ_CODES_AT offsets). A storage buffer rather than constant
+// arrays in the shaders: lavapipe compiled a 2048-entry constant array for 150 s per pipeline.
+constexpr uint32_t kIqCodes[] = {
+#include "iq2xxs.inc"
+    ,
+#include "iq2xs.inc"
+    ,
+#include "iq2s.inc"
+    ,
+#include "iq3xxs.inc"
+    ,
+#include "iq3s.inc"
+    ,
+#include "iq1s.inc"
+};
+static_assert(sizeof(kIqCodes) / 4 == 256 + 512 + 1024 + 256 + 512 + 2048);
+static_assert(sizeof(kIqCodes) <= 65536);  // one vkCmdUpdateBuffer
+}  // namespace
+
+void VulkanDevice::upload_codes() {
+  allocate(sizeof(kIqCodes), false, codes_).throw_if_error();
+  run_now([&](VkCommandBuffer cb) { vkCmdUpdateBuffer(cb, codes_.buffer, 0, sizeof(kIqCodes), kIqCodes); });
 }
 
 VulkanDevice::~VulkanDevice() {
   if (!device_) return;
   vkDeviceWaitIdle(device_);
   release(dummy_);
+  release(codes_);
   for (VkPipeline p : pipelines_)
     if (p) vkDestroyPipeline(device_, p, nullptr);
   vkDestroyPipelineLayout(device_, pipeline_layout_, nullptr);

@@ -27,6 +27,7 @@ namespace loom::vulkan {
 const char* vk_result_name(VkResult r);
 
 inline constexpr int kBindings = 6;           // storage buffers per dispatch (sources and results)
+inline constexpr int kCodesBinding = kBindings;  // and after them the i-quants' codebooks (iq.glsl)
 inline constexpr uint32_t kPushBytes = 128;  // the guaranteed minimum of maxPushConstantsSize
 
 // The shared instance (created on first use; never destroyed before exit).
@@ -210,11 +211,13 @@ class VulkanDevice final : public Device {
   void release(Allocation& a);
   // Runs fill(cmd) in a one-off command buffer and waits (staging copies).
   void run_now(const std::function<void(VkCommandBuffer)>& fill);
+  void upload_codes();
 
   VkPipeline pipeline(Shader s);
   VkPipelineLayout pipeline_layout() const { return pipeline_layout_; }
   VkDescriptorSetLayout set_layout() const { return set_layout_; }
   const Allocation& dummy() const { return dummy_; }
+  const Allocation& codes() const { return codes_; }
   // Where t's bytes are: false when t is not in memory this device can bind.
   bool locate(const Tensor* t, TensorLoc& out) const;
   // A binding covering [offset, offset + bytes) of a; the byte offset of `offset` within it.
@@ -241,6 +244,7 @@ class VulkanDevice final : public Device {
   VkPipelineLayout pipeline_layout_ = VK_NULL_HANDLE;
   std::array<VkPipeline, (size_t)Shader::count> pipelines_{};
   Allocation dummy_;
+  Allocation codes_;  // the i-quants' codebooks, bound to every dispatch at kCodesBinding
   StreamStats stats_;
   VulkanBufferType buffer_type_;
   VulkanBufferType host_buffer_type_;
