@@ -128,15 +128,15 @@ VulkanDevice::VulkanDevice(int index, VkPhysicalDevice phys, uint32_t queue_fami
   pci.queueFamilyIndex = family_;
   LOOM_VK_CHECK(vkCreateCommandPool(device_, &pci, nullptr, &oneoff_pool_), name_ + ": command pool");
 
-  std::array<VkDescriptorSetLayoutBinding, kBindings + 1> b{};
-  for (int i = 0; i <= kBindings; ++i) {
+  std::array<VkDescriptorSetLayoutBinding, kSetBindings> b{};
+  for (int i = 0; i < kSetBindings; ++i) {
     b[(size_t)i].binding = (uint32_t)i;
     b[(size_t)i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
     b[(size_t)i].descriptorCount = 1;
     b[(size_t)i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
   }
   VkDescriptorSetLayoutCreateInfo lci{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
-  lci.bindingCount = kBindings + 1;
+  lci.bindingCount = kSetBindings;
   lci.pBindings = b.data();
   LOOM_VK_CHECK(vkCreateDescriptorSetLayout(device_, &lci, nullptr, &set_layout_), name_ + ": set layout");
   VkPushConstantRange pc{VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushBytes};

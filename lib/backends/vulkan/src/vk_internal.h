@@ -28,6 +28,7 @@ const char* vk_result_name(VkResult r);
 
 inline constexpr int kBindings = 6;           // storage buffers per dispatch (sources and results)
 inline constexpr int kCodesBinding = kBindings;  // and after them the i-quants' codebooks (iq.glsl)
+inline constexpr int kSetBindings = kBindings + 1;  // the descriptor set's bindings
 inline constexpr uint32_t kPushBytes = 128;  // the guaranteed minimum of maxPushConstantsSize
 
 // The shared instance (created on first use; never destroyed before exit).
@@ -211,7 +212,6 @@ class VulkanDevice final : public Device {
   void release(Allocation& a);
   // Runs fill(cmd) in a one-off command buffer and waits (staging copies).
   void run_now(const std::function<void(VkCommandBuffer)>& fill);
-  void upload_codes();
 
   VkPipeline pipeline(Shader s);
   VkPipelineLayout pipeline_layout() const { return pipeline_layout_; }
@@ -226,6 +226,8 @@ class VulkanDevice final : public Device {
   StreamStats& stats() { return stats_; }
 
  private:
+  void upload_codes();
+
   std::string name_, description_;
   VkPhysicalDevice phys_;
   VkDevice device_ = VK_NULL_HANDLE;

@@ -195,7 +195,7 @@ class VulkanStream final : public Stream {
     }
     Recording r;
     VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                            (uint32_t)std::max<size_t>(1, n_dispatch * (kBindings + 1))};
+                            (uint32_t)std::max<size_t>(1, n_dispatch * kSetBindings)};
     VkDescriptorPoolCreateInfo dpi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
     dpi.maxSets = (uint32_t)std::max<size_t>(1, n_dispatch);
     dpi.poolSizeCount = 1;
@@ -228,10 +228,11 @@ class VulkanStream final : public Stream {
         sai.pSetLayouts = &layout;
         VkDescriptorSet set;
         LOOM_VK_CHECK(vkAllocateDescriptorSets(dev_.vk(), &sai, &set), dev_.name() + ": descriptor set");
-        std::array<VkDescriptorBufferInfo, kBindings + 1> infos{};
-        std::array<VkWriteDescriptorSet, kBindings + 1> writes{};
-        for (int b = 0; b <= kBindings; ++b) {
-          const Binding& bd = b < kBindings ? d.bindings[(size_t)b] : Binding{dev_.codes().buffer, 0, VK_WHOLE_SIZE};
+        std::array<VkDescriptorBufferInfo, kSetBindings> infos{};
+        std::array<VkWriteDescriptorSet, kSetBindings> writes{};
+        for (int b = 0; b < kSetBindings; ++b) {
+          const Binding& bd =
+              b == kCodesBinding ? Binding{dev_.codes().buffer, 0, VK_WHOLE_SIZE} : d.bindings[(size_t)b];
           infos[(size_t)b] = bd.buffer ? VkDescriptorBufferInfo{bd.buffer, bd.offset, bd.range}
                                        : VkDescriptorBufferInfo{dummy.buffer, 0, VK_WHOLE_SIZE};
           writes[(size_t)b] = {VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
@@ -241,7 +242,7 @@ class VulkanStream final : public Stream {
           writes[(size_t)b].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
           writes[(size_t)b].pBufferInfo = &infos[(size_t)b];
         }
-        vkUpdateDescriptorSets(dev_.vk(), kBindings + 1, writes.data(), 0, nullptr);
+        vkUpdateDescriptorSets(dev_.vk(), kSetBindings, writes.data(), 0, nullptr);
         vkCmdBindPipeline(r.cb, VK_PIPELINE_BIND_POINT_COMPUTE, d.pipeline);
         vkCmdBindDescriptorSets(r.cb, VK_PIPELINE_BIND_POINT_COMPUTE, dev_.pipeline_layout(), 0, 1, &set, 0, nullptr);
         vkCmdPushConstants(r.cb, dev_.pipeline_layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushBytes, d.push.data());
