@@ -1,12 +1,14 @@
 #version 450
-// MUL_MAT and MUL_MAT_ID: one invocation per output element (row m of a, column n of b), the
-// K loop over a's blocks dequantized with TYPE_*'s DEQUANT; b is F32, F16 or BF16 (b_type), or
+// MUL_MAT and MUL_MAT_ID: one invocation per row m of a and up to COLS columns of b (MUL_MAT_ID:
+// one expert slot), the K loop over a's blocks dequantized with TYPE_*'s DEQUANT once for all the
+// columns (each column's sum keeps the same order); b is F32, F16 or BF16 (b_type), or
 // act_quant.comp's rounded f32 columns. MUL_MAT_ID with mix_from > 0: b holds two roundings, the
 // one at b2_off for the experts that mix_from or more columns use (the CPU's path per expert).
 #include "common.glsl"
 #include "dequant.glsl"
 
 layout(local_size_x = 64) in;
+#define COLS 8u  // vk_ops.cpp's kMulMatCols
 layout(std430, binding = 0) readonly buffer A { uint a[]; };
 layout(std430, binding = 1) readonly buffer B { uint b[]; };
 layout(std430, binding = 2) readonly buffer Ids { uint ids[]; };
@@ -47,11 +49,11 @@ float load_b(uint byte) {
 void main() {
   IQ_LOAD_CODES()  // (dequant.glsl: the i-quants' codebook into shared memory; nothing else)
   const uint m = gl_GlobalInvocationID.x;
-  const uint n = gl_WorkGroupID.y;
   const uint z = gl_WorkGroupID.z;
-  uint a_base, b_base, d_base;
+  uint a_base, b_base, d_base, cols = 1u;
   if (p.is_id != 0u) {
-    // n: the expert slot (0..n_used), z: the token
+    // y: the expert slot (0..n_used), z: the token
+    const uint n = gl_WorkGroupID.y;
     const uint e = uint(I32(ids, p.ids_off + n * 4u + z * p.ids_nb1));
     const bool second = p.mix_from > 0u && expert_columns(e) >= p.mix_from;
     if (m >= p.M) return;
@@ -59,19 +61,38 @@ void main() {
     b_base = (second ? p.b2_off : p.b_off) + (n % p.bn) * p.b_nb1 + z * p.b_nb2;
     d_base = p.d_off + m * 4u + n * p.d_nb1 + z * p.d_nb2;
   } else {
+    // y: the block of COLS columns
     if (m >= p.M) return;
+    const uint n = gl_WorkGroupID.y * COLS;
+    cols = min(COLS, p.N - n);
     const uint i2 = z % p.ne12, i3 = z / p.ne12;
     a_base = p.a_off + (i2 / (p.ne12 / p.ne02)) * p.a_nb2 + (i3 / (p.ne13 / p.ne03)) * p.a_nb3;
     b_base = p.b_off + n * p.b_nb1 + i2 * p.b_nb2 + i3 * p.b_nb3;
     d_base = p.d_off + m * 4u + n * p.d_nb1 + i2 * p.d_nb2 + i3 * p.d_nb3;
   }
   a_base += m * p.a_nb1;
-  float acc = 0.0;
+  // Columns past `cols` read the last one again (uniform loads, no branch) and are not stored.
+  uint b_col[COLS];
+  [[unroll]] for (uint j = 0u; j < COLS; ++j) b_col[j] = b_base + min(j, cols - 1u) * p.b_nb1;
+  float acc[COLS];
+  [[unroll]] for (uint j = 0u; j < COLS; ++j) acc[j] = 0.0;
   const uint nblocks = p.K / BLOCK_SIZE;
-  for (uint blk = 0u; blk < nblocks; ++blk) {
-    const uint ab = a_base + blk * (BLOCK_SIZE == 1u ? p.a_nb0 : BLOCK_BYTES);
-    const uint k0 = blk * BLOCK_SIZE;
-    for (uint i = 0u; i < BLOCK_SIZE; ++i) acc += DEQUANT(a, ab, i) * load_b(b_base + (k0 + i) * p.b_nb0);
+  // One column (decode, MUL_MAT_ID) on its own: the COLS-wide loop would do the work COLS times.
+#define K_LOOP(NC)                                                                                \
+  for (uint blk = 0u; blk < nblocks; ++blk) {                                                     \
+    const uint ab = a_base + blk * (BLOCK_SIZE == 1u ? p.a_nb0 : BLOCK_BYTES);                    \
+    const uint k0 = blk * BLOCK_SIZE;                                                             \
+    for (uint i = 0u; i < BLOCK_SIZE; ++i) {                                                      \
+      const float w = DEQUANT(a, ab, i);                                                          \
+      const uint kb = (k0 + i) * p.b_nb0;                                                         \
+      [[unroll]] for (uint j = 0u; j < NC; ++j) acc[j] += w * load_b(b_col[j] + kb);              \
+    }                                                                                             \
   }
-  STORE_F32(d, d_base, acc);
+  if (cols == 1u) {
+    K_LOOP(1u)
+  } else {
+    K_LOOP(COLS)
+  }
+  [[unroll]] for (uint j = 0u; j < COLS; ++j)
+    if (j < cols) STORE_F32(d, d_base + j * p.d_nb1, acc[j]);
 }

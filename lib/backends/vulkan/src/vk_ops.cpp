@@ -266,6 +266,8 @@ void enc_act_quant(VulkanDevice& dev, const Tensor* n, const ActScratch& s, int 
   out.push_back(d);
 }
 
+constexpr int64_t kMulMatCols = 8;  // mul_mat.comp's COLS
+
 // rows >= 0: only a's rows [r0, r0 + rows) and the output's (a weight larger than one binding).
 void enc_mul_mat(VulkanDevice& dev, const Tensor* n, Dispatch& d, int64_t r0 = 0, int64_t rows = -1) {
   const bool is_id = n->op == OpKind::MUL_MAT_ID;
@@ -302,7 +304,8 @@ void enc_mul_mat(VulkanDevice& dev, const Tensor* n, Dispatch& d, int64_t r0 = 0
   d.barrier_before = s.used() && r0 == 0;
   d.pipeline = dev.pipeline(typed(Shader::mul_mat_f32, a->type));
   d.groups[0] = (uint32_t)((rows + 63) / 64);
-  d.groups[1] = (uint32_t)n->ne[1];
+  // MUL_MAT: kMulMatCols columns per workgroup (each weight decoded once for them); MUL_MAT_ID: one expert slot
+  d.groups[1] = (uint32_t)(is_id ? n->ne[1] : (n->ne[1] + kMulMatCols - 1) / kMulMatCols);
   d.groups[2] = (uint32_t)(n->ne[2] * n->ne[3]);
 }
 
