@@ -558,29 +558,35 @@ void r8_rows32(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, MoreCols<
     }
   });
 }
+// columns per call of the kernels that spill at 256 bits (LOOM_R8_MORE_ROWS_DOT_AT_MOST below)
+constexpr int kR8WideCols = LOOM_R8_512 ? kMaxDotCols : 4;
 }  // namespace
 }  // namespace loom::cpu
 
 #pragma GCC diagnostic pop
 
 // The level's entry points (declared in simd_isa.h), and those of the pairs (LOOM_R8_512: the
-// level's rows_dot_pairs_more).
-#define LOOM_R8_MORE_ROWS_DOT(fn, X, block, call)                                                            \
+// level's rows_dot_pairs_more). `most` columns per kernel call: with 16 registers (AVX2) Q2_K's
+// and IQ4_XS's kernels spill from 5 columns on and GCC takes minutes over their 7- and 8-column
+// forms, so there they take at most 4 at a time.
+#define LOOM_R8_MORE_ROWS_DOT_AT_MOST(fn, X, block, call, most)                                                \
   void fn(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, float* const* out) { \
-    const auto* pa = static_cast<const uint8_t*>(a);                                                            \
-    const auto x = reinterpret_cast<MoreCols<X>>(b);                                                            \
-    with_count<kMaxDotCols>(nc, [&]<int NC>() { call(K / (block), pa, lda, nr, x, out); });                     \
+    const auto* pa = static_cast<const uint8_t*>(a);                                                           \
+    const auto x = reinterpret_cast<MoreCols<X>>(b);                                                           \
+    for (int c0 = 0; c0 < nc; c0 += (most))                                                                    \
+      with_count<(most)>(nc - c0, [&]<int NC>() { call(K / (block), pa, lda, nr, x + c0, out + c0); });        \
   }
-#define LOOM_DEFINE_ROWS_DOT_R8_MORE(level)                                                     \
-  LOOM_R8_MORE_ROWS_DOT(rows_dot_q4_1_r8_##level, BlockQ8A, 32, (r8_rows32<R8Q4_1, NC>))     \
-  LOOM_R8_MORE_ROWS_DOT(rows_dot_q5_0_r8_##level, BlockQ8A, 32, (r8_rows32<R8Q5_0, NC>))     \
-  LOOM_R8_MORE_ROWS_DOT(rows_dot_q5_1_r8_##level, BlockQ8A, 32, (r8_rows32<R8Q5_1, NC>))     \
-  LOOM_R8_MORE_ROWS_DOT(rows_dot_iq4_nl_r8_##level, BlockQ8A, 32, (r8_rows32<R8IQ4_NL, NC>)) \
-  LOOM_R8_MORE_ROWS_DOT(rows_dot_mxfp4_r8_##level, BlockQ8A, 32, (r8_rows32<R8MXFP4, NC>))   \
-  LOOM_R8_MORE_ROWS_DOT(rows_dot_q2_k_r8_##level, BlockQ8KA, 256, q2_k_r8_rows<NC>)          \
-  LOOM_R8_MORE_ROWS_DOT(rows_dot_q3_k_r8_##level, BlockQ8KA, 256, q3_k_r8_rows<NC>)          \
-  LOOM_R8_MORE_ROWS_DOT(rows_dot_q5_k_r8_##level, BlockQ8KA, 256, q5_k_r8_rows<NC>)          \
-  LOOM_R8_MORE_ROWS_DOT(rows_dot_iq4_xs_r8_##level, BlockQ8KA, 256, iq4_xs_r8_rows<NC>)
+#define LOOM_R8_MORE_ROWS_DOT(fn, X, block, call) LOOM_R8_MORE_ROWS_DOT_AT_MOST(fn, X, block, call, kMaxDotCols)
+#define LOOM_DEFINE_ROWS_DOT_R8_MORE(level)                                                              \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_q4_1_r8_##level, BlockQ8A, 32, (r8_rows32<R8Q4_1, NC>))                 \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_q5_0_r8_##level, BlockQ8A, 32, (r8_rows32<R8Q5_0, NC>))                 \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_q5_1_r8_##level, BlockQ8A, 32, (r8_rows32<R8Q5_1, NC>))                 \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_iq4_nl_r8_##level, BlockQ8A, 32, (r8_rows32<R8IQ4_NL, NC>))             \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_mxfp4_r8_##level, BlockQ8A, 32, (r8_rows32<R8MXFP4, NC>))               \
+  LOOM_R8_MORE_ROWS_DOT_AT_MOST(rows_dot_q2_k_r8_##level, BlockQ8KA, 256, q2_k_r8_rows<NC>, kR8WideCols) \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_q3_k_r8_##level, BlockQ8KA, 256, q3_k_r8_rows<NC>)                      \
+  LOOM_R8_MORE_ROWS_DOT(rows_dot_q5_k_r8_##level, BlockQ8KA, 256, q5_k_r8_rows<NC>)                      \
+  LOOM_R8_MORE_ROWS_DOT_AT_MOST(rows_dot_iq4_xs_r8_##level, BlockQ8KA, 256, iq4_xs_r8_rows<NC>, kR8WideCols)
 #define LOOM_DEFINE_ROWS_DOT_PAIRS_MORE(level)                                                        \
   namespace {                                                                                         \
   LOOM_R8_MORE_ROWS_DOT(rows_dot_q4_1_pairs_##level, BlockQ8A, 32, (r8_rows32<R8Q4_1, NC, true>))     \
