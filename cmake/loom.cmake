@@ -68,5 +68,8 @@ function(loom_test_suite name label)
     LOOM_BIN_DIR="${CMAKE_BINARY_DIR}/bin"
     LOOM_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   loom_warnings(test-${name})
+  # The tests' own code needs no -O3: what they time and what they check is the libraries' (built
+  # -O3). -O1 compiles them in ~60% of the time (the suites are a third of the build).
+  target_compile_options(test-${name} PRIVATE $<$<CONFIG:Release>:-O1>)
   gtest_discover_tests(test-${name} PROPERTIES LABELS ${label} DISCOVERY_TIMEOUT 60)
 endfunction()

@@ -326,7 +326,9 @@ TEST_F(CliHabits, LoraAdaptersFromEveryTool) {
     ToolResult b = run("loom-run -m " + model() + " -p hi -n 1 " + bad);
     EXPECT_EQ(b.rc, rc) << bad << ": " << b.err;
     EXPECT_EQ(count_lines(b.err), 1) << bad << ": " << b.err;
-    if (rc == 3) EXPECT_NE(b.err.find(bad.substr(7)), std::string::npos) << b.err;
+    if (rc == 3) {
+      EXPECT_NE(b.err.find(bad.substr(7)), std::string::npos) << b.err;
+    }
   }
   // a prompt cache holds the state of one model and adapter set
   r = run("loom-run -m " + model() + " -p 'hello there' -n 2 --temp 0 --prompt-cache " + file("pc.bin"));
