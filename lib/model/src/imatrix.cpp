@@ -109,8 +109,8 @@ ImportanceMatrix read_gguf(const std::string& path, std::string_view bytes) {
                    counts->ne[0] == 1 && counts->nelements() == n_mat,
                invalid_input, "importance matrix '{}': '{}' is not f32 [n, m] with f32 [1, m] counts", path, name);
     std::vector<float> s((size_t)(ne0 * n_mat)), c((size_t)n_mat), v((size_t)(ne0 * n_mat));
-    std::memcpy(s.data(), f->tensor_data(sums), s.size() * 4);
-    std::memcpy(c.data(), f->tensor_data(*counts), c.size() * 4);
+    if (!s.empty()) std::memcpy(s.data(), f->tensor_data(sums), s.size() * 4);  // (an empty one's data() is null)
+    if (!c.empty()) std::memcpy(c.data(), f->tensor_data(*counts), c.size() * 4);
     for (int64_t j = 0; j < n_mat; ++j) {
       const float cj = c[(size_t)j];
       LOOM_CHECK(std::isfinite(cj) && cj >= 0.0f, invalid_input, "importance matrix '{}': '{}.counts' value {} is {}",
