@@ -31,6 +31,13 @@ inline void with_count(int n, F&& f) {
   }
 }
 
+// Runs f.template operator()<N>(c0) over [0, n) in passes of at most Most (N the pass's count,
+// c0 its first): for kernels whose wider forms would spill or take long to compile.
+template <int Most, class F>
+inline void in_passes(int n, F&& f) {
+  for (int c0 = 0; c0 < n; c0 += Most) with_count<Most>(n - c0, [&]<int N>() { f.template operator()<N>(c0); });
+}
+
 // How the columns of b are prepared for a weight type's rows_dot.
 enum class ActType : uint8_t {
   f32,  // plain f32 columns (F32, F16, BF16 weights)

@@ -326,8 +326,7 @@ void q6_k_rows(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, Cols<Bloc
   const int64_t nblk = K / (block);                   \
   const auto* pa = static_cast<const uint8_t*>(a);    \
   const auto x = reinterpret_cast<Cols<X>>(b);        \
-  for (int c0 = 0; c0 < nc; c0 += (most))             \
-    with_count<(most)>(nc - c0, [&]<int NC>() { kernel<NC>(nblk, pa, lda, nr, x + c0, out + c0); });
+  in_passes<(most)>(nc, [&]<int NC>(int c0) { kernel<NC>(nblk, pa, lda, nr, x + c0, out + c0); });
 #define LOOM_DISPATCH_NC(kernel, X, block) LOOM_DISPATCH_AT_MOST(kernel, X, block, kMaxDotCols)
 
 // 8 floats -> 8 int32 of round(x * id), nearest even (as the reference's nearbyint)

@@ -573,8 +573,7 @@ constexpr int kR8WideCols = LOOM_R8_512 ? kMaxDotCols : 4;
   void fn(int64_t K, const void* a, size_t lda, int64_t nr, const void* const* b, int nc, float* const* out) { \
     const auto* pa = static_cast<const uint8_t*>(a);                                                           \
     const auto x = reinterpret_cast<MoreCols<X>>(b);                                                           \
-    for (int c0 = 0; c0 < nc; c0 += (most))                                                                    \
-      with_count<(most)>(nc - c0, [&]<int NC>() { call(K / (block), pa, lda, nr, x + c0, out + c0); });        \
+    in_passes<(most)>(nc, [&]<int NC>(int c0) { call(K / (block), pa, lda, nr, x + c0, out + c0); });          \
   }
 #define LOOM_R8_MORE_ROWS_DOT(fn, X, block, call) LOOM_R8_MORE_ROWS_DOT_AT_MOST(fn, X, block, call, kMaxDotCols)
 #define LOOM_DEFINE_ROWS_DOT_R8_MORE(level)                                                              \
