@@ -104,7 +104,8 @@ struct MatmulPlan {
   const GemmKernels* gk = nullptr;
   ActType act = ActType::f32;  // the dot kernels' form of b
   Path path = Path::dot;       // MUL_MAT; MUL_MAT_ID picks per expert (dot below kGemmMinCols columns)
-  bool convert_b = false;      // b is not f32 rows: an f32 copy is made
+  bool convert_b = false;      // b is not f32 rows, or round_f32: an f32 copy is made
+  bool round_f32 = false;      // the f32 copy holds b rounded as the dots' q8k columns round it
   bool need_act = false;       // int8 columns for the dot kernels (act) are made
   bool need_q8 = false;        // 32-value q8 columns for the int8 GEMM are made apart (act is not q8 or not made),
                                // rounded as act rounds: q8k's 256-value blocks split in eight
@@ -141,8 +142,11 @@ MatmulPlan plan_mul_mat(const Tensor* node, int nth) {
   const bool need_f32 = reads[(int)BForm::f32];
   p.need_act = reads[(int)BForm::act];
   p.need_q8 = reads[(int)BForm::q8] && !(p.need_act && p.act == ActType::q8);  // else the int8 columns serve
+  // The i-quants' f32 GEMM reads b rounded to Q8_K's 256-value blocks as their dots do (and
+  // llama.cpp's products for every batch): a prompt's numerics are then its decode's.
+  p.round_f32 = need_f32 && p.act == ActType::q8k;
   // An f32 copy is also the source of quantization when b is not f32 rows.
-  p.convert_b = !unit_f32_rows(b) && (need_f32 || p.need_act || p.need_q8);
+  p.convert_b = (!unit_f32_rows(b) || p.round_f32) && (need_f32 || p.need_act || p.need_q8);
   p.private_b = !is_id && b->nelements() <= kPrivateBElems;
   const size_t f32_bytes = p.convert_b ? align64(sizeof(float) * (size_t)b->nelements()) : 0;
   const size_t act_bytes = p.need_act ? align64(act_row_bytes(p.act, K) * (size_t)b->nrows()) : 0;
@@ -239,12 +243,20 @@ void q8_from_q8k(QuantizeActFn quant, const char* blocks, const float* x, BlockQ
   }
 }
 
+// x[0, K) -> the values its 256-value int8 blocks (Q8_K) stand for: d * q, in place.
+void round_q8k(QuantizeActFn quant, float* x, int64_t K) {
+  BlockQ8KA k;
+  for (int64_t i = 0; i < K; i += 256) {
+    quant(x + i, &k, 256);
+    for (int j = 0; j < 256; ++j) x[i + j] = k.d * (float)k.qs[j];
+  }
+}
+
 // Converts / quantizes rows [r0, r1) of b into the views' buffers (row = a flat column index).
 void prepare_b(const MatmulPlan& p, const Tensor* b, const BCols& v, int64_t r0, int64_t r1) {
   const QuantizeActFn quant = p.need_act ? quantize_act(p.act) : nullptr;
   const QuantizeActFn quant8 = p.need_q8 && p.act != ActType::q8k ? quantize_act(ActType::q8) : nullptr;
-  const QuantizeActFn quant8k =
-      p.need_q8 && p.act == ActType::q8k && !p.need_act ? quantize_act(ActType::q8k) : nullptr;
+  const QuantizeActFn quant8k = (p.need_q8 && !p.need_act) || p.round_f32 ? quantize_act(ActType::q8k) : nullptr;
   for (int64_t r = r0; r < r1; ++r) {
     int64_t i1, i2, i3;
     unravel_row(r, b->ne, i1, i2, i3);
@@ -259,6 +271,11 @@ void prepare_b(const MatmulPlan& p, const Tensor* b, const BCols& v, int64_t r0,
     if (quant8) quant8(src, const_cast<char*>(v.q8) + r * v.q8_row, b->ne[0]);
     if (p.need_q8 && p.act == ActType::q8k)
       q8_from_q8k(quant8k, act_row, src, reinterpret_cast<BlockQ8A*>(const_cast<char*>(v.q8) + r * v.q8_row), b->ne[0]);
+    if (p.round_f32) {  // last: the columns above are made from b as it is
+      float* dst = reinterpret_cast<float*>(const_cast<char*>(v.f32) + r * v.f32_row);
+      if (src != dst) std::memcpy(dst, src, v.f32_row);
+      round_q8k(quant8k, dst, b->ne[0]);
+    }
   }
 }
 
@@ -639,11 +656,11 @@ MatmulActivations matmul_activations(DType type, int64_t K) {
   MatmulActivations m;
   m.small = m.large = rounding(wk->act);  // the dot path (choose_path for unit-stride rows)
   if (const GemmKernels* gk = gemm_kernels(active_isa())) {
-    // gemm_q8's columns hold b rounded as the dots do; bf16 pairs; the f32 GEMM (plain floats,
-    // the i-quants) reads b as it is
-    m.large = gemm_q8_supported(gk, type)     ? m.small
-              : gemm_bf16_pairs(*gk, type, K) ? ActRounding::bf16
-                                              : ActRounding::none;
+    // gemm_q8's columns hold b rounded as the dots do, and so do the i-quants' f32 columns
+    // (round_f32); bf16 pairs; the f32 GEMM of plain floats reads b as it is
+    m.large = gemm_q8_supported(gk, type) || wk->act == ActType::q8k ? m.small
+              : gemm_bf16_pairs(*gk, type, K)                        ? ActRounding::bf16
+                                                                     : ActRounding::none;
     m.large_from = kGemmMinCols;
   }
   return m;
@@ -655,8 +672,9 @@ bool matmul_b_prepared_by(const Tensor* prev, const Tensor* node, int nth) {
     return false;
   const MatmulPlan a = plan_mul_mat(prev, nth), b = plan_mul_mat(node, nth);
   return !a.private_b && !b.private_b && (b.convert_b || b.need_act || b.need_q8) && a.convert_b == b.convert_b &&
-         a.need_act == b.need_act && a.need_q8 == b.need_q8 && (!(b.need_act || b.need_q8) || a.act == b.act) &&
-         a.f32_off == b.f32_off && a.act_off == b.act_off && a.q8_off == b.q8_off;
+         a.round_f32 == b.round_f32 && a.need_act == b.need_act && a.need_q8 == b.need_q8 &&
+         (!(b.need_act || b.need_q8) || a.act == b.act) && a.f32_off == b.f32_off && a.act_off == b.act_off &&
+         a.q8_off == b.q8_off;
 }
 
 size_t work_size_matmul(const Tensor* node, int nth) {
