@@ -59,7 +59,9 @@ TEST(ThreadPool, PollZeroStillMeetsAtEveryBarrier) {
       for (int step = 0; step < 200; ++step) {
         phase_sum.fetch_add(1);
         pool.barrier();
-        if (ith == 0) EXPECT_EQ(phase_sum.load(), nth * (step + 1)) << "poll " << poll;  // all arrived
+        if (ith == 0) {
+          EXPECT_EQ(phase_sum.load(), nth * (step + 1)) << "poll " << poll;  // all arrived
+        }
         pool.barrier();
       }
       seen[(size_t)ith] = ith;

@@ -50,8 +50,9 @@ std::vector<std::vector<float>> run(Model& m, int n_copies, std::vector<int32_t>
   sp.type_k = sp.type_v = DType::F32;
   sp.n_copies = n_copies;
   Session s(m, sp);
-  if (!kv_offload)
+  if (!kv_offload) {
     for (const MemoryBreakdown& b : s.memory_breakdown()) EXPECT_EQ(b.context_bytes > 0, b.device == "CPU") << b.device;
+  }
   std::vector<std::vector<float>> out;
   s.decode(kPrompt);
   for (int i = 0; i < 6; ++i) {

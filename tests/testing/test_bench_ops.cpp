@@ -1,12 +1,14 @@
 // loom-bench-ops in process: output shapes of each mode and format, --list-ops, --show-coverage,
-// option errors, and the machine-limits measurement.
+// option errors, and the machine-limits measurement (its threads' placement).
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
+#include <sched.h>
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "loom/core/error.h"
 #include "loom/graph/op.h"
@@ -191,6 +193,29 @@ TEST(Limits, MeasuresPositivePeaksAndPrintsJson) {
   EXPECT_DOUBLE_EQ(j["fp32_gflops"].get<double>(), m.fp32_gflops);
   EXPECT_DOUBLE_EQ(j["int8_block32_gops"].get<double>(), m.int8_block32_gops);
   EXPECT_NE(limits_text(m).find("GFLOPS"), std::string::npos);
+}
+
+// loom-bench --bandwidth -C/--cpu-strict: the pool pins the main thread (its thread 0), and the
+// probe's threads, started from it, ran on that one CPU and read half the memory's rate. Placed,
+// thread t runs where the pool's thread t does.
+TEST(Limits, ProbeThreadsRunWhereThePoolsThreadsDo) {
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof saved, &saved), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c)
+    if (CPU_ISSET(c, &saved)) cpus.push_back(c);
+  if (cpus.size() < 2) GTEST_SKIP() << "fewer than two CPUs to place threads on";
+  ThreadPlacement strict;
+  strict.cpu_sets = {{cpus[0]}, {cpus[1]}};
+  place_current_thread(strict, 0);  // as ThreadPool places its calling thread
+  std::vector<int> seen(2, -1);
+  run_threads(
+      2, [&](int t) { seen[(size_t)t] = sched_getcpu(); }, strict);
+  std::vector<int> inherited(2, -1);
+  run_threads(2, [&](int t) { inherited[(size_t)t] = sched_getcpu(); });
+  ASSERT_EQ(sched_setaffinity(0, sizeof saved, &saved), 0);
+  EXPECT_EQ(seen, cpus);
+  EXPECT_EQ(inherited, std::vector<int>(2, cpus[0]));  // unplaced: the calling thread's one CPU
 }
 
 }  // namespace

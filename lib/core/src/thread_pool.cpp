@@ -124,9 +124,11 @@ bool ThreadPool::note_cpu_and_check_spin(int ith) {
 
 ThreadPool::~ThreadPool() { stop_workers(); }
 
-void ThreadPool::place(int ith) const {
+void ThreadPool::place(int ith) const { place_current_thread(placement_, ith); }
+
+void place_current_thread(const ThreadPlacement& placement, int ith) {
 #if defined(__linux__)
-  const auto& sets = placement_.cpu_sets;
+  const auto& sets = placement.cpu_sets;
   if (sets.empty()) return;
   cpu_set_t set;
   CPU_ZERO(&set);

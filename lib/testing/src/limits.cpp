@@ -241,13 +241,15 @@ void read_scalar(const char* p, size_t n) {
   g_sink += s;
 }
 
-// Runs work(ith) on n threads started together; returns wall seconds until all finished.
-double run_threads(int n, const std::function<void(int)>& work) {
+}  // namespace
+
+double run_threads(int n, const std::function<void(int)>& work, const ThreadPlacement& placement) {
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
   std::vector<std::thread> threads;
   for (int t = 0; t < n; ++t)
     threads.emplace_back([&, t] {
+      place_current_thread(placement, t);
       ++ready;
       while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
       work(t);
@@ -258,6 +260,8 @@ double run_threads(int n, const std::function<void(int)>& work) {
   for (auto& th : threads) th.join();
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
+
+namespace {
 
 // Ops per second of kernel(iters) on n threads for about `seconds`, best of 3.
 double peak(int n, double seconds, double (*kernel)(int64_t)) {
@@ -297,7 +301,8 @@ void read_slice(size_t blocks, int t, int n, size_t& b0, size_t& b1) {
 
 }  // namespace
 
-ReadProbe::ReadProbe(int n_threads, size_t bytes) : n_(std::max(1, n_threads)) {
+ReadProbe::ReadProbe(int n_threads, size_t bytes, ThreadPlacement placement)
+    : n_(std::max(1, n_threads)), placement_(std::move(placement)) {
   bytes_ = std::max(bytes / kReadBlock, (size_t)n_) * kReadBlock;
   // On 2 MiB pages where the kernel gives them, as the CPU device's weight buffers are: the
   // limit is what the best-placed stream reads, not what 4 KiB pages let through (~10% less).
@@ -306,11 +311,12 @@ ReadProbe::ReadProbe(int n_threads, size_t bytes) : n_(std::max(1, n_threads)) {
   buf_ = static_cast<char*>(std::aligned_alloc(kHugePage, alloc_bytes));
   LOOM_CHECK(buf_, out_of_memory, "[limits] cannot allocate {} bytes for the bandwidth test", bytes_);
   ::madvise(buf_, alloc_bytes, MADV_HUGEPAGE);
-  run_threads(n_, [&](int t) {  // first touch by the thread that reads it
+  auto first_touch = [&](int t) {  // by the thread that reads it
     size_t b0, b1;
     read_slice(bytes_ / kReadBlock, t, n_, b0, b1);
     std::memset(buf_ + b0 * kReadBlock, t + 1, (b1 - b0) * kReadBlock);
-  });
+  };
+  run_threads(n_, first_touch, placement_);
 }
 
 ReadProbe::~ReadProbe() { std::free(buf_); }
@@ -321,14 +327,15 @@ double ReadProbe::gbps(double seconds) const {
                                                                           : read_scalar;
   std::vector<double> read((size_t)n_, 0.0);
   const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-  const double wall = run_threads(n_, [&](int t) {
+  auto read_share = [&](int t) {
     size_t b0, b1;
     read_slice(bytes_ / kReadBlock, t, n_, b0, b1);
     do {
       for (size_t b = b0; b < b1; ++b) reader(buf_ + b * kReadBlock, kReadBlock);
       read[(size_t)t] += (double)((b1 - b0) * kReadBlock);
     } while (Clock::now() < deadline);
-  });
+  };
+  const double wall = run_threads(n_, read_share, placement_);
   double total = 0;
   for (double r : read) total += r;
   return total / wall / 1e9;

@@ -255,7 +255,8 @@ int run_bench(const CommonOptions& common, const BenchOptions& b) {
                  "--bandwidth reads the host's memory, but the weights are on {}", row.backend);
       if (!probe || probe_threads != row.n_threads) {
         probe.reset();  // one buffer at a time
-        probe = std::make_unique<testing::ReadProbe>(row.n_threads);
+        // its threads on the decode's CPUs (-C, --cpu-strict: else they share the main thread's)
+        probe = std::make_unique<testing::ReadProbe>(row.n_threads, size_t(512) << 20, cpu_placement(o));
         probe_threads = row.n_threads;
       }
       probe_fn.gbps = [&probe]() { return probe->gbps(); };
@@ -263,7 +264,7 @@ int run_bench(const CommonOptions& common, const BenchOptions& b) {
       if (b.bandwidth_control) {
         if (!control || control_threads != row.n_threads || control_for != probe_fn.bytes_per_token) {
           control.reset();  // one buffer at a time
-          control = std::make_unique<testing::ReadProbe>(row.n_threads, probe_fn.bytes_per_token);
+          control = std::make_unique<testing::ReadProbe>(row.n_threads, probe_fn.bytes_per_token, cpu_placement(o));
           control_threads = row.n_threads;
           control_for = probe_fn.bytes_per_token;
         }

@@ -100,7 +100,8 @@ std::string cpu_list(const std::set<int>& cpus) {  // "0-3,8"
     const int lo = *it;
     int hi = lo;
     while (++it != cpus.end() && *it == hi + 1) ++hi;
-    out += (out.empty() ? "" : ",") + (lo == hi ? std::to_string(lo) : fmt::format("{}-{}", lo, hi));
+    if (!out.empty()) out += ',';  // piecewise: GCC 12 warns falsely on "" + string
+    out += lo == hi ? std::to_string(lo) : fmt::format("{}-{}", lo, hi);
   }
   return out;
 }

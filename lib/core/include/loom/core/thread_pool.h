@@ -20,6 +20,11 @@ struct ThreadPlacement {
   int poll = 50;  // 0..100: how long a waiting thread spins before it sleeps (0: never)
 };
 
+// The calling thread onto placement's CPUs for thread ith (nothing when it names none). Threads a
+// placed thread starts inherit its CPUs: helpers that should spread (the bandwidth probe) place
+// themselves like the pool's threads.
+void place_current_thread(const ThreadPlacement& placement, int ith);
+
 class ThreadPool {
  public:
   // Throws out_of_memory when a worker thread cannot be started (the started ones are joined).

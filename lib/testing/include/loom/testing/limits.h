@@ -6,7 +6,10 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
+
+#include "loom/core/thread_pool.h"
 
 namespace loom::testing {
 
@@ -37,7 +40,9 @@ std::string limits_json(const MachineLimits& m);
 // docs/PERFORMANCE.md). Throws out_of_memory when the buffer cannot be had.
 class ReadProbe {
  public:
-  explicit ReadProbe(int n_threads, size_t bytes = size_t(512) << 20);
+  // Thread t reads on the CPUs `placement` gives the pool's thread t (loom-bench -C/--cpu-strict:
+  // the decode's CPUs; unplaced, they would inherit the calling thread's, often one CPU).
+  explicit ReadProbe(int n_threads, size_t bytes = size_t(512) << 20, ThreadPlacement placement = {});
   ~ReadProbe();
   ReadProbe(const ReadProbe&) = delete;
   ReadProbe& operator=(const ReadProbe&) = delete;
@@ -50,6 +55,11 @@ class ReadProbe {
   int n_;
   size_t bytes_;
   char* buf_;
+  ThreadPlacement placement_;
 };
+
+// Runs work(t) for t < n on n new threads started together, thread t placed as the pool's thread
+// t would be; the wall seconds until all have finished.
+double run_threads(int n, const std::function<void(int)>& work, const ThreadPlacement& placement = {});
 
 }  // namespace loom::testing
