@@ -34,6 +34,13 @@ struct GgmlTraits {
   void (*to_float)(const void*, float*, int64_t);
 };
 
+// Values whose bits differ (a NaN equals itself, -0 is not 0).
+size_t bits_differing(const std::vector<float>& a, const std::vector<float>& b) {
+  size_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  return n;
+}
+
 using QuantizeChunk = size_t (*)(int, const float*, void*, int64_t, int64_t, int64_t, const float*);
 
 int compare_importance(QuantizeChunk quantize_chunk, void (*quantize_init)(int),
@@ -131,8 +138,7 @@ int main(int argc, char** argv) {
         std::vector<float> y_ours(K * R), y_theirs(K * R);
         info.to_float(ours.data(), y_ours.data(), K * R);
         tr->to_float(ours.data(), y_theirs.data(), K * R);
-        size_t values = 0;
-        for (size_t i = 0; i < y_ours.size(); ++i) values += std::memcmp(&y_ours[i], &y_theirs[i], 4) != 0;
+        const size_t values = bits_differing(y_ours, y_theirs);
         std::printf("%-12s %-7s loom's bytes read by both: values differing %6zu / %zu\n", dname, info.name, values,
                     y_ours.size());
         differing += values > 0;
@@ -147,8 +153,7 @@ int main(int argc, char** argv) {
       std::vector<float> y_ours(K * R), y_theirs(K * R);
       info.to_float(theirs.data(), y_ours.data(), K * R);
       tr->to_float(theirs.data(), y_theirs.data(), K * R);
-      size_t values = 0;
-      for (size_t i = 0; i < y_ours.size(); ++i) values += std::memcmp(&y_ours[i], &y_theirs[i], 4) != 0;
+      const size_t values = bits_differing(y_ours, y_theirs);
       std::vector<float> y_self(K * R);
       info.to_float(ours.data(), y_self.data(), K * R);
       double se_ours = 0, se_theirs = 0, ss = 0;

@@ -243,12 +243,17 @@ void q8_from_q8k(QuantizeActFn quant, const char* blocks, const float* x, BlockQ
   }
 }
 
-// x[0, K) -> the values its 256-value int8 blocks (Q8_K) stand for: d * q, in place.
-void round_q8k(QuantizeActFn quant, float* x, int64_t K) {
-  BlockQ8KA k;
+// x[0, K) -> y: the values its 256-value int8 blocks (Q8_K) stand for, d * q (y may be x). The
+// blocks are read from `blocks` or made here by `quant`, as in q8_from_q8k.
+void round_q8k(QuantizeActFn quant, const char* blocks, const float* x, float* y, int64_t K) {
+  BlockQ8KA tmp;
   for (int64_t i = 0; i < K; i += 256) {
-    quant(x + i, &k, 256);
-    for (int j = 0; j < 256; ++j) x[i + j] = k.d * (float)k.qs[j];
+    const BlockQ8KA* k = &tmp;
+    if (blocks)
+      k = reinterpret_cast<const BlockQ8KA*>(blocks + act_row_bytes(ActType::q8k, i));
+    else
+      quant(x + i, &tmp, 256);
+    for (int j = 0; j < 256; ++j) y[i + j] = k->d * (float)k->qs[j];
   }
 }
 
@@ -256,7 +261,8 @@ void round_q8k(QuantizeActFn quant, float* x, int64_t K) {
 void prepare_b(const MatmulPlan& p, const Tensor* b, const BCols& v, int64_t r0, int64_t r1) {
   const QuantizeActFn quant = p.need_act ? quantize_act(p.act) : nullptr;
   const QuantizeActFn quant8 = p.need_q8 && p.act != ActType::q8k ? quantize_act(ActType::q8) : nullptr;
-  const QuantizeActFn quant8k = (p.need_q8 && !p.need_act) || p.round_f32 ? quantize_act(ActType::q8k) : nullptr;
+  const QuantizeActFn quant8k =  // q8k blocks the act columns do not already hold
+      p.act == ActType::q8k && !p.need_act && (p.need_q8 || p.round_f32) ? quantize_act(ActType::q8k) : nullptr;
   for (int64_t r = r0; r < r1; ++r) {
     int64_t i1, i2, i3;
     unravel_row(r, b->ne, i1, i2, i3);
@@ -271,11 +277,8 @@ void prepare_b(const MatmulPlan& p, const Tensor* b, const BCols& v, int64_t r0,
     if (quant8) quant8(src, const_cast<char*>(v.q8) + r * v.q8_row, b->ne[0]);
     if (p.need_q8 && p.act == ActType::q8k)
       q8_from_q8k(quant8k, act_row, src, reinterpret_cast<BlockQ8A*>(const_cast<char*>(v.q8) + r * v.q8_row), b->ne[0]);
-    if (p.round_f32) {  // last: the columns above are made from b as it is
-      float* dst = reinterpret_cast<float*>(const_cast<char*>(v.f32) + r * v.f32_row);
-      if (src != dst) std::memcpy(dst, src, v.f32_row);
-      round_q8k(quant8k, dst, b->ne[0]);
-    }
+    if (p.round_f32)  // last: the columns above are made from b as it is
+      round_q8k(quant8k, act_row, src, reinterpret_cast<float*>(const_cast<char*>(v.f32) + r * v.f32_row), b->ne[0]);
   }
 }
 
