@@ -309,6 +309,51 @@ TEST(Matmul, ProductRunsOfOneColumnEqualEachProductAlone) {
   }
 }
 
+// A product's residual ADD is made by the product's threads, each adding the rows it made
+// (product_adds, mul_mat_add), for a decode column and a few: the sum must equal the ADD computed
+// after the product bit for bit, with the product on either side. Products on the GEMM path
+// (many columns) and ADDs that broadcast keep their own node.
+TEST(Matmul, ResidualAddsMadeByTheProductsThreadsEqualTheAddAfterIt) {
+  for (int nth : {2, 3})
+    for (int64_t N : {1, 3, 40}) {
+      OpRunner r;
+      const int64_t K = 512, M = 160;
+      Tensor* b = r.input(DType::F32, {K, N}, "b");
+      Tensor* w = r.input(DType::Q4_K, {K, M}, "w");
+      Tensor* x = r.input(DType::F32, {M, N}, "x");
+      Tensor* bias = r.input(DType::F32, {1, N}, "bias");
+      Graph g;
+      Tensor* m1 = ops::mul_mat(r.ctx, w, b);
+      Tensor* s1 = ops::add(r.ctx, m1, x);
+      Tensor* m2 = ops::mul_mat(r.ctx, w, b);
+      Tensor* s2 = ops::add(r.ctx, x, ops::reshape(r.ctx, m2, {M, N}));  // a view between
+      Tensor* m3 = ops::mul_mat(r.ctx, w, b);
+      Tensor* s3 = ops::add(r.ctx, m3, bias);  // broadcast: its own node
+      for (Tensor* t : {s1, s2, s3}) g.build_forward(t);
+      r.alloc();
+      for (Tensor* t : {b, w, x, bias}) r.fill_normal(t);
+
+      const std::vector<uint32_t> adds = cpu::product_adds(g.nodes(), {}, cpu::product_runs(g.nodes(), {}, nth), nth);
+      auto at = [&](const Tensor* t) {
+        return (size_t)(std::find(g.nodes().begin(), g.nodes().end(), t) - g.nodes().begin());
+      };
+      const bool dot = N < 16;
+      EXPECT_EQ(adds[at(m1)], dot ? at(s1) : 0u) << N << " columns";
+      EXPECT_EQ(adds[at(m2)], dot ? at(s2) : 0u) << N << " columns";
+      EXPECT_EQ(adds[at(m3)], 0u) << "a broadcast ADD";
+
+      ThreadPool pool(nth);
+      cpu::compute_graph(g, pool);
+      const std::vector<float> xs = r.get_f32(x);
+      for (auto [m, s] : {std::pair{m1, s1}, std::pair{m2, s2}}) {
+        const std::vector<float> fused = r.get_f32(s), product = r.get_f32(m);
+        ASSERT_EQ(fused.size(), xs.size());
+        for (size_t i = 0; i < xs.size(); ++i)
+          ASSERT_EQ(fused[i], product[i] + xs[i]) << "element " << i << ", " << N << " columns, " << nth << " threads";
+      }
+    }
+}
+
 // One-hot columns of b pick single weights: the product must equal the reference dequantized
 // value bit for bit for float weights, in the fused path (8 columns) and the decoded-rows path
 // (K columns). Quantized weights see the column as int8 blocks: 1.0 -> 127 with scale

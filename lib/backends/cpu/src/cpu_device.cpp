@@ -1,7 +1,7 @@
 // CPU device, host buffers, and the graph loop (all threads walk the nodes together, with a
 // barrier after each node; a fused group from find_fusions runs as one kernel at its first node,
-// and a run of products of one small input (product_runs) as one phase, unless
-// LOOM_DISABLE_FUSION=1).
+// a run of products of one small input (product_runs) as one phase, and a product's residual ADD
+// by the product's threads (product_adds), unless LOOM_DISABLE_FUSION=1).
 #include "loom/cpu/cpu.h"
 
 #include <sys/mman.h>
@@ -132,6 +132,11 @@ ThreadPool& CpuDevice::pool() {
 bool supports(const Tensor* node) { return supports_node(node); }
 
 namespace {
+// Views, NONE and empty nodes: the loop skips them.
+bool computes_nothing(const Tensor* n) {
+  return op_info(n->op).is_view || n->op == OpKind::NONE || n->nelements() == 0;
+}
+
 // Whether computing n writes bytes of t (n's result overlaps t's memory).
 bool writes_into(const Tensor* n, const Tensor* t) {
   const char* a = static_cast<const char*>(n->data);
@@ -152,7 +157,7 @@ std::vector<uint8_t> prepared_b_nodes(std::span<Tensor* const> nodes, std::span<
       continue;
     }
     const Tensor* n = nodes[i];
-    if (op_info(n->op).is_view || n->op == OpKind::NONE || n->nelements() == 0) continue;
+    if (computes_nothing(n)) continue;
     if (matmul_b_prepared_by(holder, n, nth)) {
       ready[i] = 1;
     } else if (sizes[i] > 0) {
@@ -166,20 +171,17 @@ std::vector<uint8_t> prepared_b_nodes(std::span<Tensor* const> nodes, std::span<
 
 std::vector<uint32_t> product_runs(std::span<Tensor* const> nodes, std::span<const FusedGroup* const> groups, int nth) {
   std::vector<uint32_t> last(nodes.size(), 0);
-  auto skipped = [&](const Tensor* n) {
-    return op_info(n->op).is_view || n->op == OpKind::NONE || n->nelements() == 0;
-  };
   size_t next_group = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     while (next_group < groups.size() && groups[next_group]->last < i) ++next_group;
     const bool in_group = next_group < groups.size() && groups[next_group]->first <= i;
-    if (in_group || nodes[i]->op != OpKind::MUL_MAT || skipped(nodes[i])) continue;
+    if (in_group || nodes[i]->op != OpKind::MUL_MAT || computes_nothing(nodes[i])) continue;
     const Tensor* members[kMaxProductRun] = {nodes[i]};
     size_t count = 1, end = i;
     for (size_t j = i + 1; j < nodes.size() && count < kMaxProductRun; ++j) {
       const Tensor* n = nodes[j];
       if (next_group < groups.size() && groups[next_group]->first <= j) break;
-      if (skipped(n)) continue;
+      if (computes_nothing(n)) continue;
       if (!mul_mat_joins_run(nodes[i], n, nth)) break;
       const bool apart = std::none_of(members, members + count, [&](const Tensor* m) {
         return writes_into(n, m) || writes_into(n, m->src[0]) || writes_into(n, m->src[1]) || writes_into(m, n->src[0]);
@@ -192,6 +194,23 @@ std::vector<uint32_t> product_runs(std::span<Tensor* const> nodes, std::span<con
     i = end;
   }
   return last;
+}
+
+std::vector<uint32_t> product_adds(std::span<Tensor* const> nodes, std::span<const FusedGroup* const> groups,
+                                   std::span<const uint32_t> run_last, int nth) {
+  std::vector<uint32_t> add(nodes.size(), 0);
+  size_t next_group = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    while (next_group < groups.size() && groups[next_group]->last < i) ++next_group;
+    if (nodes[i]->op != OpKind::MUL_MAT || run_last[i] || computes_nothing(nodes[i]) ||
+        (next_group < groups.size() && groups[next_group]->first <= i))
+      continue;
+    size_t j = i + 1;
+    while (j < nodes.size() && computes_nothing(nodes[j])) ++j;
+    if (j == nodes.size() || (next_group < groups.size() && groups[next_group]->first <= j)) continue;
+    if (mul_mat_add_fusable(nodes[i], nodes[j], nth)) add[i] = (uint32_t)j;
+  }
+  return add;
 }
 
 void compute_nodes(const Graph& graph, std::span<Tensor* const> nodes, ThreadPool& pool) {
@@ -216,6 +235,8 @@ void compute_nodes(const Graph& graph, std::span<Tensor* const> nodes, ThreadPoo
   const std::vector<uint8_t> b_ready = prepared_b_nodes(nodes, groups, sizes, nth);
   const std::vector<uint32_t> run_last =
       fusion_enabled() ? product_runs(nodes, groups, nth) : std::vector<uint32_t>(nodes.size(), 0);
+  const std::vector<uint32_t> add_at =
+      fusion_enabled() ? product_adds(nodes, groups, run_last, nth) : std::vector<uint32_t>(nodes.size(), 0);
   // Kernels write their scratch before reading it: one buffer per calling thread, grown, never
   // cleared (a fresh zeroed one per graph cost a memset of up to the packed b of a prompt).
   thread_local std::vector<uint8_t> work;
@@ -232,8 +253,7 @@ void compute_nodes(const Graph& graph, std::span<Tensor* const> nodes, ThreadPoo
         continue;
       }
       Tensor* n = nodes[i];
-      const OpInfo& info = op_info(n->op);
-      if (info.is_view || n->op == OpKind::NONE || n->nelements() == 0) continue;
+      if (computes_nothing(n)) continue;
       if (run_last[i]) {
         Tensor* members[kMaxProductRun];
         size_t count = 0;
@@ -245,6 +265,12 @@ void compute_nodes(const Graph& graph, std::span<Tensor* const> nodes, ThreadPoo
         continue;
       }
       args.b_ready = b_ready[i] != 0;
+      if (add_at[i]) {
+        mul_mat_add(args, n, nodes[add_at[i]]);
+        args.barrier();
+        i = add_at[i];
+        continue;
+      }
       compute_node(args, n);
       args.barrier();
     }

@@ -365,8 +365,32 @@ void matrix_rows(const MatmulPlan& p, char* slice, Path path, const Matrix& m, i
 
 // ---- MUL_MAT ---------------------------------------------------------------------------------
 
-// a {K, M, a2, a3} any weight type, b {K, N, b2, b3} F32/F16/BF16 -> dst {M, N, b2, b3} F32
-void mul_mat(const KernelArgs& args, Tensor* dst) {
+// The source of `add` that is `mm`'s result (itself or a contiguous view of all of it), else -1.
+int product_side(const Tensor* mm, const Tensor* add) {
+  auto is_mm = [&](const Tensor* s) {
+    return s == mm ||
+           (s->view_src == mm && s->view_offs == 0 && s->is_contiguous() && s->nelements() == mm->nelements());
+  };
+  const bool a = is_mm(add->src[0]), b = is_mm(add->src[1]);
+  return a == b ? -1 : a ? 0 : 1;
+}
+
+// dst's rows [r0, r1) of batch (i2, i3), every column, added to the same rows of `other` into
+// `sum` (all three F32 contiguous, as many elements): a product's ADD made where its rows were.
+void add_rows(const Tensor* dst, const Tensor* other, Tensor* sum, int64_t i2, int64_t i3, int64_t r0, int64_t r1) {
+  for (int64_t j = 0; j < dst->ne[1]; ++j) {
+    const size_t off = (size_t)(j * dst->nb[1] + i2 * dst->nb[2] + i3 * dst->nb[3]);
+    const float* x = reinterpret_cast<const float*>(static_cast<const char*>(dst->data) + off);
+    const float* y = reinterpret_cast<const float*>(static_cast<const char*>(other->data) + off);
+    float* z = reinterpret_cast<float*>(static_cast<char*>(sum->data) + off);
+    for (int64_t r = r0; r < r1; ++r) z[r] = x[r] + y[r];
+  }
+}
+
+// a {K, M, a2, a3} any weight type, b {K, N, b2, b3} F32/F16/BF16 -> dst {M, N, b2, b3} F32.
+// With `add` (an ADD of dst and another tensor, mul_mat_add_fusable) each thread also adds the
+// rows it made.
+void mul_mat(const KernelArgs& args, Tensor* dst, Tensor* add = nullptr) {
   const Tensor* a = dst->src[0];
   const Tensor* b = dst->src[1];
   const MatmulPlan p = plan_mul_mat(dst, args.nth);
@@ -418,15 +442,29 @@ void mul_mat(const KernelArgs& args, Tensor* dst) {
       for (int64_t u = first; u < last;) {  // the range's part in each batch
         const int64_t bi = u / n_rb, rbi = u % n_rb, n = std::min(last, (bi + 1) * n_rb) - u;
         rows(bi, rbi, rbi + n, 0);
+        if (add)
+          add_rows(dst, add->src[1 - product_side(dst, add)], add, bi % b2, bi / b2, rbi * rb,
+                   std::min(M, (rbi + n) * rb));
         u += n;
       }
     });
     return;
   }
+  LOOM_ASSERT(!add, "'{}': its ADD cannot be made by the product's threads", dst->name);
   for_units(args, batches * n_rb * n_cc, [&](int64_t u) {
     const int64_t rbi = (u / n_cc) % n_rb;
     rows(u / (n_cc * n_rb), rbi, rbi + 1, u % n_cc);
   });
+}
+
+// Whether mul_mat's dot path makes whole rows of every column in one claimed range (so it can
+// add them where they are made).
+bool rows_whole(const MatmulPlan& p, const Tensor* dst, int nth) {
+  const Tensor* a = dst->src[0];
+  const Tensor* b = dst->src[1];
+  const int64_t batches = b->ne[2] * b->ne[3];
+  const int64_t n_rb = ceil_div(a->ne[1], unit_rows(p.path, a->type, a->ne[1], batches, a->ne[0], nth, a->flags));
+  return p.path == Path::dot && batches * n_rb >= nth;
 }
 
 // ---- a run of MUL_MATs over one small b, in one phase -----------------------------------------
@@ -456,6 +494,29 @@ bool mul_mat_joins_run(const Tensor* first, const Tensor* node, int nth) {
          a.need_q8 == b.need_q8 && a.slices_off == b.slices_off && a.s_f32 == b.s_f32 && a.s_act == b.s_act &&
          a.s_q8 == b.s_q8;
 }
+
+bool mul_mat_add_fusable(const Tensor* mm, const Tensor* add, int nth) {
+  if (mm->op != OpKind::MUL_MAT || add->op != OpKind::ADD || product_side(mm, add) < 0) return false;
+  // All four contiguous F32 of one shape up to views: element i of each is element i of mm.
+  const Tensor* other = add->src[1 - product_side(mm, add)];
+  if (!is_f32_contiguous(mm) || !is_f32_contiguous(add) || !is_f32_contiguous(other) ||
+      !same_shape(*add, *add->src[0]) || !same_shape(*add, *add->src[1]) || add->nelements() != mm->nelements() ||
+      !rows_whole(plan_mul_mat(mm, nth), mm, nth))
+    return false;
+  // A thread writes its rows of the sum while the other may still read b, the weights or other
+  // rows of `other`: the sum may only lie exactly over `other` or the product (element i read
+  // before it is written, by the same thread).
+  auto apart = [](const Tensor* x, const Tensor* y) {
+    const char* a = static_cast<const char*>(x->data);
+    const char* b = static_cast<const char*>(y->data);
+    return !(a < b + y->nbytes() && b < a + x->nbytes());
+  };
+  auto apart_or_same = [&](const Tensor* x, const Tensor* y) { return x->data == y->data || apart(x, y); };
+  return apart(add, mm->src[0]) && apart(add, mm->src[1]) && apart(mm, other) && apart_or_same(add, other) &&
+         apart_or_same(add, mm);
+}
+
+void mul_mat_add(const KernelArgs& args, Tensor* mm, Tensor* add) { mul_mat(args, mm, add); }
 
 void mul_mat_run(const KernelArgs& args, std::span<Tensor* const> run) {
   LOOM_ASSERT(!run.empty() && run.size() <= kMaxProductRun, "a run of {} products", run.size());

@@ -24,4 +24,10 @@ std::vector<uint8_t> prepared_b_nodes(std::span<Tensor* const> nodes, std::span<
 // last member; else 0. Members are consecutive but for views between them.
 std::vector<uint32_t> product_runs(std::span<Tensor* const> nodes, std::span<const FusedGroup* const> groups, int nth);
 
+// Per node: where a MUL_MAT (not in a run or group) is followed, views aside, by an ADD of its
+// result that mul_mat_add makes in the product's phase (a residual: mul_mat_add_fusable), the
+// ADD's position; else 0.
+std::vector<uint32_t> product_adds(std::span<Tensor* const> nodes, std::span<const FusedGroup* const> groups,
+                                   std::span<const uint32_t> run_last, int nth);
+
 }  // namespace loom::cpu

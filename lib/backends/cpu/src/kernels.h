@@ -58,6 +58,11 @@ bool matmul_b_prepared_by(const Tensor* prev, const Tensor* node, int nth);
 constexpr size_t kMaxProductRun = 8;
 bool mul_mat_joins_run(const Tensor* first, const Tensor* node, int nth);
 void mul_mat_run(const KernelArgs& args, std::span<Tensor* const> run);
+// Whether ADD `add` of MUL_MAT `mm`'s result and another tensor of its shape (a residual) can be
+// made by mul_mat_add: each thread adds the rows it made, in the product's phase (one barrier
+// less per layer and product). Their memory must allow it (checked here).
+bool mul_mat_add_fusable(const Tensor* mm, const Tensor* add, int nth);
+void mul_mat_add(const KernelArgs& args, Tensor* mm, Tensor* add);
 LOOM_CPU_FAMILY(attention)    // ROPE ROPE_BACK SOFT_MAX SOFT_MAX_BACK FLASH_ATTN_EXT
 LOOM_CPU_FAMILY(train)        // CROSS_ENTROPY_LOSS CROSS_ENTROPY_LOSS_BACK OPT_STEP_ADAMW OPT_STEP_SGD
 
