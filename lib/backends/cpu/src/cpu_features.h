@@ -57,9 +57,9 @@ Wide512 force_wide_512(Wide512 choice);
 // LOOM_CPU_PREFETCH=0 turns it off for every type, =1 on.
 inline constexpr uint64_t kStreamPrefetchAll = ~uint64_t{0};
 bool stream_prefetch(DType type);
-// How far ahead the repacked decode kernels ask for their weight stream: 8 KiB, and 4 KiB for
-// Q2_K (and Q8_0 where LOOM_CPU_PREFETCH=1 asks) on Zen 5, which read more so (switched token by
-// token in one decode; 16 KiB read less for every K-quant there; docs/DECODE-SPEED.md).
+// How far ahead the repacked decode kernels ask for their weight stream: 8 KiB; on Zen 5 6 KiB
+// for Q2_K and 4 KiB for Q8_0 (where LOOM_CPU_PREFETCH=1 asks), which read more so (switched
+// token by token in one decode; 16 KiB read less for every K-quant there; docs/DECODE-SPEED.md).
 size_t stream_ahead_bytes(DType type);
 // Tests and benchmarks: the mask from now on (like force_isa); returns the old one.
 uint64_t force_stream_prefetch(uint64_t types);
