@@ -61,6 +61,10 @@ bool stream_prefetch(DType type);
 // for Q2_K and 4 KiB for Q8_0 (where LOOM_CPU_PREFETCH=1 asks), which read more so (switched
 // token by token in one decode; 16 KiB read less for every K-quant there; docs/DECODE-SPEED.md).
 size_t stream_ahead_bytes(DType type);
+// Whether the repacked kernels of a type ask for their stream with StreamAsker (a loop, each line
+// once) instead of prefetch_stream (which GCC unrolls into one burst per group block): on Zen 5
+// IQ4_XS, Q4_K and Q5_K, which read more so (switched token by token; docs/DECODE-SPEED.md).
+bool stream_ask_lines(DType type);
 // Tests and benchmarks: the mask from now on (like force_isa); returns the old one.
 uint64_t force_stream_prefetch(uint64_t types);
 

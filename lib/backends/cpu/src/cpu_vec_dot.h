@@ -119,6 +119,20 @@ inline constexpr size_t kStreamAheadBytes = 8192;
 inline void prefetch_stream(const void* p, size_t bytes, size_t ahead = kStreamAheadBytes) {
   prefetch_bytes<1>(static_cast<const char*>(p) + ahead, bytes);
 }
+// prefetch_stream over a forward stream as a loop that asks for each line once: ask(p, bytes)
+// asks for the lines of [p + ahead, p + ahead + bytes) no earlier call asked for. The same lines
+// at the same steps, but not as one unrolled burst of a group block's 17-36 requests
+// (stream_ask_lines, cpu_features.h).
+struct StreamAsker {
+  size_t ahead;
+  uintptr_t next = 0;  // the first line not asked for yet
+  void ask(const void* p, size_t bytes) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(p) + ahead, from = at & ~uintptr_t{63};
+    if (next < from) next = from;
+#pragma GCC unroll 1
+    for (; next < at + bytes; next += 64) __builtin_prefetch(reinterpret_cast<const char*>(next), 0, 1);
+  }
+};
 // Rows whose cache lines a kernel asks for into L2 as it goes (rows j < rows at base + j * ld,
 // `bytes` from each row's start), in step with its own rows j. Into L2 (hint T2), not L1: decode
 // attention asks for a whole tile of rows (64-128 KiB) ahead, more than L1 holds; the tile-ahead

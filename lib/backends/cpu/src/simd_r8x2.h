@@ -35,6 +35,8 @@ inline int64_t r8x2_pairs_walk(int64_t nblk, const uint8_t* a, size_t lda, int64
                                Block& block) {
   constexpr size_t kGroupBlockBytes = kRepackRows * sizeof(W);
   const size_t ahead = kPrefetch ? stream_ahead_bytes(kBlockType<W>) : 0;
+  StreamAsker asker{ahead};
+  const bool lines = kPrefetch && stream_ask_lines(kBlockType<W>);
   int64_t r = 0;
   for (; r + 2 * kRepackRows <= nr; r += 2 * kRepackRows) {
     const uint8_t* pair = a + r * lda;
@@ -42,7 +44,12 @@ inline int64_t r8x2_pairs_walk(int64_t nblk, const uint8_t* a, size_t lda, int64
     for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nblk; ++i) {
       const uint8_t* p = pair + 2 * i * kGroupBlockBytes;
-      if constexpr (kPrefetch) prefetch_stream(p, 2 * kGroupBlockBytes, ahead);
+      if constexpr (kPrefetch) {
+        if (lines)
+          asker.ask(p, 2 * kGroupBlockBytes);
+        else
+          prefetch_stream(p, 2 * kGroupBlockBytes, ahead);
+      }
       block(p, p + kGroupBlockBytes, i, acc);
     }
     for (int c = 0; c < NC; ++c) _mm512_storeu_ps(out[c] + r, acc[c]);
