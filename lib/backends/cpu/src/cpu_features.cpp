@@ -148,10 +148,11 @@ size_t stream_ahead_bytes(DType type) {
 }
 
 bool stream_ask_lines(DType type) {
-  // Zen 5 (2026-12-07, switched token by token, 128 pairs per type and run at 40-71 GB/s): IQ4_XS
-  // +3.6 to +9.0 points in 6 runs, Q4_K +0.3 to +2.1 in 4, Q5_K +0.3 and +0.4; Q2_K -0.2 to -0.6
-  // (its requests were a loop already), Q3_K -0.2, MXFP4's 8-row steps of 3 requests -0.2 to -1.1.
-  constexpr uint64_t kZen5 = bit(DType::IQ4_XS) | bit(DType::Q4_K) | bit(DType::Q5_K);
+  // Zen 5 (2026-12-07, switched token by token between the two walkers, each compiled on its
+  // own, 128 pairs per type and run at 50-60 GB/s): Q2_K +1.2 to +2.8 points in 4 runs, IQ4_XS
+  // -3.4, +0.9, +2.7 and +3.1; Q3_K -1.6 to +2.8, Q4_K -0.8 and -1.6, Q5_K -1.5 and -1.4, MXFP4
+  // -2.4 and -1.6, which keep prefetch_stream.
+  constexpr uint64_t kZen5 = bit(DType::Q2_K) | bit(DType::IQ4_XS);
   static const uint64_t types = amd_family() >= 0x1a ? kZen5 : 0;
   return (unsigned)type < 64 && ((types >> (int)type) & 1);
 }

@@ -63,7 +63,7 @@ bool stream_prefetch(DType type);
 size_t stream_ahead_bytes(DType type);
 // Whether the repacked kernels of a type ask for their stream with StreamAsker (a loop, each line
 // once) instead of prefetch_stream (which GCC unrolls into one burst per group block): on Zen 5
-// IQ4_XS, Q4_K and Q5_K, which read more so (switched token by token; docs/DECODE-SPEED.md).
+// Q2_K and IQ4_XS, which read more so (switched token by token; docs/DECODE-SPEED.md).
 bool stream_ask_lines(DType type);
 // Tests and benchmarks: the mask from now on (like force_isa); returns the old one.
 uint64_t force_stream_prefetch(uint64_t types);

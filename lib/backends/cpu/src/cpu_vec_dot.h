@@ -121,7 +121,7 @@ inline void prefetch_stream(const void* p, size_t bytes, size_t ahead = kStreamA
 }
 // prefetch_stream over a forward stream as a loop that asks for each line once: ask(p, bytes)
 // asks for the lines of [p + ahead, p + ahead + bytes) no earlier call asked for. The same lines
-// at the same steps, but not as one unrolled burst of a group block's 17-36 requests
+// at the same steps, but not as one unrolled burst of a group block's 17-42 requests
 // (stream_ask_lines, cpu_features.h).
 struct StreamAsker {
   size_t ahead;

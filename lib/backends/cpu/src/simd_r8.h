@@ -41,23 +41,20 @@ template <> constexpr DType kBlockType<BlockMXFP4> = DType::MXFP4;
 // adds block i (at p) of the 8 rows times column c to acc[c]; the 8 results are then stored.
 // With kPrefetch each step also asks for its bytes stream_ahead_bytes ahead (stream_prefetch; a
 // StreamAsker where stream_ask_lines).
-template <class W, int NC, bool kPrefetch, class Block>
+template <class W, int NC, bool kPrefetch, class Block, bool kLines = false>
 inline void r8_groups_walk(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, float* const* out, Block& block) {
   constexpr size_t kGroupBlockBytes = kRepackRows * sizeof(W);
   const size_t ahead = kPrefetch ? stream_ahead_bytes(kBlockType<W>) : 0;
   StreamAsker asker{ahead};
-  const bool lines = kPrefetch && stream_ask_lines(kBlockType<W>);
   for (int64_t r = 0; r < nr; r += kRepackRows) {
     const uint8_t* g = a + r * lda;
     __m256 acc[NC];
     for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nblk; ++i) {
-      if constexpr (kPrefetch) {
-        if (lines)
-          asker.ask(g + i * kGroupBlockBytes, kGroupBlockBytes);
-        else
-          prefetch_stream(g + i * kGroupBlockBytes, kGroupBlockBytes, ahead);
-      }
+      if constexpr (kLines)
+        asker.ask(g + i * kGroupBlockBytes, kGroupBlockBytes);
+      else if constexpr (kPrefetch)
+        prefetch_stream(g + i * kGroupBlockBytes, kGroupBlockBytes, ahead);
       block(g + i * kGroupBlockBytes, i, acc);
     }
     for (int c = 0; c < NC; ++c) _mm256_storeu_ps(out[c] + r, acc[c]);
@@ -66,7 +63,9 @@ inline void r8_groups_walk(int64_t nblk, const uint8_t* a, size_t lda, int64_t n
 template <class W, int NC, class Block>
 inline void r8_groups(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, float* const* out, Block block) {
   static_assert(kBlockType<W> != DType::F32);
-  if (stream_prefetch(kBlockType<W>))
+  if (stream_prefetch(kBlockType<W>) && stream_ask_lines(kBlockType<W>))
+    r8_groups_walk<W, NC, true, Block, true>(nblk, a, lda, nr, out, block);
+  else if (stream_prefetch(kBlockType<W>))
     r8_groups_walk<W, NC, true>(nblk, a, lda, nr, out, block);
   else
     r8_groups_walk<W, NC, false>(nblk, a, lda, nr, out, block);

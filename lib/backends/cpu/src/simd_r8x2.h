@@ -30,13 +30,12 @@ inline __m512 r8x2_halves(const uint8_t* a, const uint8_t* b) {
 // W: the GGUF block; a the first row of a pair (cpu_repack.h). Per pair, block(pa, pb, i, acc)
 // adds block i of both groups (at pa, pb) times column c to acc[c]; the 16 results are then
 // stored. With kPrefetch each step also asks for its bytes ahead, as r8_groups_walk does.
-template <class W, int NC, bool kPrefetch, class Block>
+template <class W, int NC, bool kPrefetch, class Block, bool kLines = false>
 inline int64_t r8x2_pairs_walk(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, float* const* out,
                                Block& block) {
   constexpr size_t kGroupBlockBytes = kRepackRows * sizeof(W);
   const size_t ahead = kPrefetch ? stream_ahead_bytes(kBlockType<W>) : 0;
   StreamAsker asker{ahead};
-  const bool lines = kPrefetch && stream_ask_lines(kBlockType<W>);
   int64_t r = 0;
   for (; r + 2 * kRepackRows <= nr; r += 2 * kRepackRows) {
     const uint8_t* pair = a + r * lda;
@@ -44,12 +43,10 @@ inline int64_t r8x2_pairs_walk(int64_t nblk, const uint8_t* a, size_t lda, int64
     for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nblk; ++i) {
       const uint8_t* p = pair + 2 * i * kGroupBlockBytes;
-      if constexpr (kPrefetch) {
-        if (lines)
-          asker.ask(p, 2 * kGroupBlockBytes);
-        else
-          prefetch_stream(p, 2 * kGroupBlockBytes, ahead);
-      }
+      if constexpr (kLines)
+        asker.ask(p, 2 * kGroupBlockBytes);
+      else if constexpr (kPrefetch)
+        prefetch_stream(p, 2 * kGroupBlockBytes, ahead);
       block(p, p + kGroupBlockBytes, i, acc);
     }
     for (int c = 0; c < NC; ++c) _mm512_storeu_ps(out[c] + r, acc[c]);
@@ -61,8 +58,11 @@ inline int64_t r8x2_pairs_walk(int64_t nblk, const uint8_t* a, size_t lda, int64
 template <class W, int NC, class Block, class Rest>
 inline void r8x2_groups(int64_t nblk, const uint8_t* a, size_t lda, int64_t nr, float* const* out, Block block,
                         Rest rest) {
-  const int64_t r = stream_prefetch(kBlockType<W>) ? r8x2_pairs_walk<W, NC, true>(nblk, a, lda, nr, out, block)
-                                                   : r8x2_pairs_walk<W, NC, false>(nblk, a, lda, nr, out, block);
+  const bool prefetch = stream_prefetch(kBlockType<W>);
+  const int64_t r = prefetch && stream_ask_lines(kBlockType<W>)
+                        ? r8x2_pairs_walk<W, NC, true, Block, true>(nblk, a, lda, nr, out, block)
+                    : prefetch ? r8x2_pairs_walk<W, NC, true>(nblk, a, lda, nr, out, block)
+                               : r8x2_pairs_walk<W, NC, false>(nblk, a, lda, nr, out, block);
   if (r < nr) {
     float* o[kMaxDotCols];
     for (int c = 0; c < NC; ++c) o[c] = out[c] + r;
