@@ -2,8 +2,6 @@
 // barrier after each node; a fused group from find_fusions runs as one kernel at its first node,
 // a run of products of one small input (product_runs) as one phase, and a product's residual ADD
 // by the product's threads (product_adds), unless LOOM_DISABLE_FUSION=1).
-#include "loom/cpu/cpu.h"
-
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -14,7 +12,9 @@
 #include <vector>
 
 #include "cpu_fused.h"
+#include "cpu_rows.h"
 #include "dispatch.h"
+#include "loom/cpu/cpu.h"
 #include "loom/graph/context.h"
 #include "loom/graph/fusion.h"
 
@@ -138,11 +138,7 @@ bool computes_nothing(const Tensor* n) {
 }
 
 // Whether computing n writes bytes of t (n's result overlaps t's memory).
-bool writes_into(const Tensor* n, const Tensor* t) {
-  const char* a = static_cast<const char*>(n->data);
-  const char* b = static_cast<const char*>(t->data);
-  return a && b && a < b + t->nbytes() && b < a + n->nbytes();
-}
+bool writes_into(const Tensor* n, const Tensor* t) { return overlaps(n, t); }
 }  // namespace
 
 std::vector<uint8_t> prepared_b_nodes(std::span<Tensor* const> nodes, std::span<const FusedGroup* const> groups,

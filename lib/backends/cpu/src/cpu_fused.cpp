@@ -14,14 +14,6 @@ namespace loom::cpu {
 
 namespace {
 
-// Byte range a tensor's elements span.
-bool overlaps(const Tensor* a, const Tensor* b) {
-  if (!a || !b || !a->data || !b->data) return false;
-  const char* a0 = static_cast<const char*>(a->data);
-  const char* b0 = static_cast<const char*>(b->data);
-  return a0 < b0 + b->nbytes() && b0 < a0 + a->nbytes();
-}
-
 bool broadcasts(const Tensor* big, const Tensor* small) {
   for (int i = 0; i < kMaxDims; ++i)
     if (small->ne[i] == 0 || big->ne[i] % small->ne[i] != 0) return false;

@@ -434,6 +434,7 @@ void mul_mat(const KernelArgs& args, Tensor* dst, Tensor* add = nullptr) {
         [&](int64_t j, BForm form) { return v.at(form, j0 + j, i2, i3); },
         [&](int64_t j) { return reinterpret_cast<float*>(db + (j0 + j) * dst->nb[1]); }, bpack);
   };
+  const Tensor* add_other = add ? add->src[1 - product_side(dst, add)] : nullptr;  // the residual
   if (p.path == Path::dot && n_cc == 1) {
     // The dot kernels take a claimed range of row blocks in one call (per batch): decode of 900
     // MiB models read 1-8 points more of the bandwidth than with a call per block, most where the
@@ -442,9 +443,7 @@ void mul_mat(const KernelArgs& args, Tensor* dst, Tensor* add = nullptr) {
       for (int64_t u = first; u < last;) {  // the range's part in each batch
         const int64_t bi = u / n_rb, rbi = u % n_rb, n = std::min(last, (bi + 1) * n_rb) - u;
         rows(bi, rbi, rbi + n, 0);
-        if (add)
-          add_rows(dst, add->src[1 - product_side(dst, add)], add, bi % b2, bi / b2, rbi * rb,
-                   std::min(M, (rbi + n) * rb));
+        if (add) add_rows(dst, add_other, add, bi % b2, bi / b2, rbi * rb, std::min(M, (rbi + n) * rb));
         u += n;
       }
     });
@@ -496,9 +495,10 @@ bool mul_mat_joins_run(const Tensor* first, const Tensor* node, int nth) {
 }
 
 bool mul_mat_add_fusable(const Tensor* mm, const Tensor* add, int nth) {
-  if (mm->op != OpKind::MUL_MAT || add->op != OpKind::ADD || product_side(mm, add) < 0) return false;
+  const int side = mm->op == OpKind::MUL_MAT && add->op == OpKind::ADD ? product_side(mm, add) : -1;
+  if (side < 0) return false;
   // All four contiguous F32 of one shape up to views: element i of each is element i of mm.
-  const Tensor* other = add->src[1 - product_side(mm, add)];
+  const Tensor* other = add->src[1 - side];
   if (!is_f32_contiguous(mm) || !is_f32_contiguous(add) || !is_f32_contiguous(other) ||
       !same_shape(*add, *add->src[0]) || !same_shape(*add, *add->src[1]) || add->nelements() != mm->nelements() ||
       !rows_whole(plan_mul_mat(mm, nth), mm, nth))
@@ -506,14 +506,9 @@ bool mul_mat_add_fusable(const Tensor* mm, const Tensor* add, int nth) {
   // A thread writes its rows of the sum while the other may still read b, the weights or other
   // rows of `other`: the sum may only lie exactly over `other` or the product (element i read
   // before it is written, by the same thread).
-  auto apart = [](const Tensor* x, const Tensor* y) {
-    const char* a = static_cast<const char*>(x->data);
-    const char* b = static_cast<const char*>(y->data);
-    return !(a < b + y->nbytes() && b < a + x->nbytes());
-  };
-  auto apart_or_same = [&](const Tensor* x, const Tensor* y) { return x->data == y->data || apart(x, y); };
-  return apart(add, mm->src[0]) && apart(add, mm->src[1]) && apart(mm, other) && apart_or_same(add, other) &&
-         apart_or_same(add, mm);
+  auto apart_or_same = [](const Tensor* x, const Tensor* y) { return x->data == y->data || !overlaps(x, y); };
+  return !overlaps(add, mm->src[0]) && !overlaps(add, mm->src[1]) && !overlaps(mm, other) &&
+         apart_or_same(add, other) && apart_or_same(add, mm);
 }
 
 void mul_mat_add(const KernelArgs& args, Tensor* mm, Tensor* add) { mul_mat(args, mm, add); }

@@ -51,6 +51,14 @@ inline bool rows_writable(const Tensor* t) {
   return info.from_float != nullptr && (info.block_size == 1 || dim0_contiguous(t));
 }
 inline bool is_f32_contiguous(const Tensor* t) { return t->type == DType::F32 && t->is_contiguous(); }
+// Whether the byte ranges the two tensors' elements span overlap (false where either has no
+// memory).
+inline bool overlaps(const Tensor* a, const Tensor* b) {
+  if (!a || !b || !a->data || !b->data) return false;
+  const char* a0 = static_cast<const char*>(a->data);
+  const char* b0 = static_cast<const char*>(b->data);
+  return a0 < b0 + b->nbytes() && b0 < a0 + a->nbytes();
+}
 
 // ---- scalar loads and stores (plain float types only) ------------------------------------------
 
