@@ -37,6 +37,8 @@ Isa initial() {
 }
 
 constexpr uint64_t bit(DType t) { return uint64_t{1} << (int)t; }
+// Whether a per-type mask holds t (types past 63 are in none).
+constexpr bool has(uint64_t mask, DType t) { return (unsigned)t < 64 && ((mask >> (int)t) & 1); }
 // The two-group choices per host class, each what decoded faster from memory in same-minute
 // pairs of LOOM_CPU_WIDE512=0 and 1, or of the two forms for rows of kWideLongRow values and more
 // (docs/DECODE-SPEED.md).
@@ -127,7 +129,7 @@ bool has_avx512_bf16() {
 
 bool wide_512(DType type, int64_t K) {
   const uint64_t mask = wide()[K >= kWideLongRow ? 1 : 0].load(std::memory_order_relaxed);
-  return (unsigned)type < 64 && ((mask >> (int)type) & 1);
+  return has(mask, type);
 }
 
 Wide512 force_wide_512(Wide512 choice) {
@@ -156,7 +158,7 @@ bool stream_ask_lines(DType type) {
   // -2.4 and -1.6, which keep prefetch_stream.
   constexpr uint64_t kZen5 = bit(DType::Q2_K) | bit(DType::IQ4_XS);
   static const uint64_t types = amd_family() >= 0x1a ? kZen5 : 0;
-  return (unsigned)type < 64 && ((types >> (int)type) & 1);
+  return has(types, type);
 }
 
 uint64_t force_stream_prefetch(uint64_t types) { return prefetch_mask().exchange(types, std::memory_order_relaxed); }
