@@ -18,12 +18,16 @@ the half of the tokens whose reads found the memory slowest and the quarter that
 --control adds a row "read": each token replaced by a plain read of the first type's weight bytes
 (loom-bench --bandwidth-control), the score under this method of a decode that only read.
 
+--levels 45,60 adds a table of the same tokens split at those read rates (GB/s): per type and
+level the tokens' count, median read, median weight rate and median ratio, which shows each
+kernel's own ceiling where the memory is faster than it.
+
 --files A.gguf,B.gguf measures those files instead (e.g. downloads, or a Llama-3.2-1B-shaped file from
 loom-gguf new --tied and loom-gguf quantize), one row each.
 
 usage: scripts/decode-bandwidth.py [--bin build/bin] [--rounds 3] [--threads 2] [--n-gen 64]
                                    [--shape 1b|small|8b|70b] [--models DIR] [--types F16,Q8_0,...] [--min-mib N] [--save FILE]
-                                   [--prepare-only] [--control] [--files A.gguf,...]
+                                   [--prepare-only] [--control] [--levels 45,60] [--files A.gguf,...]
 """
 import argparse
 import json
@@ -74,6 +78,7 @@ def main():
     ap.add_argument("--save", help="write every token's weight and read GB/s per type to this JSON file")
     ap.add_argument("--control", action="store_true", help="add a row of plain reads timed as tokens")
     ap.add_argument("--min-mib", type=float, default=0, help="bytes read per token (default 3x the L3)")
+    ap.add_argument("--levels", help="also split the tokens at these read rates, GB/s (comma separated)")
     ap.add_argument("--files", help="measure these GGUF files (comma separated) instead of written ones")
     a = ap.parse_args()
     B, T = a.bin, a.threads
@@ -164,6 +169,25 @@ def main():
               f"{statistics.mean(o['w']):.1f} | {statistics.mean(o['r']):.1f} | "
               f"{100 * median_ratio(o['w'], o['r']):.1f}% | "
               f"{100 * min(o['rounds']):.0f}–{100 * max(o['rounds']):.0f}% | {part(slow)} | {part(fast)} |")
+    if a.levels:
+        print_levels(types, out, sorted(float(x) for x in a.levels.split(",")), median_ratio)
+
+
+def print_levels(types, out, edges, median_ratio):
+    """Per type and read level: tokens, median read, median weight GB/s, median ratio."""
+    bounds = [0.0] + edges + [math.inf]
+    names = ([f"under {edges[0]:g} GB/s"] + [f"{lo:g}–{hi:g} GB/s" for lo, hi in zip(edges, edges[1:])] +
+             [f"{edges[-1]:g} GB/s and more"])
+    print()
+    print("| type | " + " | ".join(f"reads {n}: tokens, read, GB/s, %" for n in names) + " |")
+    print("|---|" + "---:|" * len(names))
+    for t in types:
+        cells = []
+        for lo, hi in zip(bounds, bounds[1:]):
+            p = [(r, w) for r, w in zip(out[t]["r"], out[t]["w"]) if lo <= r < hi]
+            cells.append(f"{len(p)}, {statistics.median(r for r, _ in p):.1f}, {statistics.median(w for _, w in p):.1f}, "
+                         f"{100 * median_ratio([w for _, w in p], [r for r, _ in p]):.1f}%" if p else "–")
+        print(f"| {t} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
