@@ -50,6 +50,27 @@ TEST(ThreadPool, ThreadsRunOnTheirPlacementsCpus) {
   EXPECT_EQ(affinity(), all) << "the test's own thread was not moved";
 }
 
+// A pool's caller stays placed after run(); threads it starts inherit that, so the helpers that
+// split one-off work (weight repacking at a second model's load) unpin themselves.
+TEST(ThreadPool, HelpersStartedByAPlacedCallerCanTakeTheProcesssCpus) {
+  const std::set<int> all = affinity();
+  if (all.size() < 2) GTEST_SKIP() << "fewer than two CPUs to place threads on";
+  const int first = *all.begin(), last = *all.rbegin();
+  std::set<int> inherited, unpinned;
+  std::thread caller([&] {
+    ThreadPool pool(2, ThreadPlacement{{{first}, {last}}, 50});
+    pool.run([](int, int) {});
+    std::thread([&] { inherited = affinity(); }).join();
+    std::thread([&] {
+      unpin_current_thread();
+      unpinned = affinity();
+    }).join();
+  });
+  caller.join();
+  EXPECT_EQ(inherited, std::set<int>{first});
+  EXPECT_EQ(unpinned, all);
+}
+
 TEST(ThreadPool, PollZeroStillMeetsAtEveryBarrier) {
   for (int poll : {0, 1, 100}) {
     ThreadPool pool(3, ThreadPlacement{{}, poll});

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "loom/core/error.h"
@@ -158,6 +159,29 @@ TEST(Args, ThreadsBatchIsLoomRunsOwn) {
 }
 
 // -C / -Cr / --cpu-strict / --poll as the CPU device's placement, checked before anything runs.
+// loom-bench checks each setting's flags after the previous one ran, when the pool has placed the
+// main thread: against that thread's one CPU, `-m A,B -C 0x3 --cpu-strict 1` failed at B.
+TEST(Args, CpuPlacementFlagsCheckedAgainstTheProcessNotAPlacedThread) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  if (!CPU_ISSET(0, &allowed) || !CPU_ISSET(1, &allowed)) GTEST_SKIP() << "this process may not run on CPUs 0 and 1";
+  std::vector<std::vector<int>> sets;
+  std::string error;
+  std::thread([&] {
+    loom::place_current_thread(loom::ThreadPlacement{{{0}}, 50}, 0);  // as a pool places its caller
+    Parsed r;
+    r.parse({"-C", "0x3", "--cpu-strict", "1"});
+    try {
+      sets = loom::tools::cpu_placement(r.common).cpu_sets;
+    } catch (const loom::Error& e) {
+      error = e.what();
+    }
+  }).join();
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(sets, (std::vector<std::vector<int>>{{0}, {1}}));
+}
+
 TEST(Args, CpuPlacementFlags) {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);

@@ -126,6 +126,43 @@ ThreadPool::~ThreadPool() { stop_workers(); }
 
 void ThreadPool::place(int ith) const { place_current_thread(placement_, ith); }
 
+#if defined(__linux__)
+namespace {
+// The process's CPUs, read before main() runs, so before any pool has placed a thread.
+struct StartCpus {
+  cpu_set_t set;
+  bool known;
+  StartCpus() {
+    CPU_ZERO(&set);
+    known = sched_getaffinity(0, sizeof set, &set) == 0;
+  }
+};
+const StartCpus& start_cpus() {
+  static const StartCpus cpus;
+  return cpus;
+}
+[[maybe_unused]] const StartCpus& g_start_cpus = start_cpus();
+}  // namespace
+#endif
+
+std::vector<int> process_cpus() {
+  std::vector<int> out;
+#if defined(__linux__)
+  const StartCpus& cpus = start_cpus();
+  if (cpus.known)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &cpus.set)) out.push_back(c);
+#endif
+  return out;
+}
+
+void unpin_current_thread() {
+#if defined(__linux__)
+  const StartCpus& cpus = start_cpus();
+  if (cpus.known) (void)pthread_setaffinity_np(pthread_self(), sizeof cpus.set, &cpus.set);
+#endif
+}
+
 void place_current_thread(const ThreadPlacement& placement, int ith) {
 #if defined(__linux__)
   const auto& sets = placement.cpu_sets;

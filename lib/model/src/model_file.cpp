@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "loom/core/error.h"
+#include "loom/core/thread_pool.h"
 #include "loom/gguf/gguf.h"
 
 namespace loom {
@@ -80,7 +81,10 @@ void parallel_rows(int64_t n, Fn fn) {
   };
   for (int64_t t = 0; t < n_threads && t * per < n; ++t) {
     try {
-      threads.emplace_back(run, t);
+      threads.emplace_back([&, t] {
+        unpin_current_thread();  // not on the one CPU a pinned caller may have
+        run(t);
+      });
     } catch (const std::system_error&) {
       run(t);  // no thread to be had (ulimit): this share on the calling thread
     }

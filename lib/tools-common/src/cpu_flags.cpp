@@ -13,6 +13,7 @@
 
 #include "loom/core/error.h"
 #include "loom/core/log.h"
+#include "loom/core/thread_pool.h"
 #include "loom/tools/common.h"
 
 #if defined(__linux__)
@@ -57,17 +58,12 @@ void add_range(const std::string& range, std::set<int>& cpus) {
   for (int c = lo; c <= hi; ++c) cpus.insert(c);
 }
 
-// The CPUs this process may run on (its affinity), for the messages and the check.
+// The CPUs this process may run on (its affinity when it started: the main thread itself is
+// placed once a pool has run, and loom-bench checks each setting's flags after that), for the
+// messages and the check.
 std::set<int> allowed_cpus() {
-  std::set<int> out;
-#if defined(__linux__)
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) out.insert(c);
-#endif
-  return out;
+  const std::vector<int> cpus = process_cpus();
+  return std::set<int>(cpus.begin(), cpus.end());
 }
 
 // sysfs's list format ("0-3,8-11"); empty where it does not parse.

@@ -281,7 +281,10 @@ void repack_rows(DType type, const void* src, void* dst, int64_t nrows, int64_t 
   std::vector<std::thread> threads;
   for (int64_t t = 1; t < nth; ++t) {
     try {
-      threads.emplace_back(repack_groups, groups * t / nth, groups * (t + 1) / nth);
+      threads.emplace_back([&, t] {
+        unpin_current_thread();  // not on the one CPU a pinned caller may have
+        repack_groups(groups * t / nth, groups * (t + 1) / nth);
+      });
     } catch (const std::system_error&) {
       repack_groups(groups * t / nth, groups * (t + 1) / nth);  // no thread to be had: do it here
     }

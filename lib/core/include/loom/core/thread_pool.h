@@ -24,6 +24,14 @@ struct ThreadPlacement {
 // placed thread starts inherit its CPUs: helpers that should spread (the bandwidth probe) place
 // themselves like the pool's threads.
 void place_current_thread(const ThreadPlacement& placement, int ith);
+// The calling thread back onto the CPUs the process started with. For helper threads that split
+// one-off work across all cores (repacking weights at load, writing models): started from a pool's
+// caller after its first run() they would inherit its placement, one CPU under --cpu-strict.
+void unpin_current_thread();
+// The CPUs the process started with (its affinity before any pool placed a thread), ascending;
+// empty where the OS does not say. What -C/-Cr are checked against: a later call of
+// sched_getaffinity on a pool's caller sees only its placement.
+std::vector<int> process_cpus();
 
 class ThreadPool {
  public:
