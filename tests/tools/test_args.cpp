@@ -158,7 +158,6 @@ TEST(Args, ThreadsBatchIsLoomRunsOwn) {
   }
 }
 
-// -C / -Cr / --cpu-strict / --poll as the CPU device's placement, checked before anything runs.
 // loom-bench checks each setting's flags after the previous one ran, when the pool has placed the
 // main thread: against that thread's one CPU, `-m A,B -C 0x3 --cpu-strict 1` failed at B.
 TEST(Args, CpuPlacementFlagsCheckedAgainstTheProcessNotAPlacedThread) {
@@ -182,6 +181,7 @@ TEST(Args, CpuPlacementFlagsCheckedAgainstTheProcessNotAPlacedThread) {
   EXPECT_EQ(sets, (std::vector<std::vector<int>>{{0}, {1}}));
 }
 
+// -C / -Cr / --cpu-strict / --poll as the CPU device's placement, checked before anything runs.
 TEST(Args, CpuPlacementFlags) {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
